@@ -1,0 +1,78 @@
+"""Default configuration: every field any textattn run reads, with its default.
+
+Other configs start from this one and change a field or two. Run any config with
+    python -m textattn.main --config=configs/<name>.py --workdir=DIR [--config.<field>=<value>]
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+
+  # ---- Data -----------------------------------------------------------------
+  # A TFDS name ("imdb_reviews") or the path of a local .csv / .tsv / .jsonl file.
+  config.dataset = "imdb_reviews"
+  # TFDS data dir. "" means: $TFDS_DATA_DIR if set, else TFDS's default (~/tensorflow_datasets).
+  config.data_dir = ""
+  # Local files only: comma-separated text field(s) (joined with a space) and the label field.
+  config.text_fields = "text"
+  config.label_field = "label"
+  # Fraction of the training split held out (deterministically, from data_seed) as validation.
+  config.val_fraction = 0.1
+  # Split evaluated during training: "validation" (carved from train) or "test".
+  config.eval_split = "validation"
+  config.data_seed = 0
+  # Tokenizer: "word" (Keras TextVectorization-style standardisation, top-vocab_size words
+  # counted on the training split only; id 0 = padding, 1 = out-of-vocabulary) or "byte".
+  config.tokenizer = "word"
+  config.vocab_size = 20000
+  config.max_len = 200
+  # "pre" drops tokens from the start (keeps the end of a review; Keras pad_sequences default),
+  # "post" drops tokens from the end.
+  config.truncation = "pre"
+  # Where tokenised arrays are cached between runs. "" means ~/.cache/textattn.
+  config.cache_dir = ""
+
+  # ---- Model ----------------------------------------------------------------
+  config.model = ml_collections.ConfigDict()
+  config.model.attention = "softmax"  # softmax | causal | additive
+  # Softmax/causal kernel: xla (reference einsum) | dot_product (jax.nn.dot_product_attention,
+  # cuDNN flash attention on GPU) | chunked (memory-efficient, exact) | fused (CPU fast path).
+  config.model.attention_impl = "xla"
+  config.model.additive_scoring = "shared"  # shared (authors' code) | per_head (paper)
+  config.model.embed_dim = 32
+  config.model.num_heads = 2
+  config.model.num_layers = 1
+  config.model.ffn_dim = 32
+  config.model.mlp_dim = 20  # hidden dense units in the head; 0 = none
+  config.model.dropout_rate = 0.1
+  config.model.position = "learned"  # learned | sinusoidal
+  config.model.norm = "post"  # post (as the seeds) | pre
+  config.model.pooling = "mean"  # mean | max | attention | cls | last
+  config.model.layer_norm_epsilon = 1e-6
+  config.model.dtype = "float32"  # float32 | bfloat16 (compute dtype; parameters stay float32)
+
+  # ---- Optimiser --------------------------------------------------------------
+  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer.name = "adam"  # adam | adamw | rmsprop
+  config.optimizer.learning_rate = 1e-3
+  config.optimizer.schedule = "constant"  # constant | cosine (both after linear warm-up)
+  config.optimizer.warmup_steps = 0
+  config.optimizer.weight_decay = 0.0
+  config.optimizer.grad_clip_norm = 0.0  # 0 = no clipping
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.999
+  config.optimizer.eps = 1e-7  # Keras Adam's default, as in the seed
+
+  # ---- Loop -----------------------------------------------------------------
+  config.seed = 0
+  config.batch_size = 32  # global batch size; must divide by the number of devices
+  config.eval_batch_size = 256
+  config.num_epochs = 2
+  config.num_train_steps = -1  # > 0 overrides num_epochs
+  config.log_every_steps = 100
+  config.eval_every_steps = 0  # 0 = once per epoch
+  config.checkpoint_every_steps = 0  # 0 = once per epoch (and always at the end)
+  config.keep_checkpoints = 2  # the latest K are kept, plus the best by validation accuracy
+  return config

@@ -1,0 +1,247 @@
+"""Attention kernels and modules against float64 NumPy references, masks and causality."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from textattn import attention
+
+SHAPES = [(2, 7, 1, 4), (3, 16, 2, 8), (1, 33, 4, 16)]  # batch, length, heads, head_dim
+KERNELS = {
+    "xla": attention.softmax_attention,
+    "dot_product": attention.dot_product_attention,
+    "chunked": functools.partial(attention.chunked_softmax_attention, chunk_size=5),
+    "fused": attention.fused_softmax_attention,
+}
+
+
+def random_qkv(shape, seed=0, scale=1.0):
+  rng = np.random.default_rng(seed)
+  return [(scale * rng.standard_normal(shape)).astype(np.float32) for _ in range(3)]
+
+
+def random_padding(batch, length, seed=0):
+  """Left-aligned real tokens: row 0 unpadded, row 1 (if any) fully padded, others random."""
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(1, length + 1, size=batch)
+  lengths[0] = length
+  if batch > 1:
+    lengths[1] = 0
+  return np.arange(length)[None, :] < lengths[:, None]
+
+
+def numpy_softmax_attention(q, k, v, mask, causal):
+  """Float64 transcription: softmax over visible keys; a query with no visible key outputs 0."""
+  q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+  logits = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+  visible = np.broadcast_to(mask[:, None, None, :], logits.shape)
+  if causal:
+    length = q.shape[1]
+    visible = visible & np.tril(np.ones((length, length), bool))[None, None]
+  logits = np.where(visible, logits, -np.inf)
+  has_key = visible.any(-1, keepdims=True)
+  logits = np.where(has_key, logits, 0.0)
+  weights = np.exp(logits - logits.max(-1, keepdims=True))
+  weights = np.where(visible, weights, 0.0)
+  weights = weights / np.maximum(weights.sum(-1, keepdims=True), 1e-300)
+  return np.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["softmax", "causal"])
+@pytest.mark.parametrize("impl", list(KERNELS))
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_softmax_kernels_match_float64_reference(shape, impl, causal):
+  q, k, v = random_qkv(shape, seed=sum(shape))
+  mask = random_padding(shape[0], shape[1], seed=shape[1])
+  want = numpy_softmax_attention(q, k, v, mask, causal)
+  got = KERNELS[impl](q, k, v, jnp.asarray(mask), causal=causal)
+  np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["softmax", "causal"])
+@pytest.mark.parametrize("impl", [i for i in KERNELS if i != "xla"])
+def test_softmax_kernels_match_reference_kernel_and_gradients(impl, causal):
+  shape = (3, 16, 2, 8)
+  q, k, v = random_qkv(shape, seed=3)
+  mask = jnp.asarray(random_padding(shape[0], shape[1], seed=4))
+
+  def loss(kernel, q, k, v):
+    return jnp.sum(jnp.sin(kernel(q, k, v, mask, causal=causal)))
+
+  grad = lambda kernel: jax.jit(jax.grad(functools.partial(loss, kernel), argnums=(0, 1, 2)))
+  ref = grad(attention.softmax_attention)(q, k, v)
+  got = grad(KERNELS[impl])(q, k, v)
+  for g_ref, g_got in zip(ref, got):
+    np.testing.assert_allclose(np.asarray(g_got), np.asarray(g_ref), atol=1e-5, rtol=1e-5)
+
+
+def test_reference_matches_jax_dot_product_attention_on_rows_with_keys():
+  # jax.nn.dot_product_attention itself (no zeroing of key-less rows) on rows that have keys.
+  shape = (2, 12, 2, 8)
+  q, k, v = random_qkv(shape, seed=5)
+  mask = np.ones(shape[:2], bool)
+  mask[1, 9:] = False
+  for causal in (False, True):
+    want = jax.nn.dot_product_attention(q, k, v, mask=jnp.asarray(mask)[:, None, None, :],
+                                        is_causal=causal)
+    got = attention.softmax_attention(q, k, v, jnp.asarray(mask), causal=causal)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
+
+
+def numpy_additive(x, mask, params, heads):
+  """Float64 transcription of Fastformer's equations with the module's own parameters."""
+  p = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), params)
+  x = np.asarray(x, np.float64)
+  batch, length, embed = x.shape
+  d = embed // heads
+  q = np.einsum("ble,ehd->blhd", x, p["query"]["kernel"]) + p["query"]["bias"]
+  k = np.einsum("ble,ehd->blhd", x, p["key"]["kernel"]) + p["key"]["bias"]
+
+  def score(t, w):
+    if w.shape == (heads * d, heads):
+      return t.reshape(batch, length, heads * d) @ w / np.sqrt(d)
+    return np.einsum("blhd,hd->blh", t, w) / np.sqrt(d)
+
+  def softmax_tokens(s):
+    s = np.where(mask[:, :, None], s, -np.inf)
+    s = np.where(mask.any(1)[:, None, None], s, 0.0)
+    e = np.where(mask[:, :, None], np.exp(s - s.max(1, keepdims=True)), 0.0)
+    return e / np.maximum(e.sum(1, keepdims=True), 1e-300)
+
+  alpha = softmax_tokens(score(q, p["alpha_kernel"]))
+  g_q = np.einsum("blh,blhd->bhd", alpha, q)
+  mixed = k * g_q[:, None]
+  beta = softmax_tokens(score(mixed, p["beta_kernel"]))
+  g_k = np.einsum("blh,blhd->bhd", beta, mixed)
+  u = q * g_k[:, None]
+  out = np.einsum("blhd,hde->ble", u, p["out"]["kernel"]) + p["out"]["bias"]
+  return out + q.reshape(batch, length, embed)
+
+
+@pytest.mark.parametrize("scoring", attention.ADDITIVE_SCORINGS)
+def test_additive_matches_float64_transcription(scoring):
+  batch, length, embed, heads = 3, 11, 16, 4
+  rng = np.random.default_rng(7)
+  x = rng.standard_normal((batch, length, embed)).astype(np.float32)
+  mask = np.arange(length)[None] < np.array([length, 5, 1])[:, None]
+  module = attention.make_attention("additive", num_heads=heads, scoring=scoring)
+  params = module.init(jax.random.key(0), x, jnp.asarray(mask))["params"]
+  want = numpy_additive(x, mask, params, heads)
+  got = module.apply({"params": params}, x, jnp.asarray(mask))
+  np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=1e-5)
+
+
+MODULES = [("softmax", impl, "shared") for impl in attention.SOFTMAX_IMPLEMENTATIONS] + [
+    ("causal", impl, "shared") for impl in attention.SOFTMAX_IMPLEMENTATIONS] + [
+    ("additive", "xla", s) for s in attention.ADDITIVE_SCORINGS]
+
+
+def make_module(name, impl, scoring, heads=2):
+  return attention.make_attention(name, num_heads=heads, implementation=impl, scoring=scoring)
+
+
+@pytest.mark.parametrize("name,impl,scoring", MODULES)
+def test_no_nan_for_fully_padded_rows_or_huge_inputs(name, impl, scoring):
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((3, 10, 8)).astype(np.float32)
+  mask = jnp.asarray(np.arange(10)[None] < np.array([0, 4, 10])[:, None])  # row 0: all padding
+  module = make_module(name, impl, scoring)
+  params = module.init(jax.random.key(1), x, mask)
+  out_and_grads = jax.jit(jax.value_and_grad(lambda p, x: jnp.sum(module.apply(p, x, mask))))
+  for scale in (1.0, 1e4):
+    out = jax.jit(module.apply)(params, x * scale, mask)
+    _, grads = out_and_grads(params, x * scale)
+    assert np.all(np.isfinite(np.asarray(out))), (name, impl, scale)
+    assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree_util.tree_leaves(grads))
+
+
+@pytest.mark.parametrize("name,impl,scoring", MODULES)
+def test_padded_positions_do_not_change_real_outputs(name, impl, scoring):
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((2, 9, 8)).astype(np.float32)
+  mask = np.arange(9)[None] < np.array([9, 5])[:, None]
+  module = make_module(name, impl, scoring)
+  params = module.init(jax.random.key(2), x, jnp.asarray(mask))
+  changed = np.where(mask[..., None], x, 100 * rng.standard_normal(x.shape)).astype(np.float32)
+  a = module.apply(params, x, jnp.asarray(mask))
+  b = module.apply(params, changed, jnp.asarray(mask))
+  np.testing.assert_allclose(np.asarray(a)[mask], np.asarray(b)[mask], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", attention.SOFTMAX_IMPLEMENTATIONS)
+def test_causal_output_ignores_and_has_zero_gradient_wrt_the_future(impl):
+  rng = np.random.default_rng(2)
+  length = 8
+  x = rng.standard_normal((2, length, 8)).astype(np.float32)
+  mask = jnp.asarray(np.arange(length)[None] < np.array([8, 6])[:, None])
+  module = make_module("causal", impl, "shared")
+  params = module.init(jax.random.key(3), x, mask)
+  apply = jax.jit(lambda inp: module.apply(params, inp, mask))
+  out = np.asarray(apply(x))
+  jacobian = jax.jit(jax.jacrev(apply))(x)  # [b,l,e, b,l,e]
+  for t in range(length):
+    future_changed = x.copy()
+    future_changed[:, t + 1:] = rng.standard_normal(future_changed[:, t + 1:].shape)
+    changed_out = np.asarray(apply(future_changed))
+    np.testing.assert_array_equal(changed_out[:, :t + 1], out[:, :t + 1])
+    future_grad = np.asarray(jacobian)[:, t, :, :, t + 1:, :]
+    assert np.all(future_grad == 0.0), f"output {t} has gradient from the future ({impl})"
+
+
+def test_causal_is_really_different_from_softmax():
+  # Guards against the causal flag being silently dropped.
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((1, 6, 8)).astype(np.float32)
+  mask = jnp.ones((1, 6), bool)
+  soft, causal = make_module("softmax", "xla", "shared"), make_module("causal", "xla", "shared")
+  params = soft.init(jax.random.key(0), x, mask)
+  assert not np.allclose(soft.apply(params, x, mask), causal.apply(params, x, mask))
+
+
+@pytest.mark.parametrize("name,impl,scoring", MODULES)
+def test_softmax_runs_in_float32_under_bfloat16(name, impl, scoring):
+  x = np.random.default_rng(4).standard_normal((2, 8, 8)).astype(np.float32)
+  mask = jnp.ones((2, 8), bool)
+  module = attention.make_attention(name, num_heads=2, implementation=impl, scoring=scoring,
+                                    dtype=jnp.bfloat16)
+  params = module.init(jax.random.key(0), x, mask)
+  jaxpr = jax.make_jaxpr(lambda p: module.apply(p, x.astype(jnp.bfloat16), mask))(params)
+  text = str(jaxpr)
+  exps = [line for line in text.splitlines() if " exp " in f" {line} " or "= exp" in line]
+  assert exps, "no exp found in the attention's jaxpr"
+  assert all("f32" in line and "bf16" not in line.split("=")[0] for line in exps), exps
+  f32 = attention.make_attention(name, num_heads=2, implementation=impl, scoring=scoring)
+  np.testing.assert_allclose(
+      np.asarray(module.apply(params, x.astype(jnp.bfloat16), mask), np.float32),
+      np.asarray(f32.apply(params, x, mask)), atol=0.1, rtol=0.05)
+
+
+def test_chunked_never_materialises_the_full_score_matrix():
+  length, chunk = 512, 64
+  q = jnp.zeros((1, length, 1, 8))
+  mask = jnp.ones((1, length), bool)
+  fn = functools.partial(attention.chunked_softmax_attention, chunk_size=chunk)
+  grad_fn = jax.grad(lambda q: jnp.sum(fn(q, q, q, mask)))
+  hlo = jax.jit(grad_fn).lower(q).compile().as_text()
+  assert f"{length},{length}]" not in hlo
+  ref_hlo = jax.jit(jax.grad(lambda q: jnp.sum(attention.softmax_attention(q, q, q, mask)))
+                    ).lower(q).compile().as_text()
+  assert f"{length},{length}]" in ref_hlo  # the check above can see an L x L buffer
+
+
+@pytest.mark.parametrize("field,kwargs,words", [
+    ("attention", dict(name="linear"), ["config.model.attention", "'linear'", "softmax"]),
+    ("attention_impl", dict(implementation="flash"), ["config.model.attention_impl", "flash"]),
+    ("additive_scoring", dict(scoring="x"), ["config.model.additive_scoring", "per_head"]),
+    ("num_heads", dict(num_heads=3), ["config.model.num_heads=3", "embed_dim=32"]),
+])
+def test_bad_attention_config_names_field_value_and_choices(field, kwargs, words):
+  args = dict(name="softmax", implementation="xla", scoring="shared", embed_dim=32, num_heads=2)
+  args.update(kwargs)
+  with pytest.raises(ValueError) as error:
+    attention.check_attention_config(**args)
+  for word in words:
+    assert word in str(error.value)

@@ -1,0 +1,274 @@
+"""Attention variants: one pure function per kernel, thin Linen modules owning the projections.
+
+Every module here has the same call signature,
+
+    module(x: [batch, length, embed], padding_mask: bool[batch, length]) -> [batch, length, embed]
+
+and is built by name with `make_attention(name, ...)`, so the encoder, the classifier and the
+benchmark never branch on the variant. `padding_mask` is True for real tokens.
+
+Kernels (pure functions over projected tensors laid out [batch, length, heads, head_dim]):
+  * `softmax_attention`        reference einsum ("xla"), float32 logits and softmax.
+  * `dot_product_attention`    `jax.nn.dot_product_attention` (cuDNN flash attention on GPU).
+  * `chunked_softmax_attention` exact softmax attention, query-chunked and rematerialised, so the
+                                full L x L score matrix is never materialised (memory ~ L * chunk).
+  * `fused_softmax_attention`  the CPU fast path: heads folded into the batch of one dot, mask
+                                and scale folded into a single additive bias (see experiments/).
+  * `additive_attention`       Fastformer (arXiv 2108.09084), linear in length.
+
+Invariants every kernel keeps (tests/test_attention.py checks them):
+  * padding keys never receive weight; a query with no valid key at all (a fully padded row, or
+    a causal row whose visible prefix is all padding) outputs exactly zero, never NaN/Inf;
+  * softmax is computed in float32 even when activations are bfloat16.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+ATTENTIONS = ("softmax", "causal", "additive")
+SOFTMAX_IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused")
+ADDITIVE_SCORINGS = ("shared", "per_head")
+
+# Added to the logits of masked positions. Finite (so a row with every key masked stays finite)
+# and far below any real logit; rows with no valid key are zeroed explicitly afterwards.
+_MASK_VALUE = -1e30
+
+
+def _key_visibility(padding_mask: Array, causal: bool, q_positions: Array | None = None,
+                    num_keys: int | None = None) -> Array:
+  """Boolean [batch, 1, q, k] (or [batch, 1, 1, k]) mask of the keys each query may see."""
+  visible = padding_mask[:, None, None, :]
+  if causal:
+    num_keys = padding_mask.shape[-1] if num_keys is None else num_keys
+    if q_positions is None:
+      q_positions = jnp.arange(num_keys)
+    look_ahead = q_positions[:, None] >= jnp.arange(num_keys)[None, :]
+    visible = visible & look_ahead[None, None, :, :]
+  return visible
+
+
+def _rows_with_a_key(padding_mask: Array, causal: bool, q_positions: Array | None = None) -> Array:
+  """Boolean [batch, q, 1, 1]: does query q see at least one real key? O(length) to compute."""
+  if causal:
+    seen = jnp.cumsum(padding_mask.astype(jnp.int32), axis=-1) > 0  # [batch, length]
+    if q_positions is not None:
+      seen = seen[:, q_positions]
+    return seen[:, :, None, None]
+  return jnp.any(padding_mask, axis=-1)[:, None, None, None]
+
+
+def softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                      causal: bool = False, q_positions: Array | None = None) -> Array:
+  """Reference multi-head scaled dot-product attention. Shapes [batch, length, heads, head_dim].
+
+  `q_positions` (absolute positions of the given queries) lets a caller pass a slice of queries
+  against all keys; it only matters for the causal mask.
+  """
+  head_dim = query.shape[-1]
+  query = query * jnp.asarray(head_dim ** -0.5, query.dtype)
+  logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32)
+  visible = _key_visibility(padding_mask, causal, q_positions, key.shape[1])
+  logits = jnp.where(visible, logits, _MASK_VALUE)
+  weights = jax.nn.softmax(logits, axis=-1).astype(value.dtype)
+  out = jnp.einsum("bhqk,bkhd->bqhd", weights, value)
+  return jnp.where(_rows_with_a_key(padding_mask, causal, q_positions), out, 0).astype(value.dtype)
+
+
+def dot_product_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                          causal: bool = False) -> Array:
+  """`jax.nn.dot_product_attention`: XLA on CPU, cuDNN flash attention on GPU for bf16/fp16."""
+  out = jax.nn.dot_product_attention(
+      query, key, value, mask=padding_mask[:, None, None, :], is_causal=causal)
+  return jnp.where(_rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
+
+
+def chunked_softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                              causal: bool = False, chunk_size: int = 256) -> Array:
+  """Exact softmax attention computed one block of queries at a time.
+
+  Each block sees all keys, so its softmax is exact; the block is wrapped in `jax.checkpoint`, so
+  neither the forward nor the backward pass ever holds more than one [batch, heads, chunk, length]
+  block of scores. Peak memory is O(length * chunk) instead of O(length^2).
+  """
+  batch, length, heads, head_dim = query.shape
+  chunk = min(chunk_size, length)
+  num_chunks = -(-length // chunk)
+  padded = num_chunks * chunk
+  query = jnp.pad(query, ((0, 0), (0, padded - length), (0, 0), (0, 0)))
+  blocks = query.reshape(batch, num_chunks, chunk, heads, head_dim).swapaxes(0, 1)
+  starts = jnp.arange(num_chunks) * chunk
+
+  @jax.checkpoint
+  def one_block(args):
+    q_block, start = args
+    positions = start + jnp.arange(chunk)
+    # Keep the (padded) positions in range for indexing; those rows are cut off below.
+    positions = jnp.minimum(positions, length - 1)
+    return softmax_attention(q_block, key, value, padding_mask, causal=causal,
+                             q_positions=positions)
+
+  out = jax.lax.map(one_block, (blocks, starts))
+  return out.swapaxes(0, 1).reshape(batch, padded, heads, head_dim)[:, :length]
+
+
+def fused_softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                            causal: bool = False) -> Array:
+  """Softmax attention arranged for XLA:CPU: see experiments/RESULTS.md (speed) for the why.
+
+  Heads are moved next to the batch so each score product is one [B*H] batch of plain
+  matrix products, and the padding/causal mask is applied as one additive float32 bias instead of a
+  boolean select over the scores. Numerically the same function as `softmax_attention`.
+  """
+  batch, length, heads, head_dim = query.shape
+  query = query * jnp.asarray(head_dim ** -0.5, query.dtype)
+  q = query.transpose(0, 2, 1, 3)  # [B, H, L, D]
+  k = key.transpose(0, 2, 3, 1)    # [B, H, D, L]
+  v = value.transpose(0, 2, 1, 3)  # [B, H, L, D]
+  logits = jnp.matmul(q, k, preferred_element_type=jnp.float32)
+  bias = jnp.where(padding_mask, 0.0, _MASK_VALUE).astype(jnp.float32)[:, None, None, :]
+  if causal:
+    look_ahead = jnp.arange(length)[:, None] >= jnp.arange(length)[None, :]
+    bias = bias + jnp.where(look_ahead, 0.0, _MASK_VALUE).astype(jnp.float32)[None, None]
+  weights = jax.nn.softmax(logits + bias, axis=-1).astype(value.dtype)
+  out = jnp.matmul(weights, v).transpose(0, 2, 1, 3)
+  return jnp.where(_rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
+
+
+def _masked_softmax_over_tokens(scores: Array, padding_mask: Array) -> Array:
+  """Softmax over the length axis of float32 scores [batch, length, heads]; padding gets 0."""
+  scores = jnp.where(padding_mask[:, :, None], scores.astype(jnp.float32), _MASK_VALUE)
+  weights = jax.nn.softmax(scores, axis=1)
+  return jnp.where(padding_mask[:, :, None], weights, 0.0)
+
+
+def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
+                       beta_kernel: Array) -> Array:
+  """Fastformer additive attention core; returns u = g_k * q, shape [batch, length, heads, dim].
+
+  alpha_kernel / beta_kernel score tokens. Shape [heads*dim, heads] ("shared", the authors'
+  code: every head's score reads all heads' features) or [heads, dim] ("per_head", the paper's
+  one scoring vector per head). The authors' scoring layers also have biases; a bias is constant
+  over tokens, so softmax over tokens cancels it (its gradient is exactly zero) and it is omitted.
+
+    alpha = softmax_tokens(score_alpha(q) / sqrt(d))      global query g_q = sum_i alpha_i q_i
+    p_i = k_i * g_q                                       (element-wise, per head)
+    beta = softmax_tokens(score_beta(p) / sqrt(d))        global key   g_k = sum_i beta_i p_i
+    u_i = g_k * q_i                                       (the query doubles as the value)
+
+  Every step is O(length): cost is linear in sequence length.
+  """
+  batch, length, heads, head_dim = query.shape
+  scale = head_dim ** -0.5
+
+  def scores(x, kernel):
+    if kernel.ndim == 2 and kernel.shape == (heads * head_dim, heads):
+      s = jnp.einsum("blf,fh->blh", x.reshape(batch, length, heads * head_dim), kernel,
+                     preferred_element_type=jnp.float32)
+    else:
+      s = jnp.einsum("blhd,hd->blh", x, kernel, preferred_element_type=jnp.float32)
+    return s * scale
+
+  alpha = _masked_softmax_over_tokens(scores(query, alpha_kernel), padding_mask)
+  global_query = jnp.einsum("blh,blhd->bhd", alpha.astype(query.dtype), query)
+  mixed = key * global_query[:, None]
+  beta = _masked_softmax_over_tokens(scores(mixed, beta_kernel), padding_mask)
+  global_key = jnp.einsum("blh,blhd->bhd", beta.astype(mixed.dtype), mixed)
+  return query * global_key[:, None]
+
+
+def _softmax_kernel(implementation: str) -> Callable[..., Array]:
+  return {
+      "xla": softmax_attention,
+      "dot_product": dot_product_attention,
+      "chunked": chunked_softmax_attention,
+      "fused": fused_softmax_attention,
+  }[implementation]
+
+
+def _dense_init():
+  # Keras' Dense default (glorot uniform), as in the seed notebooks.
+  return nn.initializers.xavier_uniform()
+
+
+class SelfAttention(nn.Module):
+  """Multi-head softmax self-attention (optionally causal) with Q/K/V/output projections."""
+  num_heads: int
+  causal: bool = False
+  implementation: str = "xla"
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array) -> Array:
+    embed = x.shape[-1]
+    head_dim = embed // self.num_heads
+    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
+                              dtype=self.dtype, kernel_init=_dense_init())
+    query = dense(name="query")(x)
+    key = dense(name="key")(x)
+    value = dense(name="value")(x)
+    out = _softmax_kernel(self.implementation)(query, key, value, padding_mask, causal=self.causal)
+    return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=_dense_init(),
+                           name="out")(out)
+
+
+class AdditiveAttention(nn.Module):
+  """Fastformer additive attention: output = W_o u + q (as in the authors' implementation)."""
+  num_heads: int
+  scoring: str = "shared"
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array) -> Array:
+    embed = x.shape[-1]
+    heads, head_dim = self.num_heads, embed // self.num_heads
+    dense = functools.partial(nn.DenseGeneral, features=(heads, head_dim), dtype=self.dtype,
+                              kernel_init=_dense_init())
+    query = dense(name="query")(x)
+    key = dense(name="key")(x)
+    score_shape = (heads * head_dim, heads) if self.scoring == "shared" else (heads, head_dim)
+    alpha_kernel = self.param("alpha_kernel", _dense_init(), score_shape, jnp.float32)
+    beta_kernel = self.param("beta_kernel", _dense_init(), score_shape, jnp.float32)
+    u = additive_attention(query, key, padding_mask, alpha_kernel.astype(self.dtype),
+                           beta_kernel.astype(self.dtype))
+    out = nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=_dense_init(),
+                          name="out")(u)
+    return out + query.reshape(x.shape[:-1] + (embed,))
+
+
+def check_attention_config(name: str, implementation: str, scoring: str, embed_dim: int,
+                           num_heads: int) -> None:
+  """Raise ValueError naming the bad field, its value and what is allowed."""
+  if name not in ATTENTIONS:
+    raise ValueError(f"config.model.attention={name!r} is not a known attention; "
+                     f"allowed: {', '.join(ATTENTIONS)}.")
+  if implementation not in SOFTMAX_IMPLEMENTATIONS:
+    raise ValueError(f"config.model.attention_impl={implementation!r} is not known; "
+                     f"allowed: {', '.join(SOFTMAX_IMPLEMENTATIONS)}.")
+  if scoring not in ADDITIVE_SCORINGS:
+    raise ValueError(f"config.model.additive_scoring={scoring!r} is not known; "
+                     f"allowed: {', '.join(ADDITIVE_SCORINGS)}.")
+  if num_heads < 1 or embed_dim % num_heads:
+    raise ValueError(f"config.model.num_heads={num_heads} must be a positive divisor of "
+                     f"config.model.embed_dim={embed_dim}.")
+
+
+def make_attention(name: str, *, num_heads: int, implementation: str = "xla",
+                   scoring: str = "shared", dtype: Any = jnp.float32, embed_dim: int | None = None,
+                   module_name: str | None = None) -> nn.Module:
+  """The attention module called `name` (one of ATTENTIONS); all share one call signature."""
+  if embed_dim is not None:
+    check_attention_config(name, implementation, scoring, embed_dim, num_heads)
+  elif name not in ATTENTIONS:
+    check_attention_config(name, implementation, scoring, num_heads, num_heads)
+  if name == "additive":
+    return AdditiveAttention(num_heads=num_heads, scoring=scoring, dtype=dtype, name=module_name)
+  return SelfAttention(num_heads=num_heads, causal=(name == "causal"),
+                       implementation=implementation, dtype=dtype, name=module_name)

@@ -1,0 +1,233 @@
+"""Transformer text classifier: embeddings -> encoder blocks -> pooling -> head.
+
+Token id 0 is padding everywhere: the padding mask is `tokens != 0`, it is handed to every
+attention variant, and no pooling lets a padding position contribute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from textattn import attention as attention_lib
+
+Array = jax.Array
+
+POOLINGS = ("mean", "max", "attention", "cls", "last")
+POSITIONS = ("learned", "sinusoidal")
+NORMS = ("post", "pre")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def _keras_embedding_init(key, shape, dtype=jnp.float32):
+  # Keras Embedding's default: uniform in [-0.05, 0.05], as in the seed notebooks.
+  return jax.random.uniform(key, shape, dtype, -0.05, 0.05)
+
+
+def sinusoidal_positions(max_len: int, embed_dim: int) -> np.ndarray:
+  """The fixed sin/cos table of Vaswani et al. (2017), [max_len, embed_dim]."""
+  positions = np.arange(max_len)[:, None]
+  rates = 1.0 / np.power(10000.0, (2 * (np.arange(embed_dim) // 2)) / embed_dim)
+  angles = positions * rates[None, :]
+  table = np.zeros((max_len, embed_dim), np.float32)
+  table[:, 0::2] = np.sin(angles[:, 0::2])
+  table[:, 1::2] = np.cos(angles[:, 1::2])
+  return table
+
+
+class Embedding(nn.Module):
+  """Token embedding plus a learned (the seeds) or sinusoidal position embedding."""
+  vocab_size: int
+  max_len: int
+  embed_dim: int
+  position: str = "learned"
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens: Array) -> Array:
+    length = tokens.shape[1]
+    if length > self.max_len:
+      raise ValueError(f"config.max_len={self.max_len} is smaller than the input length "
+                       f"{length}; inputs must have at most max_len tokens.")
+    x = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=_keras_embedding_init,
+                 dtype=self.dtype, name="token")(tokens)
+    if self.position == "learned":
+      table = self.param("position", _keras_embedding_init, (self.max_len, self.embed_dim))
+    else:
+      table = jnp.asarray(sinusoidal_positions(self.max_len, self.embed_dim))
+    return x + table[None, :length].astype(self.dtype)
+
+
+class EncoderBlock(nn.Module):
+  """Self-attention + ReLU feed-forward, each with dropout and a residual connection.
+
+  norm="post" is the seeds' block: LN(x + drop(attn(x))), LN(x + drop(ffn(x))).
+  norm="pre" is LN-first: x + drop(attn(LN(x))), x + drop(ffn(LN(x))).
+  """
+  attention: str
+  num_heads: int
+  ffn_dim: int
+  dropout_rate: float = 0.1
+  norm: str = "post"
+  attention_impl: str = "xla"
+  additive_scoring: str = "shared"
+  layer_norm_epsilon: float = 1e-6
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array, *, deterministic: bool) -> Array:
+    embed = x.shape[-1]
+    attend = attention_lib.make_attention(
+        self.attention, num_heads=self.num_heads, implementation=self.attention_impl,
+        scoring=self.additive_scoring, dtype=self.dtype, module_name="attention")
+    layer_norm = lambda name: nn.LayerNorm(self.layer_norm_epsilon, dtype=self.dtype, name=name)
+    dropout = nn.Dropout(self.dropout_rate, deterministic=deterministic)
+
+    def feed_forward(h):
+      h = nn.Dense(self.ffn_dim, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
+                   name="ffn_in")(h)
+      h = nn.relu(h)
+      return nn.Dense(embed, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
+                      name="ffn_out")(h)
+
+    if self.norm == "post":
+      x = layer_norm("norm_attention")(x + dropout(attend(x, padding_mask)))
+      return layer_norm("norm_ffn")(x + dropout(feed_forward(x)))
+    x = x + dropout(attend(layer_norm("norm_attention")(x), padding_mask))
+    return x + dropout(feed_forward(layer_norm("norm_ffn")(x)))
+
+
+def masked_mean(x: Array, padding_mask: Array) -> Array:
+  weights = padding_mask[..., None].astype(x.dtype)
+  count = jnp.maximum(jnp.sum(weights, axis=1), 1)
+  return jnp.sum(x * weights, axis=1) / count
+
+
+def masked_max(x: Array, padding_mask: Array) -> Array:
+  lowest = jnp.finfo(x.dtype).min
+  pooled = jnp.max(jnp.where(padding_mask[..., None], x, lowest), axis=1)
+  return jnp.where(jnp.any(padding_mask, axis=1)[:, None], pooled, 0)  # fully padded row -> 0
+
+
+def last_token(x: Array, padding_mask: Array) -> Array:
+  """Hidden state at the last real token (tokens are left-aligned, padding on the right)."""
+  last = jnp.maximum(jnp.sum(padding_mask, axis=1) - 1, 0)
+  return jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]
+
+
+class AttentionPooling(nn.Module):
+  """The Fastformer notebook's pooling: alpha = softmax(w2 . tanh(W1 x)) over real tokens."""
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array) -> Array:
+    hidden = nn.tanh(nn.Dense(x.shape[-1], dtype=self.dtype, name="hidden")(x))
+    scores = nn.Dense(1, dtype=jnp.float32, name="score")(hidden)[..., 0]
+    scores = jnp.where(padding_mask, scores, -1e30)
+    weights = jax.nn.softmax(scores, axis=1) * padding_mask  # a fully padded row pools to 0
+    return jnp.einsum("bl,bld->bd", weights.astype(x.dtype), x)
+
+
+class Classifier(nn.Module):
+  """tokens int[batch, length] (0 = padding) -> logits float32[batch, num_classes]."""
+  num_classes: int
+  vocab_size: int
+  max_len: int
+  embed_dim: int = 32
+  num_heads: int = 2
+  num_layers: int = 1
+  ffn_dim: int = 32
+  mlp_dim: int = 20
+  dropout_rate: float = 0.1
+  attention: str = "softmax"
+  attention_impl: str = "xla"
+  additive_scoring: str = "shared"
+  position: str = "learned"
+  norm: str = "post"
+  pooling: str = "mean"
+  layer_norm_epsilon: float = 1e-6
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens: Array, *, train: bool = False,
+               padding_mask: Array | None = None) -> Array:
+    # By default id 0 is padding; a caller may pass its own mask (True = real token).
+    padding_mask = tokens != 0 if padding_mask is None else padding_mask.astype(bool)
+    x = Embedding(self.vocab_size, self.max_len, self.embed_dim, self.position, self.dtype,
+                  name="embedding")(tokens)
+    if self.pooling == "cls":
+      cls = self.param("cls", nn.initializers.normal(0.02), (self.embed_dim,))
+      x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), x[:, :1].shape), x], axis=1)
+      padding_mask = jnp.concatenate([jnp.ones_like(padding_mask[:, :1]), padding_mask], axis=1)
+    for i in range(self.num_layers):
+      x = EncoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate, self.norm,
+                       self.attention_impl, self.additive_scoring, self.layer_norm_epsilon,
+                       self.dtype, name=f"block_{i}")(x, padding_mask, deterministic=not train)
+    if self.norm == "pre":
+      x = nn.LayerNorm(self.layer_norm_epsilon, dtype=self.dtype, name="final_norm")(x)
+
+    if self.pooling == "mean":
+      x = masked_mean(x, padding_mask)
+    elif self.pooling == "max":
+      x = masked_max(x, padding_mask)
+    elif self.pooling == "attention":
+      x = AttentionPooling(self.dtype, name="attention_pooling")(x, padding_mask)
+    elif self.pooling == "cls":
+      x = x[:, 0]
+    else:
+      x = last_token(x, padding_mask)
+
+    dropout = nn.Dropout(self.dropout_rate, deterministic=not train)
+    x = dropout(x)
+    if self.mlp_dim:
+      x = nn.relu(nn.Dense(self.mlp_dim, dtype=self.dtype,
+                           kernel_init=nn.initializers.xavier_uniform(), name="mlp")(x))
+      x = dropout(x)
+    return nn.Dense(self.num_classes, dtype=jnp.float32,
+                    kernel_init=nn.initializers.xavier_uniform(), name="logits")(x)
+
+
+def validate_model_config(config: ml_collections.ConfigDict) -> None:
+  """Raise ValueError naming the first bad model field, its value and what is allowed."""
+  m = config.model
+  attention_lib.check_attention_config(m.attention, m.attention_impl, m.additive_scoring,
+                                       m.embed_dim, m.num_heads)
+  choices = {"pooling": POOLINGS, "position": POSITIONS, "norm": NORMS, "dtype": tuple(DTYPES)}
+  for field, allowed in choices.items():
+    if m[field] not in allowed:
+      raise ValueError(f"config.model.{field}={m[field]!r} is not allowed; "
+                       f"allowed: {', '.join(allowed)}.")
+  positive = {"model.embed_dim": m.embed_dim, "model.num_layers": m.num_layers,
+              "model.ffn_dim": m.ffn_dim, "max_len": config.max_len,
+              "vocab_size": config.vocab_size}
+  for field, value in positive.items():
+    if not isinstance(value, int) or value < 1:
+      raise ValueError(f"config.{field}={value!r} must be a positive integer.")
+  if m.mlp_dim < 0:
+    raise ValueError(f"config.model.mlp_dim={m.mlp_dim} must be >= 0 (0 = no hidden layer).")
+  if not 0.0 <= m.dropout_rate < 1.0:
+    raise ValueError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
+
+
+def build_model(config: ml_collections.ConfigDict, num_classes: int,
+                vocab_size: int | None = None) -> Classifier:
+  """The classifier a config describes. `vocab_size` (ids the tokenizer uses) defaults to
+  config.vocab_size."""
+  validate_model_config(config)
+  m = config.model
+  return Classifier(
+      num_classes=num_classes, vocab_size=vocab_size or config.vocab_size,
+      max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,
+      num_layers=m.num_layers, ffn_dim=m.ffn_dim, mlp_dim=m.mlp_dim,
+      dropout_rate=m.dropout_rate, attention=m.attention, attention_impl=m.attention_impl,
+      additive_scoring=m.additive_scoring, position=m.position, norm=m.norm, pooling=m.pooling,
+      layer_norm_epsilon=m.layer_norm_epsilon, dtype=DTYPES[m.dtype])
+
+
+def count_parameters(params) -> int:
+  return int(sum(np.prod(p.shape) for p in jax.tree_util.tree_leaves(params)))
