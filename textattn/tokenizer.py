@@ -1,0 +1,156 @@
+"""Text → int32 token ids: a Keras-style word vocabulary, or raw UTF-8 bytes.
+
+Word tokenizer ("word"): standardisation as Keras `TextVectorization` and Deep Learning with
+Python's IMDB example: lowercase, replace `<br />` with a space, delete ASCII punctuation
+(`string.punctuation`, so "don't" → "dont"), split on whitespace. Id 0 is padding, id 1 is
+out-of-vocabulary, ids 2.. are the training words by descending count, ties broken by the
+word's code points — the order Hugging Face's `WordLevelTrainer` produces. `vocab_size`
+counts the two reserved ids (Keras convention: 20000 → 19998 words).
+
+The vocabulary is saved as a Hugging Face `tokenizer.json` (WordLevel model, the same
+standardisation as `normalizers`, `WhitespaceSplit`), so `tokenizers.Tokenizer.from_file`
+reproduces the ids. Counting and encoding themselves run in plain Python (`str.translate`,
+`str.split`, dict look-ups): on IMDB's 25,000 training reviews that measured about 2-3x
+faster than `tokenizers`' `train_from_iterator` + `encode_batch_fast` on 2 CPU cores,
+because its normalizers track per-character alignments we never use.
+
+Byte tokenizer ("byte", as Long Range Arena's text task): the UTF-8 bytes of the raw text,
+id = byte + 2, vocabulary 258, no standardisation.
+
+Both produce [N, max_len] int32 arrays: tokens left-aligned, padding 0 on the right;
+truncation "pre" keeps the end of a long text, "post" keeps its start.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import itertools
+import json
+import re
+import string
+from typing import Iterable, Sequence
+
+import numpy as np
+
+PAD_ID = 0
+OOV_ID = 1
+NUM_RESERVED = 2
+PAD_TOKEN = "[PAD]"
+OOV_TOKEN = "[UNK]"
+BYTE_VOCAB_SIZE = 256 + NUM_RESERVED
+TRUNCATIONS = ("pre", "post")
+
+# Lowercasing first means "<BR />" is caught as well.
+_LINE_BREAK = re.compile(r"<br\s*/?>")
+_DELETE_PUNCTUATION = str.maketrans("", "", string.punctuation)
+# The same standardisation in the Oniguruma syntax of `tokenizers` normalizers.
+_HF_LINE_BREAK = r"<br\s*/?>"
+_HF_PUNCTUATION = "[" + "".join("\\" + c for c in string.punctuation) + "]"
+
+
+def standardize(text: str) -> str:
+  """Keras "lower_and_strip_punctuation" plus Deep Learning with Python's `<br />` removal."""
+  return _LINE_BREAK.sub(" ", text.lower()).translate(_DELETE_PUNCTUATION)
+
+
+def _check_truncation(max_len: int, truncation: str) -> None:
+  if truncation not in TRUNCATIONS:
+    raise ValueError(f"truncation={truncation!r} is invalid; allowed: 'pre', 'post'.")
+  if max_len < 1:
+    raise ValueError(f"max_len={max_len} is invalid; it must be >= 1.")
+
+
+class WordTokenizer:
+  """Word-level vocabulary: ids 0 = padding, 1 = out-of-vocabulary, 2.. = `words`."""
+
+  kind = "word"
+
+  def __init__(self, words: Sequence[str]):
+    self.words = list(words)
+    self._ids = {word: i + NUM_RESERVED for i, word in enumerate(self.words)}
+    if len(self._ids) != len(self.words):
+      raise ValueError("The vocabulary contains duplicate words.")
+
+  @classmethod
+  def train(cls, texts: Iterable[str], vocab_size: int) -> "WordTokenizer":
+    """The top `vocab_size - 2` words of `texts` (the training split only)."""
+    if vocab_size <= NUM_RESERVED:
+      raise ValueError(f"vocab_size={vocab_size} is invalid; it must be > {NUM_RESERVED}.")
+    counts = collections.Counter()
+    for text in texts:
+      counts.update(standardize(text).split())
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return cls([word for word, _ in itertools.islice(ranked, vocab_size - NUM_RESERVED)])
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.words) + NUM_RESERVED
+
+  def fingerprint(self) -> str:
+    """Changes whenever any id would change."""
+    digest = hashlib.sha256("\n".join(self.words).encode("utf-8", "surrogatepass"))
+    return f"word-{digest.hexdigest()}"
+
+  def encode(self, texts: Sequence[str], max_len: int, truncation: str) -> np.ndarray:
+    _check_truncation(max_len, truncation)
+    out = np.zeros((len(texts), max_len), np.int32)
+    lookup = self._ids.get
+    keep_end = truncation == "pre"
+    for row, text in enumerate(texts):
+      tokens = standardize(text).split()
+      tokens = tokens[-max_len:] if keep_end else tokens[:max_len]
+      if tokens:
+        out[row, :len(tokens)] = [lookup(token, OOV_ID) for token in tokens]
+    return out
+
+  def to_hf(self):
+    """The equivalent Hugging Face `tokenizers.Tokenizer`."""
+    from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
+    from tokenizers.models import WordLevel
+    vocab = {PAD_TOKEN: PAD_ID, OOV_TOKEN: OOV_ID, **self._ids}
+    hf = Tokenizer(WordLevel(vocab=vocab, unk_token=OOV_TOKEN))
+    hf.normalizer = normalizers.Sequence([
+        normalizers.Lowercase(),
+        normalizers.Replace(Regex(_HF_LINE_BREAK), " "),
+        normalizers.Replace(Regex(_HF_PUNCTUATION), ""),
+    ])
+    hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return hf
+
+  def to_json(self) -> str:
+    return self.to_hf().to_str(pretty=True)
+
+  @classmethod
+  def from_json(cls, text: str) -> "WordTokenizer":
+    """Reads `to_json` output (a Hugging Face tokenizer.json with a WordLevel model)."""
+    model = json.loads(text)["model"]
+    if model.get("type") != "WordLevel":
+      raise ValueError(f"expected a WordLevel model, found {model.get('type')!r}")
+    by_id = sorted(model["vocab"].items(), key=lambda item: item[1])
+    ids = [i for _, i in by_id]
+    if ids != list(range(len(ids))) or len(ids) < NUM_RESERVED:
+      raise ValueError("vocabulary ids are not 0..n-1")
+    if [w for w, _ in by_id[:NUM_RESERVED]] != [PAD_TOKEN, OOV_TOKEN]:
+      raise ValueError(f"ids 0 and 1 must be {PAD_TOKEN} and {OOV_TOKEN}")
+    return cls([word for word, _ in by_id[NUM_RESERVED:]])
+
+
+class ByteTokenizer:
+  """UTF-8 bytes of the raw text, id = byte + 2 (0 = padding; 1 is unused)."""
+
+  kind = "byte"
+  vocab_size = BYTE_VOCAB_SIZE
+
+  def fingerprint(self) -> str:
+    return "byte-v1"
+
+  def encode(self, texts: Sequence[str], max_len: int, truncation: str) -> np.ndarray:
+    _check_truncation(max_len, truncation)
+    out = np.zeros((len(texts), max_len), np.int32)
+    keep_end = truncation == "pre"
+    for row, text in enumerate(texts):
+      data = text.encode("utf-8")
+      data = data[-max_len:] if keep_end else data[:max_len]
+      out[row, :len(data)] = np.frombuffer(data, np.uint8).astype(np.int32) + NUM_RESERVED
+    return out
