@@ -202,6 +202,10 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
     if m[field] not in allowed:
       raise ValueError(f"config.model.{field}={m[field]!r} is not allowed; "
                        f"allowed: {', '.join(allowed)}.")
+  if m.attention == "causal" and m.pooling == "cls":
+    raise ValueError("config.model.pooling='cls' cannot be used with config.model.attention="
+                     "'causal': the CLS token comes first, so the look-ahead mask lets it see no "
+                     "token; use pooling 'last' (or mean, max, attention).")
   positive = {"model.embed_dim": m.embed_dim, "model.num_layers": m.num_layers,
               "model.ffn_dim": m.ffn_dim, "max_len": config.max_len,
               "vocab_size": config.vocab_size}

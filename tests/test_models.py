@@ -1,0 +1,128 @@
+"""The classifier: parameter count, padding invariance for every variant x pooling, validation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import default
+from textattn import attention, models, summary
+
+VARIANTS = [("softmax", "xla", "shared"), ("softmax", "dot_product", "shared"),
+            ("softmax", "chunked", "shared"), ("softmax", "fused", "shared"),
+            ("causal", "xla", "shared"), ("additive", "xla", "shared"),
+            ("additive", "xla", "per_head")]
+
+
+def small_config(attention_name="softmax", impl="xla", scoring="shared", pooling="mean", **model):
+  config = default.get_config()
+  config.vocab_size, config.max_len = 50, 16
+  config.model.update(attention=attention_name, attention_impl=impl, additive_scoring=scoring,
+                      pooling=pooling, embed_dim=8, num_heads=2, num_layers=2, ffn_dim=8,
+                      mlp_dim=4, **model)
+  return config
+
+
+def test_seed_configuration_has_the_keras_parameter_count():
+  model = models.build_model(default.get_config(), num_classes=2)
+  params = summary.abstract_params(model, 200)
+  assert models.count_parameters(params) == 653_566
+  assert "653,566" in summary.parameter_table(params)
+
+
+@pytest.mark.parametrize("pooling", models.POOLINGS)
+@pytest.mark.parametrize("attention_name,impl,scoring", VARIANTS)
+def test_logits_ignore_padding(attention_name, impl, scoring, pooling):
+  if attention_name == "causal" and pooling == "cls":
+    pytest.skip("rejected by validation: see test_causal_with_cls_pooling_is_rejected")
+  config = small_config(attention_name, impl, scoring, pooling)
+  model = models.build_model(config, num_classes=3)
+  rng = np.random.default_rng(0)
+  lengths = np.array([10, 3, 1])
+  mask = np.arange(10)[None] < lengths[:, None]
+  tokens = np.where(mask, rng.integers(1, 50, (3, 10)), 0).astype(np.int32)
+  params = model.init(jax.random.key(0), tokens)
+  apply = jax.jit(lambda t, m: model.apply(params, t, padding_mask=m))
+  logits = np.asarray(apply(tokens, mask))
+
+  # Tokens under the padding mask changed to arbitrary ids: logits unchanged.
+  junk = np.where(mask, tokens, rng.integers(1, 50, tokens.shape)).astype(np.int32)
+  np.testing.assert_allclose(np.asarray(apply(junk, mask)), logits, atol=1e-5, rtol=1e-5)
+  # More padding appended (length 10 -> 16): logits unchanged.
+  longer = np.pad(tokens, ((0, 0), (0, 6)))
+  np.testing.assert_allclose(np.asarray(jax.jit(model.apply)(params, longer)), logits,
+                             atol=1e-5, rtol=1e-5)
+  # And the padding mask is real: changing a real token does change the logits.
+  changed = tokens.copy()
+  changed[0, 0] = 1 + changed[0, 0] % 49
+  assert not np.allclose(np.asarray(apply(changed, mask))[0], logits[0])
+
+
+def test_training_mode_uses_dropout_and_eval_mode_is_deterministic():
+  config = small_config(dropout_rate=0.5)
+  model = models.build_model(config, num_classes=2)
+  tokens = np.ones((4, 16), np.int32)
+  params = model.init(jax.random.key(0), tokens)
+  a = model.apply(params, tokens, train=True, rngs={"dropout": jax.random.key(1)})
+  b = model.apply(params, tokens, train=True, rngs={"dropout": jax.random.key(2)})
+  assert not np.allclose(a, b)
+  np.testing.assert_array_equal(model.apply(params, tokens), model.apply(params, tokens))
+
+
+@pytest.mark.parametrize("norm,position", [("pre", "sinusoidal"), ("post", "learned")])
+def test_options_build_and_are_finite(norm, position):
+  config = small_config(norm=norm, position=position)
+  model = models.build_model(config, num_classes=2)
+  tokens = np.ones((2, 16), np.int32)
+  params = model.init(jax.random.key(0), tokens)
+  assert np.all(np.isfinite(model.apply(params, tokens)))
+  has_position_param = "position" in params["params"]["embedding"]
+  assert has_position_param == (position == "learned")
+
+
+def test_bfloat16_compute_keeps_float32_parameters_and_logits():
+  config = small_config(dtype="bfloat16")
+  model = models.build_model(config, num_classes=2)
+  tokens = np.ones((2, 16), np.int32)
+  params = model.init(jax.random.key(0), tokens)
+  assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(params))
+  logits = model.apply(params, tokens)
+  assert logits.dtype == jnp.float32 and np.all(np.isfinite(logits))
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("model.num_heads", 3, ["config.model.num_heads=3", "embed_dim=8"]),
+    ("model.attention", "linformer", ["config.model.attention", "linformer", "additive"]),
+    ("model.pooling", "sum", ["config.model.pooling", "'sum'", "mean, max, attention, cls, last"]),
+    ("model.position", "rotary", ["config.model.position", "sinusoidal"]),
+    ("model.dtype", "float16", ["config.model.dtype", "bfloat16"]),
+    ("model.embed_dim", 0, ["config.model.embed_dim=0", "positive integer"]),
+    ("model.dropout_rate", 1.5, ["config.model.dropout_rate=1.5"]),
+])
+def test_bad_model_config_is_a_clear_value_error(field, value, words):
+  config = small_config()
+  section, name = field.split(".")
+  config[section][name] = value
+  with pytest.raises(ValueError) as error:
+    models.build_model(config, num_classes=2)
+  for word in words:
+    assert word in str(error.value), str(error.value)
+
+
+def test_input_longer_than_max_len_is_a_clear_value_error():
+  model = models.build_model(small_config(), num_classes=2)
+  with pytest.raises(ValueError, match=r"config.max_len=16 is smaller than the input length 20"):
+    model.init(jax.random.key(0), np.ones((1, 20), np.int32))
+
+
+def test_attention_registry_is_complete():
+  for name in attention.ATTENTIONS:
+    module = attention.make_attention(name, num_heads=2)
+    x = jnp.ones((1, 4, 8))
+    params = module.init(jax.random.key(0), x, jnp.ones((1, 4), bool))
+    assert module.apply(params, x, jnp.ones((1, 4), bool)).shape == x.shape
+
+
+def test_causal_with_cls_pooling_is_rejected():
+  with pytest.raises(ValueError, match="pooling='cls' cannot be used with"):
+    models.build_model(small_config("causal", pooling="cls"), num_classes=2)
