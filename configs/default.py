@@ -74,5 +74,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.log_every_steps = 100
   config.eval_every_steps = 0  # 0 = once per epoch
   config.checkpoint_every_steps = 0  # 0 = once per epoch (and always at the end)
+  # Parameters for the final test report: "best" (the checkpoint with the best validation
+  # accuracy; needs eval_split="validation") or "last".
+  config.final_params = "best"
   config.keep_checkpoints = 2  # the latest K are kept, plus the best by validation accuracy
   return config

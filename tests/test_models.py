@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from textattn import attention, models, summary
+from textattn import attention, models
 
 VARIANTS = [("softmax", "xla", "shared"), ("softmax", "dot_product", "shared"),
             ("softmax", "chunked", "shared"), ("softmax", "fused", "shared"),
@@ -25,9 +25,9 @@ def small_config(attention_name="softmax", impl="xla", scoring="shared", pooling
 
 def test_seed_configuration_has_the_keras_parameter_count():
   model = models.build_model(default.get_config(), num_classes=2)
-  params = summary.abstract_params(model, 200)
+  params = models.abstract_params(model, 200)
   assert models.count_parameters(params) == 653_566
-  assert "653,566" in summary.parameter_table(params)
+  assert "653,566" in models.parameter_table(params)
 
 
 @pytest.mark.parametrize("pooling", models.POOLINGS)

@@ -6,6 +6,7 @@ attention variant, and no pooling lets a padding position contribute.
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import flax.linen as nn
@@ -235,3 +236,25 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
 
 def count_parameters(params) -> int:
   return int(sum(np.prod(p.shape) for p in jax.tree_util.tree_leaves(params)))
+
+
+def parameter_table(params) -> str:
+  """Rows of module path, parameter shapes and count; the total on the last line."""
+  rows = collections.OrderedDict()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    keys = [getattr(k, "key", str(k)) for k in path]
+    module, name = "/".join(keys[:-1]) or "(top)", keys[-1]
+    shapes, count = rows.get(module, ([], 0))
+    rows[module] = (shapes + [f"{name}{list(leaf.shape)}"], count + int(np.prod(leaf.shape)))
+  width = max([len(m) for m in rows] + [6])
+  lines = [f"{'module':<{width}}  {'params':>10}  shapes", "-" * (width + 40)]
+  for module, (shapes, count) in rows.items():
+    lines.append(f"{module:<{width}}  {count:>10,}  {' '.join(shapes)}")
+  total = sum(count for _, count in rows.values())
+  lines += ["-" * (width + 40), f"{'total':<{width}}  {total:>10,}"]
+  return "\n".join(lines)
+
+
+def abstract_params(model: models.Classifier, max_len: int):
+  tokens = jnp.ones((1, max_len), jnp.int32)
+  return jax.eval_shape(lambda: model.init(jax.random.key(0), tokens))["params"]

@@ -1,0 +1,66 @@
+"""Command-line entry point.
+
+    python -m textattn.main --config=configs/imdb_fastformer.py --workdir=runs/fastformer \
+        [--config.<field>=<value> ...]
+
+Re-running the same command resumes from the newest checkpoint in --workdir. Several hosts:
+start one process per host with --coordinator_address=HOST:PORT --num_processes=N
+--process_id=I (or set JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Training configuration file (configs/*.py).", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and logs.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", os.environ.get("JAX_COORDINATOR_ADDRESS"),
+    "host:port of process 0, for multi-process runs.")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", int(os.environ.get("JAX_NUM_PROCESSES", 0)) or None,
+    "Number of processes in a multi-process run.")
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", int(os.environ["JAX_PROCESS_ID"]) if "JAX_PROCESS_ID" in os.environ else None,
+    "This process's index in a multi-process run.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  import jax  # after flag parsing, so --help and flag errors are instant
+
+  # TF is only used for reading data and writing TensorBoard events: keep it off accelerators.
+  import tensorflow as tf
+  tf.config.set_visible_devices([], "GPU")
+
+  if _COORDINATOR.value:
+    # Only affects CPU collectives; must be set before any backend starts.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  logging.info("JAX process %d/%d, %d local / %d global devices (%s).", jax.process_index(),
+               jax.process_count(), jax.local_device_count(), jax.device_count(),
+               jax.default_backend())
+
+  from textattn import input_pipeline, train
+  try:
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except (ValueError, train.NonFiniteLossError) as error:
+    # A user's mistake (bad config, bad data) or a diverged run: one clear sentence, exit 1.
+    if isinstance(error, input_pipeline.DataError) or not isinstance(error, ValueError) or (
+        str(error).startswith(("config.", "The model in"))):
+      print(f"error: {error}", file=sys.stderr)
+      sys.exit(1)
+    raise
+
+
+if __name__ == "__main__":
+  app.run(main)

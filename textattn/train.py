@@ -1,0 +1,453 @@
+"""Training and evaluation: one trainer for every attention variant.
+
+`train_and_evaluate(config, workdir)` builds the data, the model and a sharded train state,
+resumes from the newest complete checkpoint in `workdir/checkpoints` if there is one, trains,
+evaluates, checkpoints, and ends with a test report. Step functions are pure and compiled once
+with `jax.jit` over a one-axis ("data") device mesh: the batch is sharded, the state replicated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any
+
+from absl import logging
+import flax
+from flax.training import train_state as train_state_lib
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
+import tqdm
+
+from textattn import input_pipeline, models
+
+EVAL_SPLITS = ("validation", "test")
+OPTIMIZERS = ("adam", "adamw", "rmsprop")
+SCHEDULES = ("constant", "cosine")
+FINAL_PARAMS = ("best", "last")
+
+
+class TrainState(train_state_lib.TrainState):
+  dropout_key: jax.Array  # raw uint32 key data; per-step keys are fold_in(dropout_key, step)
+
+
+class NonFiniteLossError(RuntimeError):
+  pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration checks: once, at start, one sentence per problem.
+
+
+def validate_config(config: ml_collections.ConfigDict, device_count: int) -> None:
+  models.validate_model_config(config)
+  if config.eval_split not in EVAL_SPLITS:
+    raise ValueError(f"config.eval_split={config.eval_split!r} is not allowed; "
+                     f"allowed: {', '.join(EVAL_SPLITS)}.")
+  if config.final_params not in FINAL_PARAMS:
+    raise ValueError(f"config.final_params={config.final_params!r} is not allowed; "
+                     f"allowed: {', '.join(FINAL_PARAMS)}.")
+  if config.final_params == "best" and config.eval_split == "test":
+    raise ValueError("config.final_params='best' with config.eval_split='test' would choose the "
+                     "model on the test set; use final_params='last' or eval_split='validation'.")
+  for field in ("batch_size", "eval_batch_size"):
+    value = config[field]
+    if not isinstance(value, int) or value < 1 or value % device_count:
+      raise ValueError(f"config.{field}={value!r} must be a positive multiple of the device "
+                       f"count ({device_count}) so every device gets an equal share.")
+  if config.num_train_steps <= 0 and config.num_epochs < 1:
+    raise ValueError(f"config.num_epochs={config.num_epochs} must be >= 1 when "
+                     f"config.num_train_steps={config.num_train_steps} is not > 0.")
+  for field in ("eval_every_steps", "checkpoint_every_steps", "log_every_steps"):
+    if config[field] < 0:
+      raise ValueError(f"config.{field}={config[field]} must be >= 0.")
+  if config.keep_checkpoints < 1:
+    raise ValueError(f"config.keep_checkpoints={config.keep_checkpoints} must be >= 1.")
+  opt = config.optimizer
+  if opt.name not in OPTIMIZERS:
+    raise ValueError(f"config.optimizer.name={opt.name!r} is not allowed; "
+                     f"allowed: {', '.join(OPTIMIZERS)}.")
+  if opt.schedule not in SCHEDULES:
+    raise ValueError(f"config.optimizer.schedule={opt.schedule!r} is not allowed; "
+                     f"allowed: {', '.join(SCHEDULES)}.")
+  if not opt.learning_rate > 0:
+    raise ValueError(f"config.optimizer.learning_rate={opt.learning_rate} must be > 0.")
+  for field in ("warmup_steps", "weight_decay", "grad_clip_norm"):
+    if opt[field] < 0:
+      raise ValueError(f"config.optimizer.{field}={opt[field]} must be >= 0.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimiser.
+
+
+def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+  """adam | adamw | rmsprop with linear warm-up then constant or cosine decay, optional global-norm
+  clipping and weight decay (decoupled for adamw; added to the gradient, i.e. L2, otherwise)."""
+  if opt.schedule == "cosine":
+    learning_rate = optax.warmup_cosine_decay_schedule(
+        0.0, opt.learning_rate, opt.warmup_steps, max(total_steps, opt.warmup_steps + 1))
+  elif opt.warmup_steps:
+    learning_rate = optax.join_schedules(
+        [optax.linear_schedule(0.0, opt.learning_rate, opt.warmup_steps),
+         optax.constant_schedule(opt.learning_rate)], [opt.warmup_steps])
+  else:
+    learning_rate = opt.learning_rate
+  chain = []
+  if opt.grad_clip_norm:
+    chain.append(optax.clip_by_global_norm(opt.grad_clip_norm))
+  if opt.name == "adamw":
+    chain.append(optax.adamw(learning_rate, opt.b1, opt.b2, opt.eps,
+                             weight_decay=opt.weight_decay))
+  else:
+    if opt.weight_decay:
+      chain.append(optax.add_decayed_weights(opt.weight_decay))
+    if opt.name == "adam":
+      chain.append(optax.adam(learning_rate, opt.b1, opt.b2, opt.eps))
+    else:
+      chain.append(optax.rmsprop(learning_rate, eps=opt.eps))
+  return optax.chain(*chain)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure step functions.
+
+
+def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+  """One optimiser step. Metrics are sums (divide by "count" when reporting)."""
+  dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)
+
+  def loss_fn(params):
+    logits = state.apply_fn({"params": params}, batch["inputs"], train=True,
+                            rngs={"dropout": dropout_key})
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+    return jnp.mean(losses), (losses, logits)
+
+  grads, (losses, logits) = jax.grad(loss_fn, has_aux=True)(state.params)
+  state = state.apply_gradients(grads=grads)
+  metrics = {
+      "loss_sum": jnp.sum(losses),
+      "correct": jnp.sum(jnp.argmax(logits, -1) == batch["labels"]),
+      "count": jnp.asarray(losses.shape[0], jnp.int32),
+      "grad_norm_sum": optax.global_norm(grads),
+      "steps": jnp.asarray(1, jnp.int32),
+      "nonfinite": jnp.sum(~jnp.isfinite(losses)).astype(jnp.int32),
+  }
+  return state, metrics
+
+
+def eval_step(state: TrainState, batch: dict, num_classes: int) -> dict:
+  """Sums over the real (weight 1) examples of a padded eval batch, and a confusion matrix."""
+  logits = state.apply_fn({"params": state.params}, batch["inputs"], train=False)
+  weights = batch["weights"]
+  losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+  predictions = jnp.argmax(logits, -1)
+  confusion = jnp.einsum("bi,bj->ij", jax.nn.one_hot(batch["labels"], num_classes) * weights[:, None],
+                         jax.nn.one_hot(predictions, num_classes))
+  return {"loss_sum": jnp.sum(losses * weights),
+          "correct": jnp.sum((predictions == batch["labels"]) * weights),
+          "count": jnp.sum(weights), "confusion": confusion}
+
+
+def summarize_eval(sums: dict, class_names: list[str], prefix: str) -> dict:
+  """loss, accuracy, weighted F1 and per-class precision/recall from summed eval metrics."""
+  count = float(sums["count"])
+  confusion = np.asarray(sums["confusion"], np.float64)  # rows: true class, columns: predicted
+  support = confusion.sum(1)
+  predicted = confusion.sum(0)
+  true_positive = np.diag(confusion)
+  precision = np.divide(true_positive, predicted, out=np.zeros_like(true_positive),
+                        where=predicted > 0)
+  recall = np.divide(true_positive, support, out=np.zeros_like(true_positive), where=support > 0)
+  f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros_like(precision),
+                 where=(precision + recall) > 0)
+  out = {f"{prefix}/loss": float(sums["loss_sum"]) / count,
+         f"{prefix}/accuracy": float(sums["correct"]) / count,
+         f"{prefix}/f1_weighted": float(np.sum(f1 * support) / max(support.sum(), 1)),
+         f"{prefix}/count": int(count)}
+  for name, p, r in zip(class_names, precision, recall):
+    out[f"{prefix}/precision_{name}"] = float(p)
+    out[f"{prefix}/recall_{name}"] = float(r)
+  return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Output: metrics.jsonl, TensorBoard, console. Only process 0 writes.
+
+
+class MetricWriter:
+
+  def __init__(self, workdir: str, enabled: bool):
+    self.enabled = enabled
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self._tensorboard = None
+    if enabled:
+      import tensorboardX  # TensorBoard event files without TensorBoard itself.
+      self._tensorboard = tensorboardX.SummaryWriter(workdir, flush_secs=30)
+
+  def drop_after(self, step: int) -> None:
+    """On resume: rows past the restored step will be produced again, so drop them."""
+    if not self.enabled or not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      rows = [line for line in f if line.strip()]
+    # The final test report is always produced again at the end of the run, so it goes too.
+    keep = [line for line in rows if json.loads(line).get("step", 0) <= step
+            and "test/params_from_step" not in json.loads(line)]
+    if len(keep) != len(rows):
+      tmp = self.path + ".tmp"
+      with open(tmp, "w") as f:
+        f.writelines(keep)
+      os.replace(tmp, self.path)
+
+  def write(self, step: int, metrics: dict) -> None:
+    if not self.enabled:
+      return
+    with open(self.path, "a") as f:
+      f.write(json.dumps({"step": int(step), **metrics}) + "\n")
+    for key, value in metrics.items():
+      if isinstance(value, (int, float)):
+        self._tensorboard.add_scalar(key, value, int(step))
+
+  def close(self) -> None:
+    if self._tensorboard is not None:
+      self._tensorboard.close()
+
+
+def _write_json_atomic(path: str, obj: Any) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def _shape_signature(params) -> dict:
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  return {"/".join(str(getattr(k, "key", k)) for k in path): list(leaf.shape)
+          for path, leaf in flat}
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop.
+
+
+def _checkpoint_manager(workdir: str, config) -> ocp.CheckpointManager:
+  policy = preservation.AnyPreservationPolicy([
+      preservation.LatestN(config.keep_checkpoints),
+      preservation.BestN(get_metric_fn=lambda metrics: metrics["val/accuracy"], n=1,
+                         keep_checkpoints_without_metrics=False),
+  ])
+  options = ocp.CheckpointManagerOptions(preservation_policy=policy, create=True,
+                                         cleanup_tmp_directories=True)
+  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
+                               options=options)
+
+
+def _check_same_model(checkpoint_shapes: dict, current_shapes: dict, workdir: str) -> None:
+  if checkpoint_shapes == current_shapes:
+    return
+  differing = None
+  for name in sorted(set(checkpoint_shapes) | set(current_shapes)):
+    if checkpoint_shapes.get(name) != current_shapes.get(name):
+      differing = name
+      break
+  raise ValueError(
+      f"The model in {workdir} does not match this config: parameter {differing!r} has shape "
+      f"{checkpoint_shapes.get(differing)} in the checkpoint and {current_shapes.get(differing)} "
+      f"now; use a new --workdir, or the config that made this one.")
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains (or resumes), evaluates, and returns the final report's metrics."""
+  mesh = jax.make_mesh((jax.device_count(),), ("data",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  validate_config(config, jax.device_count())
+  is_main = jax.process_index() == 0
+  os.makedirs(workdir, exist_ok=True)
+  data_sharding = jax.NamedSharding(mesh, jax.P("data"))
+  replicated = jax.NamedSharding(mesh, jax.P())
+
+  data = input_pipeline.load_dataset(config, workdir, write=is_main)
+  num_classes = len(data.class_names)
+  model = models.build_model(config, num_classes, vocab_size=data.vocab_size)
+  train_iter = input_pipeline.TrainIterator(data.train, config.batch_size, config.seed,
+                                            jax.process_index(), jax.process_count())
+  total_steps = (config.num_train_steps if config.num_train_steps > 0
+                 else config.num_epochs * train_iter.steps_per_epoch)
+  eval_every = config.eval_every_steps or train_iter.steps_per_epoch
+  checkpoint_every = config.checkpoint_every_steps or train_iter.steps_per_epoch
+  tx = make_optimizer(config.optimizer, total_steps)
+  eval_data = data.validation if config.eval_split == "validation" else data.test
+  eval_prefix = "val" if config.eval_split == "validation" else "test"
+  if len(eval_data) == 0:
+    raise ValueError(f"config.eval_split={config.eval_split!r} selects an empty split; with "
+                     f"eval_split='validation' set config.val_fraction > 0.")
+
+  def init(rng):
+    params_rng, dropout_rng = jax.random.split(rng)
+    dummy = jnp.ones((1, config.max_len), jnp.int32)
+    params = model.init({"params": params_rng}, dummy)["params"]
+    return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                             dropout_key=jax.random.key_data(dropout_rng))
+
+  rng = jax.random.key(config.seed)
+  abstract_state = jax.eval_shape(init, rng)
+  state_sharding = jax.tree.map(lambda _: replicated, abstract_state)
+  shapes = _shape_signature(abstract_state.params)
+  if is_main:
+    print(f"Model: {config.model.attention} attention, {config.model.pooling} pooling\n"
+          + models.parameter_table(abstract_state.params), flush=True)
+
+  manager = _checkpoint_manager(workdir, config)
+  start_step = 0
+  latest = manager.latest_step()
+  if latest is not None:
+    meta = manager.restore(latest, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    _check_same_model(meta["param_shapes"], shapes, workdir)
+    restored = manager.restore(latest, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state_with_sharding(abstract_state,
+                                                                    state_sharding)),
+        data=ocp.args.JsonRestore()))
+    state = restored["state"].replace(apply_fn=model.apply, tx=tx)
+    train_iter.set_state(restored["data"])
+    start_step = int(latest)
+    logging.info("Resumed from %s at step %d.", manager.directory, start_step)
+    if is_main:
+      print(f"Resuming from checkpoint at step {start_step}.", flush=True)
+  else:
+    state = jax.jit(init, out_shardings=state_sharding)(rng)
+
+  writer = MetricWriter(workdir, is_main)
+  writer.drop_after(start_step)
+  if is_main:
+    config_path = os.path.join(workdir, "config.json")
+    if os.path.exists(config_path) and start_step:
+      with open(config_path) as f:
+        if json.load(f) != json.loads(config.to_json_best_effort()):
+          os.replace(config_path, os.path.join(workdir, f"config.before-step-{start_step}.json"))
+    _write_json_atomic(config_path, json.loads(config.to_json_best_effort()))
+
+  p_train_step = jax.jit(train_step, in_shardings=(state_sharding, data_sharding),
+                         out_shardings=(state_sharding, replicated), donate_argnums=0)
+  p_eval_step = jax.jit(lambda s, b: eval_step(s, b, num_classes),
+                        in_shardings=(state_sharding, data_sharding), out_shardings=replicated)
+
+  def to_global(batch):
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, x), batch)
+
+  def evaluate(state, split, prefix):
+    totals = None
+    for batch in input_pipeline.eval_batches(split, config.eval_batch_size, jax.process_index(),
+                                             jax.process_count()):
+      sums = p_eval_step(state, to_global(batch))
+      totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    return summarize_eval(jax.device_get(totals), data.class_names, prefix)
+
+  def save(step, state, metrics=None):
+    manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(train_iter.get_state()),
+        meta=ocp.args.JsonSave({"param_shapes": shapes, "class_names": data.class_names})),
+        metrics=metrics)
+
+  if start_step < total_steps:
+    t0 = time.perf_counter()
+    first_batch = to_global(next(train_iter))
+    compiled = p_train_step.lower(state, first_batch).compile()
+    compile_s = time.perf_counter() - t0
+    if is_main:
+      logging.info("Compiled train_step in %.1fs.", compile_s)
+      writer.write(start_step, {"train/compile_s": compile_s})
+
+  progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=not is_main,
+                       unit="step", dynamic_ncols=True, mininterval=1.0)
+  pending, window_start, window_examples = [], time.perf_counter(), 0
+  batch = first_batch if start_step < total_steps else None
+  last_eval = None
+  for step in range(start_step, total_steps):
+    state, metrics = compiled(state, batch)
+    pending.append(metrics)
+    window_examples += config.batch_size
+    progress.update(1)
+    done = step + 1
+    if done < total_steps:
+      batch = to_global(next(train_iter))
+    is_last = done == total_steps
+    log_now = (config.log_every_steps and done % config.log_every_steps == 0) or is_last
+    eval_now = done % eval_every == 0 or is_last
+    checkpoint_now = done % checkpoint_every == 0 or is_last
+    if log_now or eval_now or checkpoint_now:
+      # One host sync per window; the NaN guard sees every step's loss before any save.
+      sums = jax.tree.map(lambda *xs: np.sum(np.stack(xs), 0), *jax.device_get(pending))
+      elapsed = time.perf_counter() - window_start
+      if sums["nonfinite"]:
+        progress.close()
+        manager.wait_until_finished()
+        raise NonFiniteLossError(
+            f"The training loss became NaN/Inf between steps {done - len(pending) + 1} and "
+            f"{done}; stopping. The last good checkpoint (step {manager.latest_step()}) is "
+            f"kept in {manager.directory}. Try a lower optimizer.learning_rate or "
+            f"optimizer.grad_clip_norm > 0.")
+      train_metrics = {
+          "train/loss": float(sums["loss_sum"]) / float(sums["count"]),
+          "train/accuracy": float(sums["correct"]) / float(sums["count"]),
+          "train/grad_norm": float(sums["grad_norm_sum"]) / float(sums["steps"]),
+          "train/examples_per_sec": window_examples / elapsed,
+          "train/epoch": done / train_iter.steps_per_epoch,
+      }
+      if is_main:
+        writer.write(done, train_metrics)
+        progress.set_postfix(loss=f"{train_metrics['train/loss']:.4f}",
+                             ex_per_s=f"{train_metrics['train/examples_per_sec']:.0f}")
+      eval_metrics = None
+      if eval_now:
+        eval_metrics = evaluate(state, eval_data, eval_prefix)
+        last_eval = (done, eval_metrics)
+        # (A final eval on test is written once, as the test report below.)
+        if is_main and not (is_last and eval_prefix == "test"):
+          writer.write(done, eval_metrics)
+          progress.write(f"step {done}: {eval_prefix} accuracy "
+                         f"{eval_metrics[f'{eval_prefix}/accuracy']:.4f}, loss "
+                         f"{eval_metrics[f'{eval_prefix}/loss']:.4f}")
+      if checkpoint_now:
+        ckpt_metrics = ({"val/accuracy": eval_metrics["val/accuracy"]}
+                        if eval_metrics and "val/accuracy" in eval_metrics else None)
+        save(done, state, ckpt_metrics)
+      pending, window_start, window_examples = [], time.perf_counter(), 0
+  progress.close()
+  manager.wait_until_finished()
+
+  # Final report on the test split.
+  if config.final_params == "best" and manager.best_step() is not None:
+    best = manager.best_step()
+    if best != total_steps:
+      state = manager.restore(best, args=ocp.args.Composite(state=ocp.args.StandardRestore(
+          abstract_state_with_sharding(abstract_state, state_sharding))))["state"]
+      state = state.replace(apply_fn=model.apply, tx=tx)
+    report_step = best
+  else:
+    report_step = total_steps
+  if (last_eval is not None and eval_prefix == "test" and last_eval[0] == report_step):
+    test_metrics = last_eval[1]
+  else:
+    test_metrics = evaluate(state, data.test, "test")
+  test_metrics["test/params_from_step"] = int(report_step)
+  if is_main:
+    writer.write(total_steps, test_metrics)
+    print("Test report: " + ", ".join(
+        f"{k.split('/', 1)[1]}={v:.4f}" if isinstance(v, float) else f"{k.split('/', 1)[1]}={v}"
+        for k, v in test_metrics.items()), flush=True)
+  manager.close()
+  writer.close()
+  return test_metrics
+
+
+def abstract_state_with_sharding(abstract_state, state_sharding):
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                      abstract_state, state_sharding)
