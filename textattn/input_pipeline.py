@@ -32,6 +32,7 @@ import hashlib
 import io
 import json
 import os
+import socket
 from typing import Any, Iterator, Sequence
 import uuid
 
@@ -167,6 +168,17 @@ class _TfdsSource:
       return False
     return os.path.realpath(self._read_from).startswith(self._root() + os.sep)
 
+  def _read_columns(self, tfds, builder) -> dict[str, dict[str, list]]:
+    """split -> field -> values, for the train and test splits, in file order."""
+    columns = {}
+    for split in ("train", "test"):
+      columns[split] = {f: [] for f in self.text_fields + [self.label_field]}
+      dataset = builder.as_dataset(split=split, batch_size=_READ_BATCH, shuffle_files=False)
+      for batch in tfds.as_numpy(dataset):
+        for field, values in columns[split].items():
+          values.extend(batch[field].tolist())
+    return columns
+
   def read(self, val_fraction: float, data_seed: int) -> _Raw:
     import tensorflow_datasets as tfds  # Slow import; only needed on a cache miss.
     where = self.data_dir or "TFDS's default data dir (~/tensorflow_datasets)"
@@ -175,40 +187,45 @@ class _TfdsSource:
     try:
       builder = tfds.builder(self.name, data_dir=self.data_dir)
     except Exception as e:  # DatasetNotFoundError and friends.
+      first_line = str(e).strip().split("\n")[0]  # TFDS appends every dataset's name.
       raise DataError(f"config.dataset={self.name!r} is neither an existing local file nor a "
-                      f"known TFDS dataset ({type(e).__name__}: {e}).") from None
-    if not builder.is_prepared():
-      try:
-        builder.download_and_prepare()
-      except Exception as e:
-        raise DataError(f"{self.description} is not prepared in {where} and could not be "
-                        f"downloaded ({type(e).__name__}); {supply}.") from None
-    self._read_from = builder.data_dir
+                      f"known TFDS dataset ({type(e).__name__}: {first_line}).") from None
     features = builder.info.features
     missing = [f for f in self.text_fields + [self.label_field] if f not in features]
     if missing:
       raise DataError(f"{self.description} has no feature(s) {missing}; it has "
                       f"{sorted(features.keys())} (set --config.text_fields / "
                       f"--config.label_field).")
-    label_feature = features[self.label_field]
-    class_names = list(getattr(label_feature, "names", None) or [])
+    class_names = list(getattr(features[self.label_field], "names", None) or [])
+
+    # Read first: prepared data (or a mocked TFDS) needs no download_and_prepare.
+    try:
+      columns = self._read_columns(tfds, builder)
+    except Exception as e:
+      if builder.is_prepared():
+        raise DataError(f"{self.description}: reading {builder.data_dir} failed "
+                        f"({type(e).__name__}: {e}).") from None
+      # Offline, TFDS's downloader retries for minutes before failing; fail at once instead.
+      if not _network_available():
+        raise DataError(f"{self.description} is not prepared in {where} and there is no "
+                        f"network to download it; {supply}.") from None
+      logging.info("%s is not prepared in %s; downloading and preparing it.",
+                   self.description, where)
+      try:
+        builder.download_and_prepare()
+        columns = self._read_columns(tfds, builder)
+      except Exception as e:
+        raise DataError(f"{self.description} is not prepared in {where} and could not be "
+                        f"downloaded ({type(e).__name__}); {supply}.") from None
+    self._read_from = builder.data_dir
 
     texts, raw_labels = {}, {}
-    for split in ("train", "test"):
-      columns = {f: [] for f in self.text_fields + [self.label_field]}
-      try:
-        dataset = builder.as_dataset(split=split, batch_size=_READ_BATCH, shuffle_files=False)
-        for batch in tfds.as_numpy(dataset):
-          for field, values in columns.items():
-            values.extend(batch[field].tolist())
-      except Exception as e:
-        raise DataError(f"{self.description}: reading split {split!r} from {builder.data_dir} "
-                        f"failed ({type(e).__name__}: {e}).") from None
+    for split, split_columns in columns.items():
       texts[split] = [_join_fields(
-          [_decode(columns[f][i], f"{self.description}, split {split!r}, example {i}, "
+          [_decode(split_columns[f][i], f"{self.description}, split {split!r}, example {i}, "
                    f"field {f!r}") for f in self.text_fields]) for i in range(
-              len(columns[self.label_field]))]
-      raw_labels[split] = columns[self.label_field]
+              len(split_columns[self.label_field]))]
+      raw_labels[split] = split_columns[self.label_field]
 
     if class_names:  # ClassLabel: ints must index the names.
       labels = {}
@@ -370,6 +387,14 @@ class _FileSource:
         raise DataError(f"{where}: label field {self.label_field!r} is {label!r}; it must be "
                         f"a non-empty string or a number.")
       yield number, fields, _label_string(label)
+
+
+def _network_available(host: str = "storage.googleapis.com", timeout: float = 3.0) -> bool:
+  try:
+    socket.create_connection((host, 443), timeout=timeout).close()
+    return True
+  except OSError:
+    return False
 
 
 def _decode(value: bytes | str, where: str) -> str:

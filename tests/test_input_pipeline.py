@@ -1,0 +1,454 @@
+"""Input pipeline: sources, train-only vocabulary, caching, workdir reuse, batches, bad input."""
+
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from configs import default
+from textattn import input_pipeline as ip
+from textattn import tokenizer as tokenizer_lib
+
+TWEETS = pathlib.Path(__file__).resolve().parents[2] / "shared/data/disaster-tweets/train.csv"
+
+
+def make_config(tmp_path, dataset="imdb_reviews", **overrides):
+  config = default.get_config()
+  config.dataset = str(dataset)
+  config.data_dir = str(tmp_path / "tfds")
+  config.cache_dir = str(tmp_path / "cache")
+  config.max_len = 8
+  config.vocab_size = 200
+  config.update(overrides)
+  return config
+
+
+def write_csv(path, rows, header="text,label"):
+  path.write_bytes(("\r\n".join([header] + rows) + "\r\n").encode("utf-8"))
+  return path
+
+
+def unique_word_rows(n):
+  """Row i's text starts with a word no other row has."""
+  return [f"uniq{i} shared,{'pos' if i % 2 else 'neg'}" for i in range(n)]
+
+
+def fake_tfds(splits):
+  """Mocks TFDS so that split -> list of (text bytes, label) examples."""
+  def as_dataset(self, split, *args, **kwargs):
+    del self, args, kwargs
+    texts, labels = zip(*splits[str(split)])
+    return tf.data.Dataset.from_tensor_slices(
+        {"text": list(texts), "label": np.array(labels, np.int64)})
+  return tfds.testing.mock_data(as_dataset_fn=as_dataset)
+
+
+def first_tokens(split):
+  return split.inputs[:, 0]
+
+
+def files_under(path):
+  return {p: p.read_bytes() for p in pathlib.Path(path).rglob("*") if p.is_file()}
+
+
+# ---- TFDS ---------------------------------------------------------------------------------
+
+
+def test_imdb_mock_gives_three_int32_splits_with_right_padding(tmp_path):
+  config = make_config(tmp_path)
+  with tfds.testing.mock_data(num_examples=40):
+    data = ip.load_dataset(config, None)
+  assert (len(data.train), len(data.validation), len(data.test)) == (36, 4, 40)
+  assert data.class_names == ["neg", "pos"]
+  assert 2 < data.vocab_size <= config.vocab_size
+  for split in (data.train, data.validation, data.test):
+    assert split.inputs.dtype == np.int32 and split.labels.dtype == np.int32
+    assert split.inputs.shape == (len(split), config.max_len)
+    # Left-aligned: once a row reaches padding it stays padding.
+    padding = split.inputs == 0
+    assert (padding[:, :-1] <= padding[:, 1:]).all()
+  assert not os.listdir(config.cache_dir) if os.path.exists(config.cache_dir) else True
+
+
+def test_tfds_vocabulary_is_counted_on_train_after_carving_validation(tmp_path):
+  train = [(f"uniq{i} shared".encode(), i % 2) for i in range(40)]
+  test = [(b"testonly shared", 0)] * 3
+  config = make_config(tmp_path, val_fraction=0.1)
+  with fake_tfds({"train": train, "test": test}):
+    data = ip.load_dataset(config, None)
+  assert len(data.validation) == 4 and len(data.test) == 3
+  assert (first_tokens(data.train) >= 2).all()
+  assert (first_tokens(data.validation) == tokenizer_lib.OOV_ID).all()
+  assert (first_tokens(data.test) == tokenizer_lib.OOV_ID).all()
+
+
+def test_tfds_invalid_utf8_names_split_and_example(tmp_path):
+  train = [(b"fine text", 0)] * 5 + [(b"bad \xff byte", 1)]
+  with fake_tfds({"train": train, "test": train}):
+    with pytest.raises(ip.DataError, match=r"split 'train', example 5.*invalid UTF-8"):
+      ip.load_dataset(make_config(tmp_path), None)
+
+
+def test_tfds_empty_texts_are_skipped_and_counted(tmp_path):
+  train = [(b"some words", i % 2) for i in range(20)] + [(b"   ", 0), (b"", 1)]
+  with fake_tfds({"train": train, "test": train}):
+    data = ip.load_dataset(make_config(tmp_path), None)
+  assert data.skipped == {"train": 2, "test": 2}
+  assert len(data.train) + len(data.validation) == 20 and len(data.test) == 20
+
+
+def test_tfds_not_prepared_and_offline_is_one_clear_error(tmp_path, monkeypatch):
+  monkeypatch.setattr(ip, "_network_available", lambda *args, **kwargs: False)
+  with pytest.raises(ip.DataError, match="TFDS_DATA_DIR.*--config.data_dir") as error:
+    ip.load_dataset(make_config(tmp_path), None)
+  assert str(tmp_path / "tfds") in str(error.value)
+
+
+def test_unknown_tfds_name_is_a_data_error(tmp_path):
+  with pytest.raises(ip.DataError, match="no_such_dataset_xyz.*neither an existing local file"):
+    ip.load_dataset(make_config(tmp_path, dataset="no_such_dataset_xyz"), None)
+
+
+# ---- Local files ---------------------------------------------------------------------------
+
+
+def test_csv_quoted_multiline_crlf_fields_are_read_whole(tmp_path):
+  texts = ['He said ""hi"", then left', "line one\r\nline two, with comma", "plain",
+           "x\ny", "café ünïcode"]
+  rows = [f'{i},"{t}",{"ab"[i % 2]}' for i, t in enumerate(texts * 4)]
+  path = write_csv(tmp_path / "data.csv", rows, header="id,text,label")
+  config = make_config(tmp_path, dataset=path, tokenizer="byte", max_len=64,
+                       truncation="post", val_fraction=0.1)
+  data = ip.load_dataset(config, None)
+  decoded = []
+  for split in (data.train, data.validation, data.test):
+    for row in split.inputs:
+      decoded.append(bytes((row[row > 0] - 2).astype(np.uint8).tolist()).decode("utf-8"))
+  expected = [t.replace('""', '"') for t in texts * 4]
+  assert sorted(decoded) == sorted(expected)
+  assert data.class_names == ["a", "b"] and data.vocab_size == 258
+
+
+def test_jsonl_joins_text_fields_and_sorts_label_names(tmp_path):
+  records = [{"headline": f"head{i}", "short_description": None if i % 3 else f"desc{i}",
+              "category": ["POLITICS", "WELLNESS", "ARTS"][i % 3]} for i in range(30)]
+  path = tmp_path / "news.jsonl"
+  path.write_text("\n".join(json.dumps(r) for r in records) + "\n\n", encoding="utf-8")
+  config = make_config(tmp_path, dataset=path, text_fields="headline,short_description",
+                       label_field="category", val_fraction=0.2, vocab_size=1000)
+  workdir = tmp_path / "work"
+  data = ip.load_dataset(config, str(workdir))
+  assert data.class_names == ["ARTS", "POLITICS", "WELLNESS"]
+  assert (len(data.train), len(data.validation), len(data.test)) == (18, 6, 6)
+  tokenizer, class_names = ip.load_tokenizer(str(workdir))
+  assert class_names == data.class_names
+  both = tokenizer.encode(["head0 desc0"], config.max_len, "post")[0]
+  assert both[0] > 1 and both[1] > 1 and both[2] == 0
+  all_inputs = np.concatenate([data.train.inputs, data.validation.inputs, data.test.inputs])
+  assert any((row == both).all() for row in all_inputs)
+
+
+def test_file_vocabulary_is_counted_on_train_only(tmp_path):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(50))
+  data = ip.load_dataset(make_config(tmp_path, dataset=path, val_fraction=0.2), None)
+  assert (len(data.train), len(data.validation), len(data.test)) == (30, 10, 10)
+  assert (first_tokens(data.train) >= 2).all()
+  assert (first_tokens(data.validation) == tokenizer_lib.OOV_ID).all()
+  assert (first_tokens(data.test) == tokenizer_lib.OOV_ID).all()
+
+
+def test_carving_is_deterministic_in_data_seed(tmp_path):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(50))
+
+  def validation_rows(seed):
+    config = make_config(tmp_path, dataset=path, data_seed=seed, tokenizer="byte")
+    return ip.load_dataset(config, None).validation.inputs.tolist()
+  assert validation_rows(0) == validation_rows(0)
+  assert validation_rows(0) != validation_rows(1)
+
+
+@pytest.mark.parametrize("truncation, kept", [("pre", ["w7", "w8", "w9"]),
+                                              ("post", ["w0", "w1", "w2"])])
+def test_truncation_side_end_to_end(tmp_path, truncation, kept):
+  text = " ".join(f"w{i}" for i in range(10))
+  path = write_csv(tmp_path / "d.csv", [f"{text},{i % 2}" for i in range(20)])
+  workdir = tmp_path / truncation
+  config = make_config(tmp_path, dataset=path, max_len=3, truncation=truncation)
+  data = ip.load_dataset(config, str(workdir))
+  tokenizer, _ = ip.load_tokenizer(str(workdir))
+  assert [tokenizer.words[i - 2] for i in data.train.inputs[0]] == kept
+
+
+def test_disaster_tweets_csv(tmp_path):
+  if not TWEETS.exists():
+    pytest.skip(f"{TWEETS} is absent")
+  config = make_config(tmp_path, dataset=TWEETS, label_field="target", max_len=32,
+                       vocab_size=5000)
+  data = ip.load_dataset(config, None)
+  assert data.class_names == ["0", "1"]
+  assert len(data.train) + len(data.validation) + len(data.test) + sum(
+      data.skipped.values()) == 7613
+  labels = np.concatenate([data.train.labels, data.validation.labels, data.test.labels])
+  assert labels.sum() == 3271
+
+
+# ---- Cache and workdir ---------------------------------------------------------------------
+
+
+def test_second_load_uses_the_cache_without_reading_or_tokenizing(tmp_path, monkeypatch):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
+  config = make_config(tmp_path, dataset=path)
+  first = ip.load_dataset(config, str(tmp_path / "work1"))
+
+  def fail(*args, **kwargs):
+    raise AssertionError("cache not used")
+  with monkeypatch.context() as patch:
+    patch.setattr(ip._FileSource, "read", fail)
+    patch.setattr(tokenizer_lib.WordTokenizer, "encode", fail)
+    patch.setattr(tokenizer_lib.WordTokenizer, "train", fail)
+    again = ip.load_dataset(config, str(tmp_path / "work1"))
+    fresh_workdir = ip.load_dataset(config, str(tmp_path / "work2"))  # Vocab from the cache.
+  for data in (again, fresh_workdir):
+    np.testing.assert_array_equal(data.train.inputs, first.train.inputs)
+    np.testing.assert_array_equal(data.test.labels, first.test.labels)
+  assert (tmp_path / "work2" / ip.TOKENIZER_FILE).read_bytes() == (
+      tmp_path / "work1" / ip.TOKENIZER_FILE).read_bytes()
+
+  config.max_len = 4  # Changes the arrays: a cache miss must re-read.
+  with monkeypatch.context() as patch:
+    patch.setattr(ip._FileSource, "read", fail)
+    with pytest.raises(AssertionError, match="cache not used"):
+      ip.load_dataset(config, None)
+
+
+def test_changed_file_is_not_served_from_a_stale_cache(tmp_path):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
+  config = make_config(tmp_path, dataset=path)
+  before = ip.load_dataset(config, None)
+  write_csv(path, unique_word_rows(60))
+  assert len(ip.load_dataset(config, None).train) != len(before.train)
+
+
+def test_corrupt_cache_entry_is_rebuilt(tmp_path):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
+  config = make_config(tmp_path, dataset=path)
+  first = ip.load_dataset(config, None)
+  for entry in pathlib.Path(config.cache_dir).iterdir():
+    entry.write_bytes(entry.read_bytes()[:50])  # Truncated, as after a crash mid-copy.
+  again = ip.load_dataset(config, None)
+  np.testing.assert_array_equal(again.train.inputs, first.train.inputs)
+  assert all(entry.stat().st_size > 50 for entry in pathlib.Path(config.cache_dir).iterdir())
+
+
+def test_workdir_vocabulary_is_reused_even_when_the_data_changes(tmp_path):
+  path = write_csv(tmp_path / "d.csv", [f"alpha beta,{i % 2}" for i in range(20)])
+  workdir = str(tmp_path / "work")
+  ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
+  saved = (tmp_path / "work" / ip.TOKENIZER_FILE).read_bytes()
+  # New data where other words dominate, and a fresh cache: ids must not move.
+  write_csv(path, [f"gamma gamma delta alpha,{i % 2}" for i in range(20)])
+  config = make_config(tmp_path, dataset=path, cache_dir=str(tmp_path / "cache2"))
+  data = ip.load_dataset(config, workdir)
+  tokenizer, _ = ip.load_tokenizer(workdir)
+  assert tokenizer.words == ["alpha", "beta"]
+  assert data.train.inputs[0, :4].tolist() == [1, 1, 1, 2]
+  assert (tmp_path / "work" / ip.TOKENIZER_FILE).read_bytes() == saved
+
+
+def test_write_false_leaves_workdir_and_cache_untouched(tmp_path):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
+  config = make_config(tmp_path, dataset=path)
+  workdir = tmp_path / "work"
+  on_process_1 = ip.load_dataset(config, str(workdir), write=False)
+  assert not workdir.exists() and not os.path.exists(config.cache_dir)
+  on_process_0 = ip.load_dataset(config, str(workdir))
+  np.testing.assert_array_equal(on_process_1.train.inputs, on_process_0.train.inputs)
+
+
+def test_workdir_created_with_another_tokenizer_is_refused(tmp_path):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
+  workdir = str(tmp_path / "work")
+  ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
+  with pytest.raises(ip.DataError, match="tokenizer='word'.*config.tokenizer='byte'"):
+    ip.load_dataset(make_config(tmp_path, dataset=path, tokenizer="byte"), workdir)
+  with pytest.raises(ip.DataError, match="vocab_size=200.*config.vocab_size=300"):
+    ip.load_dataset(make_config(tmp_path, dataset=path, vocab_size=300), workdir)
+
+
+def test_label_outside_the_workdir_label_set_is_an_error(tmp_path):
+  path = write_csv(tmp_path / "d.csv", [f"text {i},{'ab'[i % 2]}" for i in range(20)])
+  workdir = str(tmp_path / "work")
+  ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
+  write_csv(path, [f"text {i},{'abc'[i % 3]}" for i in range(20)])
+  with pytest.raises(ip.DataError, match=r"\['c'\].*outside the label set \['a', 'b'\]"):
+    ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
+
+
+def test_workdir_label_order_is_kept_when_the_data_lacks_a_class(tmp_path):
+  path = write_csv(tmp_path / "d.csv", [f"text {i},{'abc'[i % 3]}" for i in range(30)])
+  workdir = str(tmp_path / "work")
+  ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
+  write_csv(path, [f"text {i},{'bc'[i % 2]}" for i in range(30)])
+  data = ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
+  assert data.class_names == ["a", "b", "c"]
+  assert set(np.concatenate([data.train.labels, data.test.labels]).tolist()) == {1, 2}
+
+
+def test_an_error_leaves_existing_cache_and_workdir_intact(tmp_path):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
+  config = make_config(tmp_path, dataset=path)
+  workdir = tmp_path / "work"
+  ip.load_dataset(config, str(workdir))
+  before = {**files_under(workdir), **files_under(config.cache_dir)}
+  path.write_bytes(path.read_bytes() + b"bad \xff row,neg\r\n")
+  with pytest.raises(ip.DataError, match="invalid UTF-8"):
+    ip.load_dataset(config, str(workdir))
+  assert {**files_under(workdir), **files_under(config.cache_dir)} == before
+
+
+# ---- Bad input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, content, fields, message", [
+    ("missing_column.csv", b"body,label\r\nhello,a\r\n", {},
+     r"missing_column.csv, line 1: column\(s\) \['text'\] not found"),
+    ("bad_utf8.csv", b"text,label\r\nok,a\r\nbad \xff,b\r\n", {},
+     r"bad_utf8.csv, line 3: invalid UTF-8"),
+    ("empty_label.csv", b"text,label\r\nok,a\r\nfine,\r\n", {},
+     r"empty_label.csv, line 3: the label column 'label' is empty"),
+    ("field_count.csv", b"text,label\r\nok,a\r\n\"multi\r\nline\",b\r\nx,y,z\r\n", {},
+     r"field_count.csv, line 5: expected 2 fields"),
+    ("empty.csv", b"", {}, r"empty.csv: the file is empty"),
+    ("header_only.csv", b"text,label\r\n", {}, r"header_only.csv: no examples"),
+    ("too_few.csv", b"text,label\r\na,x\r\nb,y\r\nc,x\r\n", {},
+     r"too_few.csv: 3 example\(s\) are too few"),
+    ("missing_field.jsonl", b'{"text": "a", "label": 1}\n{"label": 2}\n', {},
+     r"missing_field.jsonl, line 2: field\(s\) \['text'\] missing"),
+    ("bad_json.jsonl", b'{"text": "a", "label": 1}\n{"text": \n', {},
+     r"bad_json.jsonl, line 2: invalid JSON"),
+    ("null_label.jsonl", b'{"text": "a", "label": null}\n', {},
+     r"null_label.jsonl, line 1: label field 'label' is None"),
+    ("surrogate.jsonl", b'{"text": "a \\ud800", "label": 1}\n', {},
+     r"surrogate.jsonl, line 1: field 'text' is not valid UTF-8"),
+    ("wrong_label_field.csv", b"text,label\r\nok,a\r\n", {"label_field": "target"},
+     r"column\(s\) \['target'\]"),
+    ("data.txt", b"text,label\r\n", {}, r"unsupported file type '.txt'"),
+])
+def test_bad_input_is_one_clear_data_error(tmp_path, name, content, fields, message):
+  path = tmp_path / name
+  path.write_bytes(content)
+  with pytest.raises(ip.DataError, match=message):
+    ip.load_dataset(make_config(tmp_path, dataset=path, **fields), None)
+
+
+def test_missing_file_is_named(tmp_path):
+  with pytest.raises(ip.DataError, match=r"nope.csv: file does not exist"):
+    ip.load_dataset(make_config(tmp_path, dataset=tmp_path / "nope.csv"), None)
+
+
+def test_empty_texts_are_skipped_counted_and_never_encoded(tmp_path):
+  rows = unique_word_rows(30) + ['"  ",pos', '"",neg']
+  data = ip.load_dataset(make_config(tmp_path, dataset=write_csv(tmp_path / "d.csv", rows)),
+                         None)
+  assert data.skipped == {"file": 2}
+  assert len(data.train) + len(data.validation) + len(data.test) == 30
+
+
+@pytest.mark.parametrize("field, value", [("truncation", "middle"), ("tokenizer", "bpe"),
+                                          ("max_len", 0), ("vocab_size", 2),
+                                          ("val_fraction", 0.5)])
+def test_bad_config_names_the_field(tmp_path, field, value):
+  config = make_config(tmp_path)
+  config[field] = value
+  with pytest.raises(ip.DataError, match=f"config.{field}="):
+    ip.load_dataset(config, None)
+
+
+# ---- Batches -------------------------------------------------------------------------------
+
+
+def numbered_split(n, max_len=3):
+  """Row i holds i everywhere, so every batch row names its example."""
+  return ip.Split(np.repeat(np.arange(n, dtype=np.int32)[:, None], max_len, 1),
+                  np.arange(n, dtype=np.int32))
+
+
+def take(iterator, count):
+  return [next(iterator)["labels"].tolist() for _ in range(count)]
+
+
+def test_train_epochs_are_full_batch_permutations_drawn_from_seed_and_epoch():
+  iterator = ip.TrainIterator(numbered_split(23), global_batch_size=5, seed=7)
+  assert iterator.steps_per_epoch == 4
+  epochs = [sum(take(iterator, 4), []) for _ in range(3)]
+  for epoch in epochs:
+    assert len(epoch) == 20 and len(set(epoch)) == 20  # Remainder of 3 dropped, no repeats.
+  assert epochs[0] != epochs[1]
+  again = ip.TrainIterator(numbered_split(23), global_batch_size=5, seed=7)
+  assert sum(take(again, 4), []) == epochs[0]
+  other_seed = ip.TrainIterator(numbered_split(23), global_batch_size=5, seed=8)
+  assert sum(take(other_seed, 4), []) != epochs[0]
+
+
+@pytest.mark.parametrize("stop_after", [0, 3, 4, 5, 9])  # 4 steps per epoch: 4 and 9 cross.
+def test_resuming_from_state_continues_with_the_next_batch(stop_after):
+  split = numbered_split(18)
+  never_stopped = ip.TrainIterator(split, 4, seed=3)
+  expected = take(never_stopped, stop_after + 6)[stop_after:]
+  interrupted = ip.TrainIterator(split, 4, seed=3)
+  take(interrupted, stop_after)
+  state = json.loads(json.dumps(interrupted.get_state()))  # As saved with a checkpoint.
+  assert set(state) == {"epoch", "index"}
+  resumed = ip.TrainIterator(split, 4, seed=3)
+  resumed.set_state({k: np.int64(v) for k, v in state.items()})  # Orbax restores numpy.
+  assert take(resumed, 6) == expected
+
+
+def test_two_processes_see_each_global_batch_once_in_order():
+  split = numbered_split(30)
+  single = ip.TrainIterator(split, 8, seed=1)
+  p0 = ip.TrainIterator(split, 8, seed=1, process_index=0, process_count=2)
+  p1 = ip.TrainIterator(split, 8, seed=1, process_index=1, process_count=2)
+  for _ in range(7):  # Across an epoch boundary (3 steps per epoch).
+    local0, local1 = next(p0), next(p1)
+    assert local0["inputs"].shape == (4, 3)
+    assert local0["labels"].tolist() + local1["labels"].tolist() == next(single)["labels"].tolist()
+
+
+@pytest.mark.parametrize("batch_size, process_count", [(1, 1), (4, 1), (7, 1), (10, 1),
+                                                       (64, 1), (4, 2), (6, 2), (8, 4)])
+def test_eval_yields_every_example_exactly_once(batch_size, process_count):
+  split = numbered_split(10)
+  per_process = [list(ip.eval_batches(split, batch_size, p, process_count))
+                 for p in range(process_count)]
+  assert len({len(batches) for batches in per_process}) == 1  # Same count on every host.
+  seen = []
+  for step in range(len(per_process[0])):
+    for batches in per_process:
+      batch = batches[step]
+      assert batch["inputs"].shape == (batch_size // process_count, 3)
+      assert batch["weights"].dtype == np.float32
+      seen += batch["labels"][batch["weights"] == 1].tolist()
+  assert seen == list(range(10))
+  assert sum(b["weights"].sum() for batches in per_process for b in batches) == 10
+
+
+def test_eval_padding_rows_are_real_examples_with_zero_weight():
+  batch = list(ip.eval_batches(numbered_split(5), 4))[-1]
+  assert batch["weights"].tolist() == [1, 0, 0, 0]
+  assert batch["inputs"][1:].tolist() == [[0, 0, 0]] * 3  # Copies of example 0.
+
+
+def test_batch_size_errors():
+  with pytest.raises(ip.DataError, match="not divisible by the process count 2"):
+    ip.TrainIterator(numbered_split(10), 5, seed=0, process_index=0, process_count=2)
+  with pytest.raises(ip.DataError, match="fewer than one global batch"):
+    ip.TrainIterator(numbered_split(3), 4, seed=0)
+  with pytest.raises(ip.DataError, match="not divisible"):
+    ip.eval_batches(numbered_split(3), 3, process_index=1, process_count=2)
+  with pytest.raises(ip.DataError, match="iterator state"):
+    ip.TrainIterator(numbered_split(10), 5, seed=0).set_state({"epoch": 0, "index": 2})
