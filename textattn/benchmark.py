@@ -1,0 +1,809 @@
+"""Sequence-length benchmark: step time, compile time, FLOPs and peak memory per variant x length.
+
+    python -m textattn.benchmark --variants=softmax,softmax_chunked,additive \
+        --seq_lens=256,1024,4096 --batch_size=4 --embed_dim=256 --num_heads=4 --num_layers=1 \
+        --mode=forward+backward --out_dir=experiments/seq_len/cpu
+
+    # The real training step of a config (what the speed work measures): examples/s.
+    python -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py
+
+Every (variant, length) point runs in its own subprocess, so its peak memory is its own and an
+out-of-memory, a crash or a hang costs that point only: it is recorded with status "oom",
+"timeout" or "error" and a message, and the sweep goes on. Results go to `out_dir`:
+results.csv, results.md, time_vs_length.png and memory_vs_length.png.
+
+Variants are `<attention>[_<implementation>]`: softmax (reference einsum, "xla"),
+softmax_dot_product (jax.nn.dot_product_attention), softmax_cudnn (the same with
+implementation="cudnn"; GPU, bfloat16/float16 only), softmax_chunked (memory-efficient exact
+softmax), softmax_fused (CPU layout), causal (and causal_<implementation>), additive (Fastformer).
+
+What is timed (--mode):
+  attention         the attention module alone, projections included, on x ~ N(0, 1) [B, L, E];
+  forward           the Classifier (train=False) on random tokens;
+  forward+backward  jax.value_and_grad of the mean cross-entropy of that Classifier (train=False,
+                    so no dropout) with respect to all parameters;
+  train_step        textattn.train.train_step (forward with dropout, backward, optimizer update,
+                    state donated) of the classifier --config describes.
+Inputs are right-padded: example 0 has all L real tokens, the others a length drawn uniformly from
+[L/2, L] (seeded). Token ids are uniform in [1, vocab_size); labels uniform in [0, num_classes).
+Tokens/s counts all B * L positions, padding included (every kernel here costs the same either
+way).
+
+Where the model's size comes from: in train_step mode from --config (configs/default.py if not
+given): its model, batch_size, max_len (the length) and optimizer; any of --variants, --seq_lens,
+--batch_size, --embed_dim, --num_heads, --num_layers, --dtype, --vocab_size given explicitly
+overrides the config. In the other modes those flags set the benchmarked sizes (defaults below)
+and the config supplies only the remaining model fields (ffn_dim, mlp_dim, pooling, norm, ...).
+
+Measurements, per point:
+  compile_s   wall time of jit(...).lower(...).compile() (tracing + XLA compilation), apart from
+              the step times;
+  median_ms, p90_ms, min_ms
+              over --repeats calls after --warmup calls, each synchronised with
+              jax.block_until_ready;
+  flops       compiled.cost_analysis()["flops"]. XLA counts a while loop's body once, not once
+              per trip, so kernels built on lax.map/scan (softmax_chunked) are under-counted;
+  peak_bytes  on CPU: the compiled program's footprint from compiled.memory_analysis(),
+              argument + output + temp - alias bytes (temp is XLA's buffer assignment of every
+              intermediate, reuse included; alias is output memory shared with donated inputs).
+              It excludes the Python/JAX runtime itself; rss_peak_bytes (the child process's
+              ru_maxrss, runtime included) is recorded next to it as a cross-check.
+              On GPU: device.memory_stats()["peak_bytes_in_use"] after the timed calls.
+A point whose memory_analysis footprint exceeds --point_memory_limit_gb (CPU only) is recorded as
+"oom" without being run; while running, the child's address space is capped at its size at start
+plus that limit (RLIMIT_AS), so a footprint the analysis underestimated fails as "oom" too
+instead of swapping the machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Sequence
+
+from absl import app, flags
+from ml_collections import config_flags
+
+MODES = ("attention", "forward", "forward+backward", "train_step")
+DTYPES = ("float32", "bfloat16")
+STATUSES = ("ok", "oom", "timeout", "error")
+INJECTABLE_FAILURES = ("error", "oom", "timeout")
+# Implementations a variant name may carry; "cudnn" is jax.nn.dot_product_attention with
+# implementation="cudnn" (see _cudnn_dot_product_attention).
+IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused", "cudnn")
+ATTENTIONS = ("softmax", "causal", "additive")
+
+# Sizes benchmarked in the attention / forward / forward+backward modes when no flag is given.
+SYNTHETIC_DEFAULTS = {"variants": "softmax,additive", "seq_lens": "256,512,1024,2048,4096",
+                      "batch_size": 4, "embed_dim": 256, "num_heads": 4, "num_layers": 1,
+                      "dtype": "float32", "vocab_size": 1000}
+
+COLUMNS = ("variant", "attention", "implementation", "seq_len", "batch_size", "mode", "dtype",
+           "embed_dim", "num_heads", "num_layers", "status", "compile_s", "median_ms", "p90_ms",
+           "min_ms", "tokens_per_s", "examples_per_s", "peak_bytes", "peak_source",
+           "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "rss_peak_bytes",
+           "flops", "max_abs_diff", "warmup", "repeats", "platform", "load_1m", "message")
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file (configs/*.py). train_step mode: the model, batch, max_len and "
+    "optimizer benchmarked (default configs/default.py). Other modes: only the model fields the "
+    "flags below do not set.", lock_config=True)
+_VARIANTS = flags.DEFINE_string(
+    "variants", None, "Comma list of variants: softmax, softmax_dot_product, softmax_cudnn, "
+    "softmax_chunked, softmax_fused, causal[_<impl>], additive. Default: the config's variant "
+    f"(train_step) or {SYNTHETIC_DEFAULTS['variants']!r}.")
+_SEQ_LENS = flags.DEFINE_string(
+    "seq_lens", None, "Comma list of sequence lengths. Default: config.max_len (train_step) or "
+    f"{SYNTHETIC_DEFAULTS['seq_lens']!r}.")
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", None, "Batch size. Default: config.batch_size (train_step) or "
+    f"{SYNTHETIC_DEFAULTS['batch_size']}.")
+_EMBED_DIM = flags.DEFINE_integer(
+    "embed_dim", None, f"Embedding size. Default: the config's or {SYNTHETIC_DEFAULTS['embed_dim']}.")
+_NUM_HEADS = flags.DEFINE_integer(
+    "num_heads", None, f"Attention heads. Default: the config's or {SYNTHETIC_DEFAULTS['num_heads']}.")
+_NUM_LAYERS = flags.DEFINE_integer(
+    "num_layers", None, "Encoder blocks. Default: the config's or "
+    f"{SYNTHETIC_DEFAULTS['num_layers']}.")
+_DTYPE = flags.DEFINE_enum(
+    "dtype", None, DTYPES, "Compute dtype. Default: the config's or "
+    f"{SYNTHETIC_DEFAULTS['dtype']}.")
+_VOCAB_SIZE = flags.DEFINE_integer(
+    "vocab_size", None, "Vocabulary size of the classifier. Default: config.vocab_size "
+    f"(train_step) or {SYNTHETIC_DEFAULTS['vocab_size']}.")
+_NUM_CLASSES = flags.DEFINE_integer("num_classes", 2, "Output classes of the classifier.")
+_MODE = flags.DEFINE_enum("mode", "forward+backward", MODES, "What is timed.")
+_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed calls after compilation.")
+_REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls; median and p90 are over these.")
+_OUT_DIR = flags.DEFINE_string("out_dir", "benchmark_results",
+                               "Where results.csv, results.md and the plots are written.")
+_POINT_TIMEOUT_S = flags.DEFINE_float(
+    "point_timeout_s", 600.0, "Wall-clock limit of one point's subprocess (import, compile, "
+    "warm-up, repeats); past it the point is recorded as 'timeout'.")
+_POINT_MEMORY_LIMIT_GB = flags.DEFINE_float(
+    "point_memory_limit_gb", 8.0, "CPU only: a point whose compiled footprint exceeds this many "
+    "GiB is recorded as 'oom' without running, and the point's address space is capped at its "
+    "size at start plus this. 0 = no limit.")
+_CHECK_AGAINST_REFERENCE = flags.DEFINE_bool(
+    "check_against_reference", False, "For softmax/causal variants other than the reference "
+    "implementation: also run the reference einsum kernel (implementation 'xla') on the same "
+    "parameters and inputs, where its footprint fits the memory limit, and record the largest "
+    "absolute difference of the outputs (attention output, logits, or loss and every gradient) in "
+    "max_abs_diff.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the parameters and the random inputs.")
+_INJECT_FAILURE = flags.DEFINE_string(
+    "inject_failure", "", "For testing this tool: comma list of variant@seq_len=kind, kind one of "
+    f"{', '.join(INJECTABLE_FAILURES)}; that point fails that way on purpose.")
+_POINT_SPEC = flags.DEFINE_string(
+    "point_spec", None, "Internal: run the one point described in this JSON file (the sweep "
+    "starts one such subprocess per point).")
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing and the sweep's plan (parent process; never touches a device).
+
+
+def parse_variant(name: str) -> tuple[str, str]:
+  """'softmax_chunked' -> ('softmax', 'chunked'); 'additive' -> ('additive', 'xla')."""
+  if name in ATTENTIONS:
+    return name, "xla"
+  for attention in ("softmax", "causal"):
+    implementation = name[len(attention) + 1:]
+    if name.startswith(attention + "_") and implementation in IMPLEMENTATIONS:
+      return attention, implementation
+  raise ValueError(
+      f"--variants: {name!r} is not a known variant; allowed: softmax, causal, additive, or "
+      f"softmax_<impl> / causal_<impl> with <impl> one of {', '.join(IMPLEMENTATIONS)}.")
+
+
+def variant_name(attention: str, implementation: str) -> str:
+  if attention == "additive" or implementation == "xla":
+    return attention
+  return f"{attention}_{implementation}"
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+  try:
+    values = [int(part) for part in text.split(",") if part.strip()]
+  except ValueError:
+    values = []
+  if not values or min(values) < 1:
+    raise ValueError(f"--{flag}={text!r} must be a comma list of positive integers.")
+  return values
+
+
+def parse_injections(text: str) -> dict[tuple[str, int], str]:
+  injections = {}
+  for item in filter(None, (part.strip() for part in text.split(","))):
+    try:
+      point, kind = item.split("=")
+      variant, seq_len = point.split("@")
+      key = (variant, int(seq_len))
+    except ValueError:
+      kind = None
+    if kind not in INJECTABLE_FAILURES:
+      raise ValueError(f"--inject_failure: {item!r} must be variant@seq_len=kind with kind one "
+                       f"of {', '.join(INJECTABLE_FAILURES)}.")
+    injections[key] = kind
+  return injections
+
+
+def resolve_settings(config, mode: str, given: dict[str, Any]) -> dict[str, Any]:
+  """The benchmarked sizes: flags given explicitly win; otherwise the config's (train_step) or
+  SYNTHETIC_DEFAULTS (the other modes)."""
+  if mode == "train_step":
+    from_config = {
+        "variants": variant_name(config.model.attention, config.model.attention_impl),
+        "seq_lens": str(config.max_len), "batch_size": config.batch_size,
+        "embed_dim": config.model.embed_dim, "num_heads": config.model.num_heads,
+        "num_layers": config.model.num_layers, "dtype": config.model.dtype,
+        "vocab_size": config.vocab_size}
+  else:
+    from_config = SYNTHETIC_DEFAULTS
+  settings = {name: given[name] if given.get(name) is not None else default
+              for name, default in from_config.items()}
+  settings["variants"] = [v.strip() for v in settings["variants"].split(",") if v.strip()]
+  if not settings["variants"]:
+    raise ValueError("--variants must name at least one variant.")
+  for variant in settings["variants"]:
+    parse_variant(variant)
+  settings["seq_lens"] = parse_int_list(settings["seq_lens"], "seq_lens")
+  for name in ("batch_size", "embed_dim", "num_heads", "num_layers", "vocab_size"):
+    if settings[name] < 1:
+      raise ValueError(f"--{name}={settings[name]} must be a positive integer.")
+  if settings["embed_dim"] % settings["num_heads"]:
+    raise ValueError(f"--num_heads={settings['num_heads']} must divide "
+                     f"--embed_dim={settings['embed_dim']}.")
+  return settings
+
+
+def point_config(config, settings: dict[str, Any], variant: str, seq_len: int):
+  """The config of one point: the base config with the benchmarked fields set."""
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    attention, implementation = parse_variant(variant)
+    config.model.attention = attention
+    # "cudnn" runs through the dot_product kernel, swapped for its cuDNN form in the child.
+    config.model.attention_impl = "dot_product" if implementation == "cudnn" else implementation
+    config.model.embed_dim = settings["embed_dim"]
+    config.model.num_heads = settings["num_heads"]
+    config.model.num_layers = settings["num_layers"]
+    config.model.dtype = settings["dtype"]
+    config.vocab_size = settings["vocab_size"]
+    config.batch_size = settings["batch_size"]
+    config.max_len = seq_len
+  return config
+
+
+# ---------------------------------------------------------------------------------------------
+# One point (child process).
+
+
+def _cudnn_dot_product_attention(query, key, value, padding_mask, *, causal=False):
+  """jax.nn.dot_product_attention forced onto cuDNN. The benchmark's inputs are right-padded, so
+  the padding mask is passed as per-example key lengths (cuDNN's form of a padding mask)."""
+  import jax
+  import jax.numpy as jnp
+  from textattn import attention as attention_lib
+  key_lengths = jnp.sum(padding_mask, axis=-1).astype(jnp.int32)
+  out = jax.nn.dot_product_attention(query, key, value, is_causal=causal,
+                                     key_value_seq_lengths=key_lengths, implementation="cudnn")
+  return jnp.where(attention_lib._rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
+
+
+def _vm_size_bytes() -> int:
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith("VmSize:"):
+        return int(line.split()[1]) * 1024
+  return 0
+
+
+def _is_oom(error: BaseException) -> bool:
+  text = f"{type(error).__name__}: {error}"
+  return isinstance(error, MemoryError) or any(
+      marker in text for marker in ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory",
+                                    "bad_alloc", "Cannot allocate memory"))
+
+
+def _random_inputs(spec: dict, seq_len: int, batch_size: int):
+  import numpy as np
+  rng = np.random.default_rng(spec["seed"])
+  lengths = rng.integers(seq_len // 2 if seq_len > 1 else 1, seq_len + 1, batch_size)
+  lengths[0] = seq_len  # the full length is always exercised
+  padding_mask = np.arange(seq_len)[None, :] < lengths[:, None]
+  tokens = np.where(padding_mask, rng.integers(1, max(spec["vocab_size"], 2),
+                                               (batch_size, seq_len)), 0).astype(np.int32)
+  labels = rng.integers(0, spec["num_classes"], batch_size).astype(np.int32)
+  return rng, padding_mask, tokens, labels
+
+
+def _build(spec: dict, config, implementation: str | None = None):
+  """(jitted function, its arguments, donate) for the spec's mode. `implementation` overrides the
+  softmax kernel (the reference check builds the same function on implementation 'xla')."""
+  import jax
+  import jax.numpy as jnp
+  import optax
+  from textattn import attention as attention_lib
+  from textattn import models, train
+
+  config = config.copy_and_resolve_references()
+  if implementation is not None:
+    with config.unlocked():
+      config.model.attention_impl = implementation
+  seq_len, batch_size, mode = config.max_len, config.batch_size, spec["mode"]
+  rng, padding_mask, tokens, labels = _random_inputs(spec, seq_len, batch_size)
+  key = jax.random.key(spec["seed"])
+  short = min(seq_len, 8)  # parameter shapes do not depend on the length: init cheaply
+
+  if mode == "attention":
+    models.validate_model_config(config)
+    m = config.model
+    module = attention_lib.make_attention(
+        m.attention, num_heads=m.num_heads, implementation=m.attention_impl,
+        scoring=m.additive_scoring, dtype=models.DTYPES[m.dtype], embed_dim=m.embed_dim)
+    dtype = models.DTYPES[m.dtype]
+    x = jnp.asarray(rng.standard_normal((batch_size, seq_len, m.embed_dim)), dtype)
+    mask = jnp.asarray(padding_mask)
+    params = jax.jit(module.init)(key, x[:1, :short], mask[:1, :short])["params"]
+    return jax.jit(lambda p, x, mask: module.apply({"params": p}, x, mask)), (params, x, mask)
+
+  model = models.build_model(config, spec["num_classes"])
+  tokens, labels = jnp.asarray(tokens), jnp.asarray(labels)
+
+  if mode == "train_step":
+    tx = train.make_optimizer(config.optimizer, total_steps=max(spec["warmup"] + spec["repeats"],
+                                                                1000))
+
+    def init(rng):
+      params_rng, dropout_rng = jax.random.split(rng)
+      params = model.init({"params": params_rng}, jnp.ones((1, short), jnp.int32))["params"]
+      return train.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                                     dropout_key=jax.random.key_data(dropout_rng))
+
+    state = jax.jit(init)(key)
+    batch = {"inputs": tokens, "labels": labels}
+    return jax.jit(train.train_step, donate_argnums=0), (state, batch)
+
+  params = jax.jit(model.init)(key, tokens[:1, :short])["params"]
+  if mode == "forward":
+    return jax.jit(lambda p, t: model.apply({"params": p}, t, train=False)), (params, tokens)
+
+  def loss_fn(params, tokens, labels):
+    logits = model.apply({"params": params}, tokens, train=False)
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+
+  return jax.jit(jax.value_and_grad(loss_fn)), (params, tokens, labels)
+
+
+def _memory_fields(compiled) -> dict:
+  analysis = compiled.memory_analysis()
+  if analysis is None:
+    return {}
+  fields = {"argument_bytes": int(analysis.argument_size_in_bytes),
+            "output_bytes": int(analysis.output_size_in_bytes),
+            "temp_bytes": int(analysis.temp_size_in_bytes),
+            "alias_bytes": int(analysis.alias_size_in_bytes)}
+  fields["footprint_bytes"] = (fields["argument_bytes"] + fields["output_bytes"]
+                               + fields["temp_bytes"] - fields["alias_bytes"])
+  return fields
+
+
+def _flops(compiled) -> float | None:
+  cost = compiled.cost_analysis()
+  if isinstance(cost, (list, tuple)):  # older JAX: one dict per computation
+    cost = cost[0] if cost else None
+  if not cost or "flops" not in cost:
+    return None
+  return float(cost["flops"])
+
+
+def _max_abs_diff(a, b) -> float:
+  import jax
+  import numpy as np
+  diffs = [float(np.max(np.abs(np.asarray(x, np.float32) - np.asarray(y, np.float32))))
+           for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)) if np.size(x)]
+  return max(diffs) if diffs else 0.0
+
+
+def run_point(spec: dict, result_path: str) -> None:
+  """Measure one point; the result (also partial progress) is written as JSON to result_path."""
+  result = {"status": "error", "message": "started"}
+
+  def save():
+    tmp = result_path + ".tmp"
+    with open(tmp, "w") as f:
+      json.dump(result, f)
+    os.replace(tmp, result_path)
+
+  save()
+  try:
+    _measure(spec, result, save)
+  except BaseException as error:  # recorded, not raised: the parent reads the status
+    result["status"] = "oom" if _is_oom(error) else "error"
+    message = f"{type(error).__name__}: {error}".strip()
+    result["message"] = " ".join(message.split())[:500]
+  result.setdefault("rss_peak_bytes", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+  save()
+
+
+def _measure(spec: dict, result: dict, save) -> None:
+  import jax
+  import ml_collections
+  import numpy as np
+  from textattn import attention as attention_lib
+
+  config = ml_collections.ConfigDict(json.loads(spec["config"]))
+  device = jax.devices()[0]
+  platform = device.platform
+  result["platform"] = f"{platform}:{device.device_kind}"
+  memory_limit = int(spec["memory_limit_gb"] * 2**30) if platform == "cpu" else 0
+  if memory_limit:
+    jax.block_until_ready(jax.numpy.zeros(8) + 1)  # start the runtime before measuring its size
+    cap = _vm_size_bytes() + memory_limit
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+  if spec["implementation"] == "cudnn":
+    # _softmax_kernel looks the kernel up by name at call time; this process runs one point.
+    attention_lib.dot_product_attention = _cudnn_dot_product_attention
+
+  injected = spec.get("inject")
+  if injected == "error":
+    raise RuntimeError("injected failure (--inject_failure)")
+  if injected == "timeout":
+    time.sleep(10 * 24 * 3600)
+  if injected == "oom":
+    if memory_limit:  # beyond the address-space cap: MemoryError at once, nothing touched
+      np.empty(memory_limit + 2**30, np.uint8)
+    raise MemoryError("injected failure (--inject_failure)")
+
+  start = time.perf_counter()
+  function, args = _build(spec, config)
+  jax.block_until_ready(args)
+  result["setup_s"] = time.perf_counter() - start
+  start = time.perf_counter()
+  compiled = function.lower(*args).compile()
+  result["compile_s"] = time.perf_counter() - start
+  memory = _memory_fields(compiled)
+  result.update({k: v for k, v in memory.items() if k != "footprint_bytes"})
+  result["flops"] = _flops(compiled)
+  if platform == "cpu":
+    result["peak_bytes"] = memory.get("footprint_bytes")
+    result["peak_source"] = "memory_analysis"
+  result["message"] = "compiled"
+  save()
+  if memory_limit and memory.get("footprint_bytes", 0) > memory_limit:
+    result["status"] = "oom"
+    result["message"] = (f"compiled footprint {memory['footprint_bytes'] / 2**30:.2f} GiB "
+                         f"(memory_analysis) exceeds --point_memory_limit_gb="
+                         f"{spec['memory_limit_gb']:g}; not run")
+    return
+
+  donated = spec["mode"] == "train_step"
+
+  def call(args):
+    out = compiled(*args)
+    jax.block_until_ready(out)
+    # train_step donates the state: the next call takes the new one.
+    return (out[0],) + tuple(args[1:]) if donated else args
+
+  for _ in range(spec["warmup"]):
+    args = call(args)
+  times = []
+  for i in range(spec["repeats"]):
+    start = time.perf_counter()
+    args = call(args)
+    times.append(time.perf_counter() - start)
+    result["message"] = f"{i + 1} of {spec['repeats']} timed calls done"
+    if i == 0 or time.perf_counter() - start > 5:
+      save()
+  times_ms = np.asarray(times) * 1e3
+  if len(times):
+    median_s = float(np.median(times))
+    result.update(median_ms=float(np.median(times_ms)),
+                  p90_ms=float(np.percentile(times_ms, 90)), min_ms=float(np.min(times_ms)),
+                  tokens_per_s=spec["batch_size"] * spec["seq_len"] / median_s,
+                  examples_per_s=spec["batch_size"] / median_s)
+  if platform != "cpu":
+    stats = device.memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+      result["peak_bytes"] = int(stats["peak_bytes_in_use"])
+      result["peak_source"] = "memory_stats"
+  result["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  result["status"], result["message"] = "ok", ""
+  save()
+
+  if (spec["check_against_reference"] and spec["attention"] != "additive"
+      and spec["implementation"] != "xla" and spec["mode"] != "train_step"):
+    result["message"] = _check_against_reference(spec, config, compiled, args, memory_limit,
+                                                  result)
+
+
+def _check_against_reference(spec, config, compiled, args, memory_limit, result) -> str:
+  """Compares with the reference kernel; returns the message to record (empty when compared)."""
+  import jax
+  reference, reference_args = _build(spec, config, implementation="xla")
+  reference = reference.lower(*reference_args).compile()
+  footprint = _memory_fields(reference).get("footprint_bytes", 0)
+  if memory_limit and footprint > memory_limit:
+    return (f"reference not compared: its footprint {footprint / 2**30:.2f} GiB exceeds the "
+            f"memory limit")
+  result["max_abs_diff"] = _max_abs_diff(compiled(*args), jax.block_until_ready(reference(*args)))
+  return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep (parent process).
+
+
+def _run_child(spec: dict, timeout_s: float) -> dict:
+  """Runs one point in a fresh interpreter; always returns a row-shaped dict with a status."""
+  with tempfile.TemporaryDirectory(prefix="textattn_benchmark_") as tmp:
+    spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
+    with open(spec_path, "w") as f:
+      json.dump(spec, f)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [root, os.environ.get("PYTHONPATH")])))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    command = [sys.executable, "-m", "textattn.benchmark", f"--point_spec={spec_path}",
+               f"--point_result={result_path}"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=env, start_new_session=True)
+    timed_out = False
+    try:
+      output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+      timed_out = True
+      os.killpg(process.pid, 9)
+      output, _ = process.communicate()
+    result = {}
+    if os.path.exists(result_path):
+      with open(result_path) as f:
+        result = json.load(f)
+  text = output.decode(errors="replace")
+  if timed_out:
+    result["status"] = "timeout"
+    progress = result.get("message", "")
+    result["message"] = (f"exceeded --point_timeout_s={timeout_s:g}"
+                         + (f" ({progress})" if progress else ""))
+  elif process.returncode != 0 and result.get("status") != "oom":
+    # Died without recording its end: killed (the kernel's OOM killer sends SIGKILL) or crashed.
+    lines = [line for line in text.splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else ""
+    oom = process.returncode == -9 or any(
+        marker in text for marker in ("RESOURCE_EXHAUSTED", "Out of memory", "bad_alloc",
+                                      "MemoryError"))
+    result["status"] = "oom" if oom else "error"
+    result["message"] = f"child exited with {process.returncode}: {last}"[:500]
+  elif result.get("status") not in STATUSES:
+    result["status"] = "error"
+    result["message"] = "child recorded no result"
+  return result
+
+
+def plan_points(config, settings: dict, mode: str) -> list[dict]:
+  points = []
+  for variant in settings["variants"]:
+    attention, implementation = parse_variant(variant)
+    for seq_len in settings["seq_lens"]:
+      points.append({
+          "variant": variant, "attention": attention, "implementation": implementation,
+          "seq_len": seq_len, "batch_size": settings["batch_size"], "mode": mode,
+          "dtype": settings["dtype"], "embed_dim": settings["embed_dim"],
+          "num_heads": settings["num_heads"], "num_layers": settings["num_layers"],
+          "vocab_size": settings["vocab_size"],
+          "config": point_config(config, settings, variant, seq_len).to_json()})
+  return points
+
+
+def run_sweep(points: Sequence[dict], *, warmup: int, repeats: int, timeout_s: float,
+              memory_limit_gb: float, check_against_reference: bool, seed: int, num_classes: int,
+              injections: dict, out_dir: str, command: str) -> list[dict]:
+  os.makedirs(out_dir, exist_ok=True)
+  rows = []
+  print(_table_header(), flush=True)
+  for point in points:
+    spec = dict(point, warmup=warmup, repeats=repeats, memory_limit_gb=memory_limit_gb,
+                check_against_reference=check_against_reference, seed=seed,
+                num_classes=num_classes,
+                inject=injections.get((point["variant"], point["seq_len"])))
+    load = os.getloadavg()[0]
+    result = _run_child(spec, timeout_s)
+    row = {column: "" for column in COLUMNS}
+    row.update({k: v for k, v in point.items() if k in COLUMNS})
+    row.update({k: v for k, v in result.items() if k in COLUMNS and v is not None})
+    row.update(warmup=warmup, repeats=repeats, load_1m=round(load, 2))
+    rows.append(row)
+    print(_table_line(row), flush=True)
+    write_csv(rows, os.path.join(out_dir, "results.csv"))  # kept up to date as points finish
+  write_markdown(rows, os.path.join(out_dir, "results.md"), command)
+  write_plots(rows, out_dir)
+  return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Output.
+
+
+def _number(value) -> float | None:
+  if value is None or value == "":
+    return None
+  try:
+    value = float(value)
+  except (TypeError, ValueError):
+    return None
+  return None if math.isnan(value) else value
+
+
+def _format(value, kind: str) -> str:
+  value = _number(value)
+  if value is None:
+    return "-"
+  if kind == "ms":
+    return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
+  if kind == "s":
+    return f"{value:.2f}"
+  if kind == "rate":
+    return f"{value:,.0f}"
+  if kind == "mib":
+    return f"{value / 2**20:,.1f}"
+  if kind == "gflop":
+    return f"{value / 1e9:,.2f}"
+  if kind == "diff":
+    return f"{value:.1e}"
+  return str(value)
+
+
+_TABLE = (("variant", "variant", 20, None), ("seq_len", "L", 6, None),
+          ("status", "status", 7, None), ("compile_s", "compile s", 9, "s"),
+          ("median_ms", "median ms", 9, "ms"), ("p90_ms", "p90 ms", 8, "ms"),
+          ("tokens_per_s", "tokens/s", 10, "rate"), ("examples_per_s", "examples/s", 10, "rate"),
+          ("peak_bytes", "peak MiB", 9, "mib"), ("flops", "GFLOP", 9, "gflop"))
+
+
+def _table_header() -> str:
+  return "  ".join(f"{title:>{width}}" for _, title, width, _ in _TABLE)
+
+
+def _table_line(row: dict) -> str:
+  cells = [str(row[key]) if kind is None else _format(row[key], kind)
+           for key, _, _, kind in _TABLE]
+  line = "  ".join(f"{cell:>{width}}" for cell, (_, _, width, _) in zip(cells, _TABLE))
+  if row["status"] != "ok" and row.get("message"):
+    line += f"  {row['message'][:120]}"
+  return line
+
+
+def write_csv(rows: Sequence[dict], path: str) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=COLUMNS)
+    writer.writeheader()
+    for row in rows:
+      writer.writerow({column: row.get(column, "") for column in COLUMNS})
+  os.replace(tmp, path)
+
+
+def read_csv(path: str) -> list[dict]:
+  with open(path, newline="") as f:
+    return list(csv.DictReader(f))
+
+
+def _pivot(rows: Sequence[dict], key: str, kind: str) -> list[str]:
+  variants = list(dict.fromkeys(row["variant"] for row in rows))
+  lengths = sorted({int(row["seq_len"]) for row in rows})
+  cell = {(row["variant"], int(row["seq_len"])): row for row in rows}
+  lines = ["| L | " + " | ".join(variants) + " |", "|---:|" + "---:|" * len(variants)]
+  for length in lengths:
+    cells = []
+    for variant in variants:
+      row = cell.get((variant, length))
+      if row is None:
+        cells.append("")
+      elif row["status"] != "ok":
+        cells.append(row["status"])
+      else:
+        cells.append(_format(row[key], kind))
+    lines.append(f"| {length} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def write_markdown(rows: Sequence[dict], path: str, command: str) -> None:
+  first = rows[0] if rows else {}
+  lines = [f"# Sequence-length benchmark: {first.get('mode', '')}", "",
+           f"`{command}`", "",
+           f"batch {first.get('batch_size')}, embed {first.get('embed_dim')}, "
+           f"{first.get('num_heads')} heads, {first.get('num_layers')} layer(s), "
+           f"{first.get('dtype')}, warm-up {first.get('warmup')}, {first.get('repeats')} timed "
+           f"calls; platform {first.get('platform') or '?'}. peak = "
+           + ("device memory_stats peak_bytes_in_use"
+              if first.get("peak_source") == "memory_stats" else
+              "memory_analysis argument + output + temp - alias bytes") + ".", "",
+           "## Median step time (ms)", "", *_pivot(rows, "median_ms", "ms"), "",
+           "## Peak memory (MiB)", "", *_pivot(rows, "peak_bytes", "mib"), "",
+           "## All points", "",
+           "| variant | L | status | compile s | median ms | p90 ms | tokens/s | examples/s "
+           "| peak MiB | RSS MiB | GFLOP | max abs diff | load | message |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+  for row in rows:
+    message = str(row.get("message", "")).replace("|", "/")
+    lines.append(
+        f"| {row['variant']} | {row['seq_len']} | {row['status']} "
+        f"| {_format(row['compile_s'], 's')} | {_format(row['median_ms'], 'ms')} "
+        f"| {_format(row['p90_ms'], 'ms')} | {_format(row['tokens_per_s'], 'rate')} "
+        f"| {_format(row['examples_per_s'], 'rate')} | {_format(row['peak_bytes'], 'mib')} "
+        f"| {_format(row['rss_peak_bytes'], 'mib')} | {_format(row['flops'], 'gflop')} "
+        f"| {_format(row['max_abs_diff'], 'diff')} | {row.get('load_1m', '')} | {message} |")
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def write_plots(rows: Sequence[dict], out_dir: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  mode = rows[0]["mode"] if rows else ""
+  for key, scale, ylabel, name in (
+      ("median_ms", 1.0, "median step time (ms)", "time_vs_length.png"),
+      ("peak_bytes", 2.0**-20, "peak memory (MiB)", "memory_vs_length.png")):
+    figure, axes = plt.subplots(figsize=(6.4, 4.8))
+    for variant in dict.fromkeys(row["variant"] for row in rows):
+      points = sorted((int(row["seq_len"]), _number(row[key]) * scale) for row in rows
+                      if row["variant"] == variant and row["status"] == "ok"
+                      and _number(row[key]) is not None)
+      if points:
+        axes.plot(*zip(*points), marker="o", label=variant)
+      failed = [int(row["seq_len"]) for row in rows
+                if row["variant"] == variant and row["status"] != "ok"]
+      if failed and points:
+        axes.plot(failed, [points[-1][1]] * len(failed), linestyle="none", marker="x",
+                  color=axes.lines[-1].get_color())
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xlabel("sequence length")
+    axes.set_ylabel(ylabel)
+    axes.set_title(f"{ylabel} vs length ({mode}); x = oom/timeout/error")
+    axes.grid(True, which="both", alpha=0.3)
+    if axes.lines:
+      axes.legend()
+    figure.tight_layout()
+    figure.savefig(os.path.join(out_dir, name), dpi=110)
+    plt.close(figure)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point.
+
+
+_POINT_RESULT = flags.DEFINE_string("point_result", None,
+                                    "Internal: where the point subprocess writes its result.")
+
+
+def _default_config():
+  import importlib.util
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  spec = importlib.util.spec_from_file_location(
+      "textattn_default_config", os.path.join(root, "configs", "default.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  if _POINT_SPEC.value:
+    with open(_POINT_SPEC.value) as f:
+      run_point(json.load(f), _POINT_RESULT.value)
+    return
+
+  config = _CONFIG.value if _CONFIG.value is not None else _default_config()
+  mode = _MODE.value
+  given = {"variants": _VARIANTS.value, "seq_lens": _SEQ_LENS.value,
+           "batch_size": _BATCH_SIZE.value, "embed_dim": _EMBED_DIM.value,
+           "num_heads": _NUM_HEADS.value, "num_layers": _NUM_LAYERS.value,
+           "dtype": _DTYPE.value, "vocab_size": _VOCAB_SIZE.value}
+  try:
+    if _WARMUP.value < 0 or _REPEATS.value < 1:
+      raise ValueError(f"--warmup={_WARMUP.value} must be >= 0 and --repeats={_REPEATS.value} "
+                       ">= 1.")
+    settings = resolve_settings(config, mode, given)
+    injections = parse_injections(_INJECT_FAILURE.value)
+    points = plan_points(config, settings, mode)
+    from textattn import models
+    for point in points:  # the config errors a point would hit, once, before any point runs
+      import ml_collections
+      models.validate_model_config(ml_collections.ConfigDict(json.loads(point["config"])))
+  except ValueError as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(1)
+
+  command = "python -m textattn.benchmark " + " ".join(sys.argv[1:])
+  rows = run_sweep(points, warmup=_WARMUP.value, repeats=_REPEATS.value,
+                   timeout_s=_POINT_TIMEOUT_S.value, memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
+                   check_against_reference=_CHECK_AGAINST_REFERENCE.value, seed=_SEED.value,
+                   num_classes=_NUM_CLASSES.value, injections=injections, out_dir=_OUT_DIR.value,
+                   command=command)
+  if mode == "train_step":
+    for row in rows:
+      if row["status"] == "ok":
+        print(f"train_step {row['variant']} L={row['seq_len']} batch={row['batch_size']} "
+              f"{row['dtype']}: {row['examples_per_s']:,.1f} examples/s (median "
+              f"{row['median_ms']:.2f} ms/step, p90 {row['p90_ms']:.2f} ms; compile "
+              f"{row['compile_s']:.1f} s, not included)")
+      else:
+        print(f"train_step {row['variant']} L={row['seq_len']}: {row['status']} "
+              f"({row['message']})")
+  print(f"Wrote {', '.join(os.path.join(_OUT_DIR.value, n) for n in ('results.csv', 'results.md', 'time_vs_length.png', 'memory_vs_length.png'))}")
+
+
+if __name__ == "__main__":
+  app.run(main)
