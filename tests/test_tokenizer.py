@@ -80,3 +80,13 @@ def test_bytes_are_utf8_plus_two_and_vocab_is_258():
   ids = ByteTokenizer().encode(["é\x00"], max_len=4, truncation="post")
   assert ids.tolist() == [[0xC3 + 2, 0xA9 + 2, 2, 0]]
   assert ByteTokenizer.vocab_size == 258
+
+
+def test_pre_standardized_texts_give_the_same_vocabulary_and_ids():
+  texts = ["Hello, World!<br />Again", "WORLD peace... world"]
+  plain = WordTokenizer.train(texts, vocab_size=10)
+  standardized = [tokenizer_lib.standardize(t) for t in texts]
+  fast = WordTokenizer.train(standardized, vocab_size=10, standardized=True)
+  assert fast.words == plain.words
+  np.testing.assert_array_equal(fast.encode(standardized, 6, "pre", standardized=True),
+                                plain.encode(texts, 6, "pre"))

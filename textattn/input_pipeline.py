@@ -668,11 +668,17 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
     raw = source.read(config.val_fraction, config.data_seed)
     # Key the cache by what was actually read, and never cache mocked TFDS data.
     cache = _Cache(config, source.identity() if source.cacheable() else None, writable=write)
+    standardized = config.tokenizer == "word"
+    if standardized:  # Once per text, not once for counting and again for encoding.
+      raw.texts = {s: [tokenizer_lib.standardize(t) for t in texts]
+                   for s, texts in raw.texts.items()}
     if tokenizer is None:
-      tokenizer = tokenizer_lib.WordTokenizer.train(raw.texts["train"], config.vocab_size)
+      tokenizer = tokenizer_lib.WordTokenizer.train(raw.texts["train"], config.vocab_size,
+                                                    standardized=standardized)
       cache.save_vocab(tokenizer)
-    splits = {s: Split(tokenizer.encode(raw.texts[s], config.max_len, config.truncation),
-                       raw.labels[s]) for s in SPLITS}
+    splits = {s: Split(tokenizer.encode(raw.texts[s], config.max_len, config.truncation,
+                                        standardized=standardized), raw.labels[s])
+              for s in SPLITS}
     class_names, skipped = raw.class_names, raw.skipped
     cache.save_arrays(tokenizer, splits, class_names, skipped)
 
