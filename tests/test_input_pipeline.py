@@ -86,6 +86,21 @@ def test_tfds_vocabulary_is_counted_on_train_after_carving_validation(tmp_path):
   assert (first_tokens(data.test) == tokenizer_lib.OOV_ID).all()
 
 
+def test_tfds_cache_round_trip_including_an_empty_validation_split(tmp_path, monkeypatch):
+  train = [(f"uniq{i} shared".encode(), i % 2) for i in range(12)]
+  config = make_config(tmp_path, val_fraction=0.0)
+  (tmp_path / "tfds" / "imdb_reviews").mkdir(parents=True)
+  (tmp_path / "tfds" / "imdb_reviews" / "prepared.tfrecord").write_bytes(b"x")
+  monkeypatch.setattr(ip._TfdsSource, "cacheable", lambda self: True)  # Mocked data is not.
+  with fake_tfds({"train": train, "test": train[:3]}):
+    first = ip.load_dataset(config, None)
+    monkeypatch.setattr(ip._TfdsSource, "read", lambda *args: pytest.fail("cache not used"))
+    again = ip.load_dataset(config, None)
+  assert (len(first.train), len(first.validation), len(first.test)) == (12, 0, 3)
+  assert again.validation.inputs.shape == (0, config.max_len)
+  np.testing.assert_array_equal(again.train.inputs, first.train.inputs)
+
+
 def test_tfds_invalid_utf8_names_split_and_example(tmp_path):
   train = [(b"fine text", 0)] * 5 + [(b"bad \xff byte", 1)]
   with fake_tfds({"train": train, "test": train}):
@@ -345,6 +360,12 @@ def test_bad_input_is_one_clear_data_error(tmp_path, name, content, fields, mess
     ip.load_dataset(make_config(tmp_path, dataset=path, **fields), None)
 
 
+def test_local_file_needs_a_positive_val_fraction(tmp_path):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(20))
+  with pytest.raises(ip.DataError, match="config.val_fraction=0.0.*local file"):
+    ip.load_dataset(make_config(tmp_path, dataset=path, val_fraction=0.0), None)
+
+
 def test_missing_file_is_named(tmp_path):
   with pytest.raises(ip.DataError, match=r"nope.csv: file does not exist"):
     ip.load_dataset(make_config(tmp_path, dataset=tmp_path / "nope.csv"), None)
@@ -360,7 +381,7 @@ def test_empty_texts_are_skipped_counted_and_never_encoded(tmp_path):
 
 @pytest.mark.parametrize("field, value", [("truncation", "middle"), ("tokenizer", "bpe"),
                                           ("max_len", 0), ("vocab_size", 2),
-                                          ("val_fraction", 0.5)])
+                                          ("val_fraction", 0.5), ("val_fraction", -0.1)])
 def test_bad_config_names_the_field(tmp_path, field, value):
   config = make_config(tmp_path)
   config[field] = value

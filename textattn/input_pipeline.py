@@ -1,17 +1,18 @@
-"""Data: TFDS or a local file → tokenizer/vocab → int32 arrays → deterministic, resumable batches.
+"""Data: TFDS or a local file → vocabulary → int32 arrays → deterministic, resumable batches.
 
 `load_dataset(config, workdir)` returns train / validation / test `Split`s:
 - TFDS (`config.dataset`, e.g. "imdb_reviews"): validation is carved from TFDS train
-  (`val_fraction`, permutation from `data_seed`); test is TFDS test.
-- A local .csv / .tsv / .jsonl (JSON lines) file: one split, carved into test, validation
-  (`val_fraction` each) and train. Text = the `text_fields` joined with " "; labels are the
-  sorted distinct label values (as strings).
+  (`val_fraction`, permutation from `data_seed`; 0 leaves it empty); test is TFDS test.
+- A local .csv / .tsv / .jsonl (or .json holding JSON lines) file: one split, carved into
+  test, validation (`val_fraction` each) and train. Text = the `text_fields` joined with " ";
+  label ids follow the sorted distinct label values (as strings).
 
 The word vocabulary is counted on the train part only. The tokenizer (`tokenizer.json`) and the
 label names (`data_info.json`) are saved in the workdir and reused from it, so ids never
 change between runs of a workdir. Encoded arrays are cached in `cache_dir`, keyed by
 everything that affects them; a second run of the same config reads neither TFDS nor the
 text. Cache and workdir files are written atomically; an unreadable cache entry is rebuilt.
+TFDS data read from anywhere but the data dir (`tfds.testing.mock_data`) is never cached.
 
 Bad input policy: a text that is empty or only whitespace is skipped, counted and logged
 (`Dataset.skipped`). Everything else — a file that does not exist, a missing column or field,
@@ -93,8 +94,10 @@ def _validate_config(config) -> None:
   if config.tokenizer == "word":
     check(is_int(config.vocab_size) and config.vocab_size > tokenizer_lib.NUM_RESERVED,
           "vocab_size", "it must be an integer > 2 (ids 0 and 1 are reserved)")
-  check(isinstance(config.val_fraction, (int, float)) and 0 < config.val_fraction < 0.5,
-        "val_fraction", "it must be in (0, 0.5)")
+  check(isinstance(config.val_fraction, (int, float)) and 0 <= config.val_fraction < 0.5,
+        "val_fraction", "it must be in [0, 0.5)")
+  check(config.val_fraction > 0 or not _is_local_file(config.dataset), "val_fraction",
+        "a local file needs val_fraction > 0 to carve its validation and test splits")
   check(is_int(config.data_seed) and config.data_seed >= 0, "data_seed",
         "it must be an integer >= 0")
   check(bool(_text_fields(config)), "text_fields", "give comma-separated field names")
@@ -156,7 +159,10 @@ class _TfdsSource:
     for dirpath, _, filenames in os.walk(base):
       for filename in filenames:
         path = os.path.join(dirpath, filename)
-        stat = os.stat(path)
+        try:
+          stat = os.stat(path)
+        except OSError:  # Vanished mid-walk (TFDS preparing right now).
+          continue
         files.append([os.path.relpath(path, base), stat.st_size, stat.st_mtime_ns])
     if not files:
       return None
@@ -445,11 +451,11 @@ def _check_not_empty(texts: list[str], where: str) -> None:
 def _carve(n: int, fraction: float, seed: int, parts: int, where: str) -> list[np.ndarray]:
   """Deterministic split of range(n): [rest, part 1, ..., part `parts`], each sorted.
 
-  With parts=2 the order is train, validation, test.
+  With parts=2 the order is train, validation, test. fraction=0 gives empty held-out parts.
   """
   size = int(round(n * fraction))
   names = ["validation", "test"][:parts]
-  if size == 0 or n - parts * size <= 0:
+  if (size == 0 and fraction > 0) or n - parts * size <= 0:
     raise DataError(f"{where}: {n} example(s) are too few to carve {' and '.join(names)} "
                     f"splits of val_fraction={fraction} each and keep a train split; use more "
                     f"data or change --config.val_fraction.")
@@ -605,9 +611,11 @@ class _Cache:
       class_names = [str(c) for c in meta["class_names"]]
       for split in splits.values():
         if (split.inputs.ndim != 2 or split.inputs.shape[1] != self.config.max_len
-            or split.labels.shape != (split.inputs.shape[0],) or len(split) == 0
-            or split.inputs.min() < 0 or split.inputs.max() >= tokenizer.vocab_size
-            or split.labels.min() < 0 or split.labels.max() >= len(class_names)):
+            or split.labels.shape != (split.inputs.shape[0],)
+            or (len(split) and (split.inputs.min() < 0
+                                or split.inputs.max() >= tokenizer.vocab_size
+                                or split.labels.min() < 0
+                                or split.labels.max() >= len(class_names)))):
           raise ValueError("arrays do not match the configuration")
       return splits, class_names, {str(k): int(v) for k, v in meta["skipped"].items()}
     except FileNotFoundError:
