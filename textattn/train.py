@@ -138,7 +138,10 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
       "count": jnp.asarray(losses.shape[0], jnp.int32),
       "grad_norm_sum": optax.global_norm(grads),
       "steps": jnp.asarray(1, jnp.int32),
-      "nonfinite": jnp.sum(~jnp.isfinite(losses)).astype(jnp.int32),
+      # Non-finite losses, plus 1 if the update made any parameter non-finite: the loop never
+      # checkpoints a state from a window where this is non-zero.
+      "nonfinite": (jnp.sum(~jnp.isfinite(losses))
+                    + ~jnp.isfinite(optax.global_norm(state.params))).astype(jnp.int32),
   }
   return state, metrics
 
@@ -376,8 +379,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     window_examples += config.batch_size
     progress.update(1)
     done = step + 1
-    if done < total_steps:
-      batch = to_global(next(train_iter))
     is_last = done == total_steps
     log_now = (config.log_every_steps and done % config.log_every_steps == 0) or is_last
     eval_now = done % eval_every == 0 or is_last
@@ -390,7 +391,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         progress.close()
         manager.wait_until_finished()
         raise NonFiniteLossError(
-            f"The training loss became NaN/Inf between steps {done - len(pending) + 1} and "
+            f"The training loss or parameters became NaN/Inf between steps {done - len(pending) + 1} and "
             f"{done}; stopping. The last good checkpoint (step {manager.latest_step()}) is "
             f"kept in {manager.directory}. Try a lower optimizer.learning_rate or "
             f"optimizer.grad_clip_norm > 0.")
@@ -420,6 +421,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         if eval_metrics and "val/accuracy" in eval_metrics else None)
         save(done, state, ckpt_metrics)
       pending, window_start, window_examples = [], time.perf_counter(), 0
+    if not is_last:
+      # Only after any checkpoint above: the saved iterator position is the batch of step done+1.
+      batch = to_global(next(train_iter))
   progress.close()
   manager.wait_until_finished()
 

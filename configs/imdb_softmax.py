@@ -1,0 +1,38 @@
+"""IMDB with softmax multi-head self-attention, validation carved from train.
+
+A small post-LN encoder over the last 400 tokens of each review (2 layers, embed 64, 4 heads),
+masked mean pooling, AdamW with warm-up and cosine decay, 3 epochs; the test report uses the
+checkpoint with the best validation accuracy (validation = 10% of the training split).
+
+    TFDS_DATA_DIR=../shared/tensorflow_datasets \
+      python -m textattn.main --config=configs/imdb_softmax.py --workdir=runs/imdb_softmax
+
+Result on this 2-core CPU: see experiments/RESULTS.md (target >= 88.5% test accuracy).
+"""
+
+from configs import default
+
+
+def get_config():
+  config = default.get_config()
+  config.max_len = 400
+  config.vocab_size = 20000
+  config.truncation = "pre"
+  config.batch_size = 32
+  config.num_epochs = 3
+  config.model.attention = "softmax"
+  config.model.embed_dim = 64
+  config.model.num_heads = 4
+  config.model.num_layers = 2
+  config.model.ffn_dim = 128
+  config.model.mlp_dim = 0
+  config.model.dropout_rate = 0.1
+  config.model.pooling = "mean"
+  config.optimizer.name = "adamw"
+  config.optimizer.learning_rate = 1e-3
+  config.optimizer.weight_decay = 0.01
+  config.optimizer.schedule = "cosine"
+  config.optimizer.warmup_steps = 200
+  config.eval_every_steps = 350
+  config.checkpoint_every_steps = 350
+  return config

@@ -1,0 +1,282 @@
+"""The trainer: one step, learning, exact resume after SIGKILL, multi-device and multi-process
+equivalence, checkpoint safety and clear errors. Data: small JSONL files the tests write."""
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+
+from configs import default
+from textattn import models, train
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+POSITIVE = ["good", "great", "fine", "superb", "lovely"]
+NEGATIVE = ["bad", "awful", "poor", "dull", "boring"]
+FILLER = ["the", "a", "film", "plot", "actor", "scene", "movie", "story", "and", "it", "was"]
+
+
+def write_sentiment_jsonl(path, n=480, seed=0):
+  """A learnable task: the label is whether the review holds a positive or a negative word."""
+  rng = np.random.default_rng(seed)
+  with open(path, "w") as f:
+    for _ in range(n):
+      label = int(rng.integers(2))
+      words = list(rng.choice(FILLER, size=rng.integers(4, 14)))
+      words.insert(int(rng.integers(len(words) + 1)),
+                   str(rng.choice(POSITIVE if label else NEGATIVE)))
+      f.write(json.dumps({"text": " ".join(words), "label": ["neg", "pos"][label]}) + "\n")
+  return str(path)
+
+
+def tiny_config(data_path, cache_dir, **overrides):
+  config = default.get_config()
+  config.dataset = data_path
+  config.cache_dir = str(cache_dir)
+  config.vocab_size, config.max_len = 64, 16
+  config.batch_size, config.eval_batch_size = 8, 16
+  config.num_train_steps = 30
+  config.log_every_steps = 5
+  config.eval_every_steps = 10
+  config.checkpoint_every_steps = 10
+  config.model.update(embed_dim=16, num_heads=2, ffn_dim=16, mlp_dim=8)
+  config.optimizer.learning_rate = 3e-3
+  for key, value in overrides.items():
+    section, _, name = key.rpartition(".")
+    (config[section] if section else config)[name] = value
+  return config
+
+
+def cli_args(data_path, cache_dir, **overrides):
+  """The same tiny config as --config.* flags for textattn.main."""
+  values = {"dataset": data_path, "cache_dir": str(cache_dir), "vocab_size": 64, "max_len": 16,
+            "batch_size": 8, "eval_batch_size": 16, "num_train_steps": 30,
+            "log_every_steps": 5, "eval_every_steps": 10, "checkpoint_every_steps": 10,
+            "model.embed_dim": 16, "model.num_heads": 2, "model.ffn_dim": 16,
+            "model.mlp_dim": 8, "optimizer.learning_rate": 3e-3}
+  values.update(overrides)
+  return [f"--config={REPO / 'configs' / 'default.py'}"] + [
+      f"--config.{k}={v}" for k, v in values.items()]
+
+
+def run_main(args, workdir, env_extra=None, wait=True, **popen):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", **(env_extra or {}))
+  command = [sys.executable, "-m", "textattn.main", f"--workdir={workdir}"] + args
+  if not wait:
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **popen)
+  return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def read_metrics(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def final_report(workdir):
+  return [row for row in read_metrics(workdir) if "test/params_from_step" in row][-1]
+
+
+def restore_params(workdir, step=None):
+  manager = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"))
+  step = manager.latest_step() if step is None else step
+  restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  return step, restored["state"]["params"]
+
+
+def assert_trees_identical(a, b):
+  leaves_a, leaves_b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+  assert len(leaves_a) == len(leaves_b)
+  for x, y in zip(leaves_a, leaves_b):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.fixture
+def data_file(tmp_path):
+  return write_sentiment_jsonl(tmp_path / "reviews.jsonl")
+
+
+def test_one_train_step_changes_every_trainable_parameter():
+  config = default.get_config()
+  config.vocab_size, config.max_len = 30, 12
+  config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4, dropout_rate=0.0)
+  model = models.build_model(config, num_classes=2)
+  # Every id 1..29 appears once (id 0 is padding and must get no gradient); rows padded.
+  ids = np.concatenate([np.arange(1, 30), np.zeros(7, int)]).reshape(4, 9)
+  batch = {"inputs": jnp.asarray(np.pad(ids, ((0, 0), (0, 3))), jnp.int32),
+           "labels": jnp.array([0, 1, 0, 1])}
+  params = model.init(jax.random.key(0), batch["inputs"])["params"]
+  state = train.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.1),
+                                  dropout_key=jax.random.key_data(jax.random.key(1)))
+  new_state, metrics = jax.jit(train.train_step)(state, batch)
+  assert int(new_state.step) == 1 and float(metrics["count"]) == 4
+  unchanged = []
+  for (path, old), new in zip(jax.tree_util.tree_flatten_with_path(params)[0],
+                              jax.tree_util.tree_leaves(new_state.params)):
+    name = "/".join(str(getattr(k, "key", k)) for k in path)
+    if name.endswith("attention/key/bias"):
+      # Exactly zero gradient by construction: q.b_k is constant over keys, and softmax over
+      # keys is shift-invariant. (Kept for parity with Keras' 653,566 parameters.)
+      continue
+    if name.startswith("embedding/token"):
+      # Only rows of ids in the batch get a gradient: check exactly those rows.
+      used = np.arange(1, 30)
+      np.testing.assert_array_equal(np.asarray(old)[0], np.asarray(new)[0])  # padding row
+      old, new = np.asarray(old)[used], np.asarray(new)[used]
+    if name == "embedding/position":
+      # Positions 9..11 are padding in every row: no gradient there, a change everywhere else.
+      np.testing.assert_array_equal(np.asarray(old)[9:], np.asarray(new)[9:])
+      old, new = np.asarray(old)[:9], np.asarray(new)[:9]
+    if np.any(np.all(np.asarray(old) == np.asarray(new), axis=-1)):
+      unchanged.append(name)
+  assert not unchanged, f"parameters (or rows) left unchanged by a step: {unchanged}"
+
+
+def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
+  config = tiny_config(data_file, tmp_path / "cache", num_train_steps=120, eval_every_steps=40,
+                       checkpoint_every_steps=40, log_every_steps=20)
+  report = train.train_and_evaluate(config, str(tmp_path / "run"))
+  rows = read_metrics(tmp_path / "run")
+  losses = [r["train/loss"] for r in rows if "train/loss" in r]
+  assert losses[-1] < 0.5 * losses[0], losses
+  assert report["test/accuracy"] >= 0.9, report
+  for key in ("train/examples_per_sec", "val/accuracy", "test/f1_weighted", "test/loss",
+              "test/precision_pos", "test/recall_neg"):
+    assert any(key in r for r in rows), key
+  assert os.path.exists(tmp_path / "run" / "config.json")
+  assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run"))
+
+
+def test_rerun_of_a_finished_run_resumes_and_does_not_duplicate_rows(tmp_path, data_file):
+  config = tiny_config(data_file, tmp_path / "cache", num_train_steps=10)
+  first = train.train_and_evaluate(config, str(tmp_path / "run"))
+  rows_before = read_metrics(tmp_path / "run")
+  second = train.train_and_evaluate(config, str(tmp_path / "run"))
+  assert first == second
+  assert read_metrics(tmp_path / "run") == rows_before
+
+
+def test_sigkill_then_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, data_file):
+  args = cli_args(data_file, tmp_path / "cache", num_train_steps=60, checkpoint_every_steps=7,
+                  eval_every_steps=14)
+  straight = run_main(args, tmp_path / "straight")
+  assert straight.returncode == 0, straight.stdout + straight.stderr
+
+  interrupted = tmp_path / "interrupted"
+  process = run_main(args, interrupted, wait=False)
+  checkpoints = interrupted / "checkpoints"
+  deadline = time.time() + 120
+  while time.time() < deadline and process.poll() is None:
+    done = [d for d in (os.listdir(checkpoints) if checkpoints.exists() else []) if d.isdigit()]
+    if done:
+      break
+    time.sleep(0.01)
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  resumed = run_main(args, interrupted)
+  assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+  assert "Resuming from checkpoint at step" in resumed.stdout, "the kill came too late to test"
+
+  step_a, params_a = restore_params(tmp_path / "straight")
+  step_b, params_b = restore_params(interrupted)
+  assert step_a == step_b == 60
+  assert_trees_identical(params_a, params_b)
+  assert final_report(tmp_path / "straight") == final_report(interrupted)
+
+
+def test_changed_model_shape_under_an_existing_workdir_is_a_clear_error(tmp_path, data_file):
+  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+                           str(tmp_path / "run"))
+  params_before = restore_params(tmp_path / "run")[1]
+  bigger = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **{"model.embed_dim": 32})
+  with pytest.raises(ValueError, match=r"does not match this config: parameter .* has shape"):
+    train.train_and_evaluate(bigger, str(tmp_path / "run"))
+  assert_trees_identical(params_before, restore_params(tmp_path / "run")[1])
+
+
+def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file):
+  config = tiny_config(data_file, tmp_path / "c", num_train_steps=40, checkpoint_every_steps=5,
+                       log_every_steps=5)
+  config.optimizer.name = "rmsprop"
+  config.optimizer.learning_rate = 1e30  # diverges within a few steps
+  with pytest.raises(train.NonFiniteLossError, match="NaN/Inf"):
+    train.train_and_evaluate(config, str(tmp_path / "run"))
+  manager = ocp.CheckpointManager(os.path.join(tmp_path, "run", "checkpoints"))
+  for step in manager.all_steps():
+    params = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore()))["state"]["params"]
+    assert all(np.all(np.isfinite(p)) for p in jax.tree_util.tree_leaves(params)), step
+
+
+def free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def eval_rows(workdir):
+  return [{k: v for k, v in r.items() if not k.startswith("train/")}
+          for r in read_metrics(workdir) if any(k.startswith(("val/", "test/")) for k in r)]
+
+
+def assert_rows_close(a, b, tol=1e-5):
+  assert len(a) == len(b) and a, (a, b)
+  for row_a, row_b in zip(a, b):
+    assert row_a.keys() == row_b.keys()
+    for key in row_a:
+      assert row_a[key] == pytest.approx(row_b[key], abs=tol), key
+
+
+def test_four_devices_match_one_device(tmp_path, data_file):
+  args = cli_args(data_file, tmp_path / "cache", num_train_steps=20)
+  one = run_main(args, tmp_path / "one")
+  four = run_main(args, tmp_path / "four",
+                  {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+  assert one.returncode == 0 and four.returncode == 0, four.stdout + four.stderr
+  assert "4 global devices" in four.stderr + four.stdout
+  assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "four"))
+
+
+def test_two_processes_match_one_process(tmp_path, data_file):
+  args = cli_args(data_file, tmp_path / "cache", num_train_steps=20)
+  one = run_main(args, tmp_path / "one")
+  assert one.returncode == 0, one.stdout + one.stderr
+  address = f"127.0.0.1:{free_port()}"
+  procs = [run_main(args + [f"--coordinator_address={address}", "--num_processes=2",
+                            f"--process_id={i}"], tmp_path / "two", wait=False)
+           for i in range(2)]
+  outputs = [p.communicate(timeout=300)[0] for p in procs]
+  assert all(p.returncode == 0 for p in procs), outputs
+  assert "process 1/2" in outputs[1] or "process 1/2" in outputs[0]
+  assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "two"))
+
+
+@pytest.mark.parametrize("override,message", [
+    ("--config.model.attention=linear", "config.model.attention='linear' is not a known"),
+    ("--config.batch_size=0", "config.batch_size=0 must be a positive multiple"),
+    ("--config.eval_split=train", "config.eval_split='train' is not allowed"),
+    ("--config.optimizer.name=sgd", "config.optimizer.name='sgd' is not allowed"),
+])
+def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file, override, message):
+  result = run_main(cli_args(data_file, tmp_path / "cache") + [override], tmp_path / "run")
+  assert result.returncode != 0
+  assert message in result.stderr, result.stderr
+  assert "Traceback" not in result.stderr
+
+
+def test_unknown_config_field_is_rejected_before_anything_runs(tmp_path, data_file):
+  result = run_main(cli_args(data_file, tmp_path / "cache") + ["--config.modle.attention=x"],
+                    tmp_path / "run")
+  assert result.returncode != 0
+  assert "modle" in result.stderr
+  assert not (tmp_path / "run").exists()
