@@ -49,10 +49,13 @@ Measurements, per point:
               It excludes the Python/JAX runtime itself; rss_peak_bytes (the child process's
               ru_maxrss, runtime included) is recorded next to it as a cross-check.
               On GPU: device.memory_stats()["peak_bytes_in_use"] after the timed calls.
+  first_call_ms  the first call after compilation (a warm-up call, when there is one).
 A point whose memory_analysis footprint exceeds --point_memory_limit_gb (CPU only) is recorded as
-"oom" without being run; while running, the child's address space is capped at its size at start
-plus that limit (RLIMIT_AS), so a footprint the analysis underestimated fails as "oom" too
-instead of swapping the machine.
+"oom" without being run; before it runs, the child's address space is capped at its size after
+compilation plus that limit (RLIMIT_AS), so a footprint the analysis underestimated fails as
+"oom" too instead of swapping the machine.
+--point_time_budget_s bounds the calls of slow points (a 100-s step is not run 12 times); every
+row says how many warm-up and timed calls it made.
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ SYNTHETIC_DEFAULTS = {"variants": "softmax,additive", "seq_lens": "256,512,1024,
 
 COLUMNS = ("variant", "attention", "implementation", "seq_len", "batch_size", "mode", "dtype",
            "embed_dim", "num_heads", "num_layers", "status", "compile_s", "median_ms", "p90_ms",
-           "min_ms", "tokens_per_s", "examples_per_s", "peak_bytes", "peak_source",
+           "min_ms", "first_call_ms", "tokens_per_s", "examples_per_s", "peak_bytes", "peak_source",
            "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "rss_peak_bytes",
            "flops", "max_abs_diff", "warmup", "repeats", "platform", "load_1m", "message")
 
@@ -124,6 +127,11 @@ _WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed calls after compilation.")
 _REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls; median and p90 are over these.")
 _OUT_DIR = flags.DEFINE_string("out_dir", "benchmark_results",
                                "Where results.csv, results.md and the plots are written.")
+_POINT_TIME_BUDGET_S = flags.DEFINE_float(
+    "point_time_budget_s", 0.0, "If > 0: no further warm-up or timed call starts once a point's "
+    "calls have taken this many seconds; at least one call is timed (if the warm-up used the "
+    "budget, its last call is the timed one). The row's warmup and repeats say what was done. "
+    "0 = always --warmup + --repeats calls.")
 _POINT_TIMEOUT_S = flags.DEFINE_float(
     "point_timeout_s", 600.0, "Wall-clock limit of one point's subprocess (import, compile, "
     "warm-up, repeats); past it the point is recorded as 'timeout'.")
@@ -292,7 +300,7 @@ def _build(spec: dict, config, implementation: str | None = None):
   import jax.numpy as jnp
   import optax
   from textattn import attention as attention_lib
-  from textattn import models, train
+  from textattn import models
 
   config = config.copy_and_resolve_references()
   if implementation is not None:
@@ -319,6 +327,7 @@ def _build(spec: dict, config, implementation: str | None = None):
   tokens, labels = jnp.asarray(tokens), jnp.asarray(labels)
 
   if mode == "train_step":
+    from textattn import train  # orbax and friends: only this mode needs them
     tx = train.make_optimizer(config.optimizer, total_steps=max(spec["warmup"] + spec["repeats"],
                                                                 1000))
 
@@ -405,10 +414,6 @@ def _measure(spec: dict, result: dict, save) -> None:
   platform = device.platform
   result["platform"] = f"{platform}:{device.device_kind}"
   memory_limit = int(spec["memory_limit_gb"] * 2**30) if platform == "cpu" else 0
-  if memory_limit:
-    jax.block_until_ready(jax.numpy.zeros(8) + 1)  # start the runtime before measuring its size
-    cap = _vm_size_bytes() + memory_limit
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
   if spec["implementation"] == "cudnn":
     # _softmax_kernel looks the kernel up by name at call time; this process runs one point.
     attention_lib.dot_product_attention = _cudnn_dot_product_attention
@@ -418,11 +423,6 @@ def _measure(spec: dict, result: dict, save) -> None:
     raise RuntimeError("injected failure (--inject_failure)")
   if injected == "timeout":
     time.sleep(10 * 24 * 3600)
-  if injected == "oom":
-    if memory_limit:  # beyond the address-space cap: MemoryError at once, nothing touched
-      np.empty(memory_limit + 2**30, np.uint8)
-    raise MemoryError("injected failure (--inject_failure)")
-
   start = time.perf_counter()
   function, args = _build(spec, config)
   jax.block_until_ready(args)
@@ -444,6 +444,15 @@ def _measure(spec: dict, result: dict, save) -> None:
                          f"(memory_analysis) exceeds --point_memory_limit_gb="
                          f"{spec['memory_limit_gb']:g}; not run")
     return
+  if memory_limit:
+    # A backstop for what the analysis misses: from here on the process may grow by the limit.
+    # (The compiler's own memory is not the point's footprint, so the cap comes after it.)
+    cap = _vm_size_bytes() + memory_limit
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+  if injected == "oom":
+    if memory_limit:  # beyond the address-space cap: MemoryError at once, nothing touched
+      np.empty(memory_limit + 2**30, np.uint8)
+    raise MemoryError("injected failure (--inject_failure)")
 
   donated = spec["mode"] == "train_step"
 
@@ -453,30 +462,52 @@ def _measure(spec: dict, result: dict, save) -> None:
     # train_step donates the state: the next call takes the new one.
     return (out[0],) + tuple(args[1:]) if donated else args
 
-  for _ in range(spec["warmup"]):
-    args = call(args)
-  times = []
-  for i in range(spec["repeats"]):
+  budget_s = spec["time_budget_s"]
+  calls_start = time.perf_counter()
+
+  def timed_call(args):
     start = time.perf_counter()
     args = call(args)
-    times.append(time.perf_counter() - start)
+    return args, time.perf_counter() - start
+
+  def over_budget():
+    return budget_s > 0 and time.perf_counter() - calls_start >= budget_s
+
+  warmup_times, times, note = [], [], ""
+  for _ in range(spec["warmup"]):
+    if over_budget():
+      break
+    args, seconds = timed_call(args)
+    warmup_times.append(seconds)
+  for i in range(spec["repeats"]):
+    if over_budget():
+      if not times:
+        # The warm-up alone used the budget: a step this long is timed once, by its last
+        # warm-up call (a first call's one-off costs are small next to such a step).
+        times.append(warmup_times.pop())
+        note = (f"--point_time_budget_s={budget_s:g} used up by the warm-up: its last call "
+                f"is the one timed call")
+      break
+    args, seconds = timed_call(args)
+    times.append(seconds)
     result["message"] = f"{i + 1} of {spec['repeats']} timed calls done"
-    if i == 0 or time.perf_counter() - start > 5:
-      save()
+    if i == 0 or seconds > 5:
+      save()  # a timeout later still reports what was reached
   times_ms = np.asarray(times) * 1e3
-  if len(times):
-    median_s = float(np.median(times))
-    result.update(median_ms=float(np.median(times_ms)),
-                  p90_ms=float(np.percentile(times_ms, 90)), min_ms=float(np.min(times_ms)),
-                  tokens_per_s=spec["batch_size"] * spec["seq_len"] / median_s,
-                  examples_per_s=spec["batch_size"] / median_s)
+  median_s = float(np.median(times))
+  result.update(median_ms=float(np.median(times_ms)), p90_ms=float(np.percentile(times_ms, 90)),
+                min_ms=float(np.min(times_ms)),
+                first_call_ms=1e3 * (warmup_times or times)[0],
+                tokens_per_s=spec["batch_size"] * spec["seq_len"] / median_s,
+                examples_per_s=spec["batch_size"] / median_s,
+                warmup=len(warmup_times), repeats=len(times))
   if platform != "cpu":
     stats = device.memory_stats() or {}
     if "peak_bytes_in_use" in stats:
       result["peak_bytes"] = int(stats["peak_bytes_in_use"])
       result["peak_source"] = "memory_stats"
   result["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-  result["status"], result["message"] = "ok", ""
+  result["status"], result["message"] = "ok", note
   save()
 
   if (spec["check_against_reference"] and spec["attention"] != "additive"
@@ -502,7 +533,7 @@ def _check_against_reference(spec, config, compiled, args, memory_limit, result)
 # The sweep (parent process).
 
 
-def _run_child(spec: dict, timeout_s: float) -> dict:
+def run_point_in_subprocess(spec: dict, timeout_s: float) -> dict:
   """Runs one point in a fresh interpreter; always returns a row-shaped dict with a status."""
   with tempfile.TemporaryDirectory(prefix="textattn_benchmark_") as tmp:
     spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
@@ -548,42 +579,50 @@ def _run_child(spec: dict, timeout_s: float) -> dict:
   return result
 
 
-def plan_points(config, settings: dict, mode: str) -> list[dict]:
-  points = []
+def plan_points(config, settings: dict, mode: str, *, warmup: int = 2, repeats: int = 10,
+                time_budget_s: float = 0.0, memory_limit_gb: float = 8.0,
+                check_against_reference: bool = False, seed: int = 0, num_classes: int = 2,
+                injections: dict | None = None) -> list[dict]:
+  """One spec (everything its subprocess needs, JSON-able) per variant x length."""
+  specs = []
   for variant in settings["variants"]:
     attention, implementation = parse_variant(variant)
     for seq_len in settings["seq_lens"]:
-      points.append({
+      specs.append({
           "variant": variant, "attention": attention, "implementation": implementation,
           "seq_len": seq_len, "batch_size": settings["batch_size"], "mode": mode,
           "dtype": settings["dtype"], "embed_dim": settings["embed_dim"],
           "num_heads": settings["num_heads"], "num_layers": settings["num_layers"],
-          "vocab_size": settings["vocab_size"],
+          "vocab_size": settings["vocab_size"], "num_classes": num_classes, "seed": seed,
+          "warmup": warmup, "repeats": repeats, "time_budget_s": time_budget_s,
+          "memory_limit_gb": memory_limit_gb, "check_against_reference": check_against_reference,
+          "inject": (injections or {}).get((variant, seq_len)),
           "config": point_config(config, settings, variant, seq_len).to_json()})
-  return points
+  return specs
 
 
-def run_sweep(points: Sequence[dict], *, warmup: int, repeats: int, timeout_s: float,
-              memory_limit_gb: float, check_against_reference: bool, seed: int, num_classes: int,
-              injections: dict, out_dir: str, command: str) -> list[dict]:
+def run_sweep(specs: Sequence[dict], *, timeout_s: float, out_dir: str, command: str) -> list[dict]:
+  """Runs every point in its own subprocess, one after another; writes and returns the rows."""
   os.makedirs(out_dir, exist_ok=True)
   rows = []
   print(_table_header(), flush=True)
-  for point in points:
-    spec = dict(point, warmup=warmup, repeats=repeats, memory_limit_gb=memory_limit_gb,
-                check_against_reference=check_against_reference, seed=seed,
-                num_classes=num_classes,
-                inject=injections.get((point["variant"], point["seq_len"])))
+  for spec in specs:
     load = os.getloadavg()[0]
-    result = _run_child(spec, timeout_s)
+    result = run_point_in_subprocess(spec, timeout_s)
     row = {column: "" for column in COLUMNS}
-    row.update({k: v for k, v in point.items() if k in COLUMNS})
+    # Requested warm-up/repeats first; a measured point's result says what it did.
+    row.update({k: v for k, v in spec.items() if k in COLUMNS})
     row.update({k: v for k, v in result.items() if k in COLUMNS and v is not None})
-    row.update(warmup=warmup, repeats=repeats, load_1m=round(load, 2))
+    row["load_1m"] = round(load, 2)
     rows.append(row)
     print(_table_line(row), flush=True)
     write_csv(rows, os.path.join(out_dir, "results.csv"))  # kept up to date as points finish
-  write_markdown(rows, os.path.join(out_dir, "results.md"), command)
+  first = specs[0] if specs else {}
+  sweep_settings = (f"requested warm-up {first.get('warmup')} + {first.get('repeats')} timed "
+                    f"calls, time budget {first.get('time_budget_s', 0):g} s, timeout "
+                    f"{timeout_s:g} s, memory limit {first.get('memory_limit_gb', 0):g} GiB (CPU) "
+                    f"per point; 'calls' = warm-up + timed calls made")
+  write_markdown(rows, os.path.join(out_dir, "results.md"), command, sweep_settings)
   write_plots(rows, out_dir)
   return rows
 
@@ -613,7 +652,8 @@ def _format(value, kind: str) -> str:
   if kind == "rate":
     return f"{value:,.0f}"
   if kind == "mib":
-    return f"{value / 2**20:,.1f}"
+    value /= 2**20
+    return f"{value:,.1f}" if value >= 10 else f"{value:.2g}"
   if kind == "gflop":
     return f"{value / 1e9:,.2f}"
   if kind == "diff":
@@ -675,29 +715,32 @@ def _pivot(rows: Sequence[dict], key: str, kind: str) -> list[str]:
   return lines
 
 
-def write_markdown(rows: Sequence[dict], path: str, command: str) -> None:
+def write_markdown(rows: Sequence[dict], path: str, command: str, sweep_settings: str) -> None:
   first = rows[0] if rows else {}
   lines = [f"# Sequence-length benchmark: {first.get('mode', '')}", "",
            f"`{command}`", "",
            f"batch {first.get('batch_size')}, embed {first.get('embed_dim')}, "
            f"{first.get('num_heads')} heads, {first.get('num_layers')} layer(s), "
-           f"{first.get('dtype')}, warm-up {first.get('warmup')}, {first.get('repeats')} timed "
-           f"calls; platform {first.get('platform') or '?'}. peak = "
+           f"{first.get('dtype')}; {sweep_settings}; platform {first.get('platform') or '?'}. "
+           "peak = "
            + ("device memory_stats peak_bytes_in_use"
               if first.get("peak_source") == "memory_stats" else
               "memory_analysis argument + output + temp - alias bytes") + ".", "",
            "## Median step time (ms)", "", *_pivot(rows, "median_ms", "ms"), "",
            "## Peak memory (MiB)", "", *_pivot(rows, "peak_bytes", "mib"), "",
            "## All points", "",
-           "| variant | L | status | compile s | median ms | p90 ms | tokens/s | examples/s "
-           "| peak MiB | RSS MiB | GFLOP | max abs diff | load | message |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "| variant | L | status | compile s | calls | median ms | p90 ms | first ms | tokens/s "
+           "| examples/s | peak MiB | RSS MiB | GFLOP | max abs diff | load | message |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
   for row in rows:
     message = str(row.get("message", "")).replace("|", "/")
+    calls = f"{row['warmup']}+{row['repeats']}" if row["status"] == "ok" else "-"
     lines.append(
         f"| {row['variant']} | {row['seq_len']} | {row['status']} "
-        f"| {_format(row['compile_s'], 's')} | {_format(row['median_ms'], 'ms')} "
-        f"| {_format(row['p90_ms'], 'ms')} | {_format(row['tokens_per_s'], 'rate')} "
+        f"| {_format(row['compile_s'], 's')} "
+        f"| {calls} "
+        f"| {_format(row['median_ms'], 'ms')} | {_format(row['p90_ms'], 'ms')} "
+        f"| {_format(row['first_call_ms'], 'ms')} | {_format(row['tokens_per_s'], 'rate')} "
         f"| {_format(row['examples_per_s'], 'rate')} | {_format(row['peak_bytes'], 'mib')} "
         f"| {_format(row['rss_peak_bytes'], 'mib')} | {_format(row['flops'], 'gflop')} "
         f"| {_format(row['max_abs_diff'], 'diff')} | {row.get('load_1m', '')} | {message} |")
@@ -709,28 +752,40 @@ def write_plots(rows: Sequence[dict], out_dir: str) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  import matplotlib.ticker
+  import matplotlib.transforms as transforms
 
   mode = rows[0]["mode"] if rows else ""
+  lengths = sorted({int(row["seq_len"]) for row in rows})
   for key, scale, ylabel, name in (
       ("median_ms", 1.0, "median step time (ms)", "time_vs_length.png"),
       ("peak_bytes", 2.0**-20, "peak memory (MiB)", "memory_vs_length.png")):
     figure, axes = plt.subplots(figsize=(6.4, 4.8))
+    on_x_axis = transforms.blended_transform_factory(axes.transData, axes.transAxes)
+    measured = False
     for variant in dict.fromkeys(row["variant"] for row in rows):
-      points = sorted((int(row["seq_len"]), _number(row[key]) * scale) for row in rows
-                      if row["variant"] == variant and row["status"] == "ok"
-                      and _number(row[key]) is not None)
-      if points:
-        axes.plot(*zip(*points), marker="o", label=variant)
+      ok = sorted((int(row["seq_len"]), _number(row[key]) * scale) for row in rows
+                  if row["variant"] == variant and row["status"] == "ok"
+                  and _number(row[key]) is not None)
+      color = axes.plot(*zip(*ok), marker="o", label=variant)[0].get_color() if ok else None
+      measured = measured or bool(ok)
       failed = [int(row["seq_len"]) for row in rows
                 if row["variant"] == variant and row["status"] != "ok"]
-      if failed and points:
-        axes.plot(failed, [points[-1][1]] * len(failed), linestyle="none", marker="x",
-                  color=axes.lines[-1].get_color())
+      if failed:  # failed points: crosses along the bottom edge
+        axes.plot(failed, [0.03] * len(failed), linestyle="none", marker="x", markersize=9,
+                  color=color, transform=on_x_axis, clip_on=False,
+                  label=None if ok else f"{variant} (failed)")
     axes.set_xscale("log", base=2)
-    axes.set_yscale("log")
-    axes.set_xlabel("sequence length")
+    if measured:
+      axes.set_yscale("log")
+    else:
+      axes.text(0.5, 0.5, "no point succeeded", transform=axes.transAxes, ha="center")
+    if lengths:
+      axes.set_xticks(lengths, [str(length) for length in lengths])
+      axes.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    axes.set_xlabel("sequence length (x on the bottom edge: oom / timeout / error)")
     axes.set_ylabel(ylabel)
-    axes.set_title(f"{ylabel} vs length ({mode}); x = oom/timeout/error")
+    axes.set_title(f"{mode}: {ylabel}")
     axes.grid(True, which="both", alpha=0.3)
     if axes.lines:
       axes.legend()
@@ -777,20 +832,21 @@ def main(argv):
                        ">= 1.")
     settings = resolve_settings(config, mode, given)
     injections = parse_injections(_INJECT_FAILURE.value)
-    points = plan_points(config, settings, mode)
+    specs = plan_points(
+        config, settings, mode, warmup=_WARMUP.value, repeats=_REPEATS.value,
+        time_budget_s=_POINT_TIME_BUDGET_S.value, memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
+        check_against_reference=_CHECK_AGAINST_REFERENCE.value, seed=_SEED.value,
+        num_classes=_NUM_CLASSES.value, injections=injections)
+    import ml_collections
     from textattn import models
-    for point in points:  # the config errors a point would hit, once, before any point runs
-      import ml_collections
-      models.validate_model_config(ml_collections.ConfigDict(json.loads(point["config"])))
+    for spec in specs:  # the config errors a point would hit, once, before any point runs
+      models.validate_model_config(ml_collections.ConfigDict(json.loads(spec["config"])))
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(1)
 
   command = "python -m textattn.benchmark " + " ".join(sys.argv[1:])
-  rows = run_sweep(points, warmup=_WARMUP.value, repeats=_REPEATS.value,
-                   timeout_s=_POINT_TIMEOUT_S.value, memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
-                   check_against_reference=_CHECK_AGAINST_REFERENCE.value, seed=_SEED.value,
-                   num_classes=_NUM_CLASSES.value, injections=injections, out_dir=_OUT_DIR.value,
+  rows = run_sweep(specs, timeout_s=_POINT_TIMEOUT_S.value, out_dir=_OUT_DIR.value,
                    command=command)
   if mode == "train_step":
     for row in rows:
@@ -802,7 +858,8 @@ def main(argv):
       else:
         print(f"train_step {row['variant']} L={row['seq_len']}: {row['status']} "
               f"({row['message']})")
-  print(f"Wrote {', '.join(os.path.join(_OUT_DIR.value, n) for n in ('results.csv', 'results.md', 'time_vs_length.png', 'memory_vs_length.png'))}")
+  outputs = ("results.csv", "results.md", "time_vs_length.png", "memory_vs_length.png")
+  print("Wrote " + ", ".join(os.path.join(_OUT_DIR.value, name) for name in outputs))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,202 @@
+"""The sequence-length benchmark's mechanics on tiny sizes. No timing value is asserted.
+
+Every run below is started at once (module fixture) so their interpreter start-ups and
+compilations overlap on a small machine; each test waits for the run it reads.
+"""
+
+import concurrent.futures
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs import default
+from textattn import benchmark
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REQUIRED_COLUMNS = ("variant", "seq_len", "batch_size", "mode", "dtype", "status", "compile_s",
+                    "median_ms", "p90_ms", "tokens_per_s", "examples_per_s", "peak_bytes",
+                    "flops")
+OUTPUTS = ("results.csv", "results.md", "time_vs_length.png", "memory_vs_length.png")
+TINY = ("--embed_dim=16", "--num_heads=2", "--batch_size=2", "--warmup=1", "--repeats=2")
+
+COMMANDS = {
+    # Two variants x two lengths; the length-32 points fail on purpose (an exception, and a real
+    # MemoryError from the per-point address-space cap), the length-16 ones must not care.
+    "sweep": ("--mode=attention", "--variants=softmax,additive", "--seq_lens=16,32", *TINY,
+              "--inject_failure=softmax@32=error,additive@32=oom"),
+    # The real train_step of a config file; a config override picks the variant.
+    "train_step": ("--mode=train_step", "--config=configs/imdb_keras_example.py",
+                   "--config.model.attention=additive", "--config.model.embed_dim=16",
+                   "--config.vocab_size=100", "--seq_lens=16", "--batch_size=4", "--warmup=1",
+                   "--repeats=2"),
+}
+
+
+def one_spec(mode="attention", variant="additive", seq_len=16, inject=None, **spec):
+  settings = benchmark.resolve_settings(default.get_config(), mode, {
+      "variants": variant, "seq_lens": str(seq_len), "embed_dim": 16, "num_heads": 2,
+      "batch_size": 2})
+  injections = {(variant, seq_len): inject} if inject else None
+  (point,) = benchmark.plan_points(default.get_config(), settings, mode, warmup=0, repeats=1,
+                                   injections=injections, **spec)
+  return point
+
+
+# Single points run straight through run_point_in_subprocess (no sweep around them).
+POINTS = {
+    # A point that hangs is killed at the per-point timeout.
+    "timeout": (one_spec(inject="timeout"), 1.0),
+    # A point whose compiled footprint exceeds the memory limit is not run.
+    "memory_limit": (one_spec(mode="forward+backward", memory_limit_gb=1e-6), 120.0),
+}
+
+
+@pytest.fixture(scope="module")
+def points():
+  with concurrent.futures.ThreadPoolExecutor(len(POINTS)) as pool:
+    futures = {name: pool.submit(benchmark.run_point_in_subprocess, spec, timeout_s)
+               for name, (spec, timeout_s) in POINTS.items()}
+    yield lambda name: futures[name].result(timeout=300)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, points):
+  del points  # started first, so that they run alongside the command lines
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+  started = {}
+  for name, args in COMMANDS.items():
+    out_dir = str(tmp_path_factory.mktemp(name))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "textattn.benchmark", *args, f"--out_dir={out_dir}"], cwd=ROOT,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started[name] = (process, out_dir)
+  finished = {}
+
+  def finish(name):
+    if name not in finished:
+      process, out_dir = started[name]
+      stdout, stderr = process.communicate(timeout=300)
+      finished[name] = (process.returncode, stdout, stderr, out_dir)
+    return finished[name]
+
+  yield finish
+  for process, _ in started.values():
+    if process.poll() is None:
+      process.kill()
+      process.communicate()
+
+
+def rows_of(out_dir):
+  with open(os.path.join(out_dir, "results.csv"), newline="") as f:
+    return list(csv.DictReader(f))
+
+
+def test_sweep_writes_a_row_per_point_and_all_outputs(runs):
+  returncode, stdout, stderr, out_dir = runs("sweep")
+  assert returncode == 0, stderr[-2000:]
+  for name in OUTPUTS:
+    assert os.path.getsize(os.path.join(out_dir, name)) > 0, name
+  with open(os.path.join(out_dir, "results.csv"), newline="") as f:
+    header = next(csv.reader(f))
+  assert set(REQUIRED_COLUMNS) <= set(header)
+  rows = rows_of(out_dir)
+  assert [(r["variant"], int(r["seq_len"])) for r in rows] == [
+      ("softmax", 16), ("softmax", 32), ("additive", 16), ("additive", 32)]
+  for row in (rows[0], rows[2]):
+    assert row["status"] == "ok", row["message"]
+    assert (row["mode"], row["dtype"], row["batch_size"]) == ("attention", "float32", "2")
+    for column in ("compile_s", "median_ms", "p90_ms", "tokens_per_s", "examples_per_s",
+                   "peak_bytes", "flops"):
+      assert float(row[column]) > 0, column
+    assert float(row["p90_ms"]) >= float(row["median_ms"])
+    assert (row["warmup"], row["repeats"]) == ("1", "2")
+    # tokens/s and examples/s come from the same median: B * L and B per step.
+    assert float(row["tokens_per_s"]) == pytest.approx(
+        float(row["examples_per_s"]) * int(row["seq_len"]), rel=1e-6)
+    assert row["peak_source"] == "memory_analysis"
+    assert int(row["peak_bytes"]) == (int(row["argument_bytes"]) + int(row["output_bytes"])
+                                      + int(row["temp_bytes"]) - int(row["alias_bytes"]))
+  with open(os.path.join(out_dir, "results.md")) as f:
+    markdown = f.read()
+  assert "| softmax | 16 | ok |" in markdown and "| additive | 16 | ok |" in markdown
+  assert "additive" in stdout and "median ms" in stdout  # the compact table
+
+
+def test_failed_points_are_recorded_and_the_sweep_goes_on(runs):
+  returncode, _, stderr, out_dir = runs("sweep")
+  assert returncode == 0, stderr[-2000:]
+  rows = {(r["variant"], int(r["seq_len"])): r for r in rows_of(out_dir)}
+  assert rows["softmax", 32]["status"] == "error"
+  assert "injected" in rows["softmax", 32]["message"]
+  assert rows["additive", 32]["status"] == "oom"
+  assert "MemoryError" in rows["additive", 32]["message"]
+  for key in (("softmax", 32), ("additive", 32)):
+    assert rows[key]["median_ms"] == ""
+  assert rows["softmax", 16]["status"] == rows["additive", 16]["status"] == "ok"
+  with open(os.path.join(out_dir, "results.md")) as f:
+    assert "| additive | 32 | oom |" in f.read()
+
+
+def test_train_step_mode_uses_the_config_and_prints_examples_per_second(runs):
+  returncode, stdout, stderr, out_dir = runs("train_step")
+  assert returncode == 0, stderr[-2000:]
+  (row,) = rows_of(out_dir)
+  assert row["status"] == "ok", row["message"]
+  assert (row["variant"], row["mode"], row["seq_len"], row["batch_size"]) == (
+      "additive", "train_step", "16", "4")
+  assert row["embed_dim"] == "16" and row["num_heads"] == "2"  # the rest from the config
+  assert "train_step additive L=16 batch=4 float32:" in stdout and "examples/s" in stdout
+
+
+def test_a_hanging_point_is_killed_and_recorded_as_timeout(points):
+  result = points("timeout")
+  assert result["status"] == "timeout" and "point_timeout_s" in result["message"]
+  assert "median_ms" not in result
+
+
+def test_a_point_over_the_memory_limit_is_recorded_as_oom_without_running(points):
+  result = points("memory_limit")
+  assert result["status"] == "oom" and "memory_analysis" in result["message"]
+  assert result["peak_bytes"] > 2**10  # the footprint that did not fit is still reported
+  assert "median_ms" not in result
+
+
+def test_unknown_variant_fails_with_one_sentence():
+  result = subprocess.run(
+      [sys.executable, "-m", "textattn.benchmark", "--variants=softmax,softmax_flash"],
+      cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert result.returncode == 1
+  (line,) = result.stderr.strip().splitlines()
+  assert line.startswith("error: --variants: 'softmax_flash' is not a known variant")
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("softmax", ("softmax", "xla")), ("softmax_dot_product", ("softmax", "dot_product")),
+    ("softmax_cudnn", ("softmax", "cudnn")), ("softmax_chunked", ("softmax", "chunked")),
+    ("causal_fused", ("causal", "fused")), ("additive", ("additive", "xla"))])
+def test_variant_names_round_trip(name, expected):
+  assert benchmark.parse_variant(name) == expected
+  assert benchmark.variant_name(*expected) == name
+
+
+@pytest.mark.parametrize("name", ["additive_chunked", "softmax_", "flash", "causal_flash"])
+def test_malformed_variant_names_are_rejected(name):
+  with pytest.raises(ValueError, match="not a known variant"):
+    benchmark.parse_variant(name)
+
+
+def test_flags_override_the_config_only_when_given():
+  config = default.get_config()
+  given = {"batch_size": 8, "seq_lens": None, "variants": None}
+  settings = benchmark.resolve_settings(config, "train_step", given)
+  assert settings["batch_size"] == 8 and settings["seq_lens"] == [config.max_len]
+  assert settings["variants"] == ["softmax"] and settings["embed_dim"] == config.model.embed_dim
+  settings = benchmark.resolve_settings(config, "forward", given)
+  assert settings["embed_dim"] == benchmark.SYNTHETIC_DEFAULTS["embed_dim"]
+  with pytest.raises(ValueError, match="num_heads"):
+    benchmark.resolve_settings(config, "forward", {"embed_dim": 10, "num_heads": 4})
+  with pytest.raises(ValueError, match="inject_failure"):
+    benchmark.parse_injections("softmax@16=segfault")
