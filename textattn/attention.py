@@ -12,8 +12,8 @@ Kernels (pure functions over projected tensors laid out [batch, length, heads, h
   * `dot_product_attention`    `jax.nn.dot_product_attention` (cuDNN flash attention on GPU).
   * `chunked_softmax_attention` exact softmax attention, query-chunked and rematerialised, so the
                                 full L x L score matrix is never materialised (memory ~ L * chunk).
-  * `fused_softmax_attention`  the CPU fast path: heads folded into the batch of one dot, mask
-                                and scale folded into a single additive bias (see experiments/).
+  * `fused_softmax_attention`  the CPU fast path: batched-matmul layout, mask as one additive
+                                bias, hand-written flash-style backward (see experiments/).
   * `additive_attention`       Fastformer (arXiv 2108.09084), linear in length.
 
 Invariants every kernel keeps (tests/test_attention.py checks them):
@@ -119,26 +119,64 @@ def chunked_softmax_attention(query: Array, key: Array, value: Array, padding_ma
   return out.swapaxes(0, 1).reshape(batch, padded, heads, head_dim)[:, :length]
 
 
-def fused_softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
-                            causal: bool = False) -> Array:
-  """Softmax attention arranged for XLA:CPU: see experiments/RESULTS.md (speed) for the why.
-
-  Heads are moved next to the batch so each score product is one [B*H] batch of plain
-  matrix products, and the padding/causal mask is applied as one additive float32 bias instead of a
-  boolean select over the scores. Numerically the same function as `softmax_attention`.
-  """
-  batch, length, heads, head_dim = query.shape
-  query = query * jnp.asarray(head_dim ** -0.5, query.dtype)
-  q = query.transpose(0, 2, 1, 3)  # [B, H, L, D]
-  k = key.transpose(0, 2, 3, 1)    # [B, H, D, L]
-  v = value.transpose(0, 2, 1, 3)  # [B, H, L, D]
-  logits = jnp.matmul(q, k, preferred_element_type=jnp.float32)
+def _mask_bias(padding_mask: Array, causal: bool, length: int) -> Array:
+  """Padding (and look-ahead) mask as one additive float32 bias, [batch or 1, 1, q or 1, k]."""
   bias = jnp.where(padding_mask, 0.0, _MASK_VALUE).astype(jnp.float32)[:, None, None, :]
   if causal:
     look_ahead = jnp.arange(length)[:, None] >= jnp.arange(length)[None, :]
     bias = bias + jnp.where(look_ahead, 0.0, _MASK_VALUE).astype(jnp.float32)[None, None]
-  weights = jax.nn.softmax(logits + bias, axis=-1).astype(value.dtype)
-  out = jnp.matmul(weights, v).transpose(0, 2, 1, 3)
+  return bias
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _fused_core(q: Array, k: Array, v: Array, padding_mask: Array, causal: bool) -> Array:
+  return _fused_forward(q, k, v, padding_mask, causal)[0]
+
+
+def _fused_forward(q, k, v, padding_mask, causal):
+  # q (pre-scaled), k, v: [batch, heads, length, head_dim].
+  scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2), preferred_element_type=jnp.float32)
+  scores = scores + _mask_bias(padding_mask, causal, q.shape[2])
+  unnormalised = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
+  row_sum = jnp.sum(unnormalised, axis=-1, keepdims=True)
+  # Normalise the [.., length, head_dim] output, not the [.., length, length] weights.
+  out = jnp.matmul(unnormalised.astype(v.dtype), v, preferred_element_type=jnp.float32) / row_sum
+  out = out.astype(v.dtype)
+  return out, (q, k, v, unnormalised, row_sum, out)
+
+
+def _fused_backward(causal, residuals, d_out):
+  del causal
+  q, k, v, unnormalised, row_sum, out = residuals
+  f32 = jnp.float32
+  d_out = d_out.astype(f32) / row_sum  # folds the 1/row_sum of the weights into d_out
+  d_v = jnp.matmul(jnp.swapaxes(unnormalised, -1, -2), d_out)
+  d_weights = jnp.matmul(d_out, jnp.swapaxes(v, -1, -2).astype(f32))
+  # Softmax backward with the flash-attention identity sum_j P_ij dP_ij = sum_d dO_id O_id.
+  d_scores = unnormalised * (d_weights - jnp.sum(d_out * out.astype(f32), -1, keepdims=True))
+  d_q = jnp.matmul(d_scores, k.astype(f32))
+  d_k = jnp.matmul(jnp.swapaxes(d_scores, -1, -2), q.astype(f32))
+  return d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype), None
+
+
+_fused_core.defvjp(_fused_forward, _fused_backward)
+
+
+def fused_softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                            causal: bool = False) -> Array:
+  """Exact softmax attention with a hand-written backward pass, arranged for XLA:CPU.
+
+  The same function as `softmax_attention` (tests check values and gradients against it), laid
+  out to touch the [batch, heads, length, length] scores as few times as possible, which is what
+  bounds it on a CPU: heads next to the batch so each product is one batched matmul; the mask as
+  one additive bias fused into the scores; the output normalised after the weighted sum; and a
+  custom VJP (the flash-attention backward) instead of autodiff through softmax, which
+  materialised extra full-size tensors. See experiments/RESULTS.md (speed) for measurements.
+  """
+  head_dim = query.shape[-1]
+  q = (query * jnp.asarray(head_dim ** -0.5, query.dtype)).transpose(0, 2, 1, 3)
+  out = _fused_core(q, key.transpose(0, 2, 1, 3), value.transpose(0, 2, 1, 3), padding_mask,
+                    causal).transpose(0, 2, 1, 3)
   return jnp.where(_rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
 
 
