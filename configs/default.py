@@ -48,6 +48,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.ffn_dim = 32
   config.model.mlp_dim = 20  # hidden dense units in the head; 0 = none
   config.model.dropout_rate = 0.1
+  # Dropout mask bits: "hash" (counter-based integer hash keyed by threefry; fast on CPU) or
+  # "threefry" (jax.random.bits). Both are sharding-invariant; see textattn/models.py.
+  config.model.dropout_rng = "hash"
   config.model.position = "learned"  # learned | sinusoidal
   config.model.norm = "post"  # post (as the seeds) | pre
   config.model.pooling = "mean"  # mean | max | attention | cls | last

@@ -153,8 +153,30 @@ def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
   for key in ("train/examples_per_sec", "val/accuracy", "test/f1_weighted", "test/loss",
               "test/precision_pos", "test/recall_neg"):
     assert any(key in r for r in rows), key
+  # The report comes from the checkpoint with the best validation accuracy.
+  val = {r["step"]: r["val/accuracy"] for r in rows if "val/accuracy" in r}
+  assert val[report["test/params_from_step"]] == max(val.values()), (val, report)
   assert os.path.exists(tmp_path / "run" / "config.json")
   assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run"))
+
+
+def test_best_checkpoint_is_kept_and_found_across_restarts(tmp_path):
+  config = default.get_config()
+  config.keep_checkpoints = 1
+  state = {"w": np.zeros(3, np.float32)}
+  manager = train._checkpoint_manager(str(tmp_path), config)
+  for step, accuracy in [(1, 0.9), (2, 0.5), (3, 0.4)]:
+    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
+                 metrics={"val/accuracy": accuracy})
+  manager.wait_until_finished()
+  assert manager.best_step() == 1
+  manager.close()
+  manager = train._checkpoint_manager(str(tmp_path), config)  # a resumed run
+  manager.save(4, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
+               metrics={"val/accuracy": 0.3})
+  manager.wait_until_finished()
+  assert manager.best_step() == 1
+  assert manager.all_steps() == [1, 4]
 
 
 def test_rerun_of_a_finished_run_resumes_and_does_not_duplicate_rows(tmp_path, data_file):
@@ -185,13 +207,15 @@ def test_sigkill_then_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, 
   process.wait()
   resumed = run_main(args, interrupted)
   assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-  assert "Resuming from checkpoint at step" in resumed.stdout, "the kill came too late to test"
+  resumed_at = int(resumed.stdout.split("Resuming from checkpoint at step ")[1].split(".")[0])
+  assert resumed_at < 60, "the kill came after the run finished: nothing was tested"
 
   step_a, params_a = restore_params(tmp_path / "straight")
   step_b, params_b = restore_params(interrupted)
   assert step_a == step_b == 60
   assert_trees_identical(params_a, params_b)
   assert final_report(tmp_path / "straight") == final_report(interrupted)
+  assert eval_rows(tmp_path / "straight") == eval_rows(interrupted)
 
 
 def test_changed_model_shape_under_an_existing_workdir_is_a_clear_error(tmp_path, data_file):
@@ -199,23 +223,41 @@ def test_changed_model_shape_under_an_existing_workdir_is_a_clear_error(tmp_path
                            str(tmp_path / "run"))
   params_before = restore_params(tmp_path / "run")[1]
   bigger = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **{"model.embed_dim": 32})
-  with pytest.raises(ValueError, match=r"does not match this config: parameter .* has shape"):
+  with pytest.raises(ValueError, match=r"does not match this config: state entry .* has shape"):
     train.train_and_evaluate(bigger, str(tmp_path / "run"))
   assert_trees_identical(params_before, restore_params(tmp_path / "run")[1])
 
 
-def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file):
+def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file, monkeypatch):
+  real_step = train.train_step
+
+  def step_that_breaks_after_13(state, batch):
+    # From step 13 on the parameters turn NaN: the next loss is NaN.
+    new_state, metrics = real_step(state, batch)
+    broken = new_state.step >= 13
+    params = jax.tree.map(lambda p: jnp.where(broken, jnp.nan, p), new_state.params)
+    return new_state.replace(params=params), metrics
+
+  monkeypatch.setattr(train, "train_step", step_that_breaks_after_13)
   config = tiny_config(data_file, tmp_path / "c", num_train_steps=40, checkpoint_every_steps=5,
-                       log_every_steps=5)
-  config.optimizer.name = "rmsprop"
-  config.optimizer.learning_rate = 1e30  # diverges within a few steps
-  with pytest.raises(train.NonFiniteLossError, match="NaN/Inf"):
+                       eval_every_steps=5, log_every_steps=5)
+  with pytest.raises(train.NonFiniteLossError, match=r"between steps 11 and 15"):
     train.train_and_evaluate(config, str(tmp_path / "run"))
   manager = ocp.CheckpointManager(os.path.join(tmp_path, "run", "checkpoints"))
+  assert manager.all_steps() and max(manager.all_steps()) == 10
   for step in manager.all_steps():
     params = manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore()))["state"]["params"]
     assert all(np.all(np.isfinite(p)) for p in jax.tree_util.tree_leaves(params)), step
+
+
+def test_changed_optimizer_under_an_existing_workdir_is_a_clear_error(tmp_path, data_file):
+  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+                           str(tmp_path / "run"))
+  clipped = tiny_config(data_file, tmp_path / "c", num_train_steps=20,
+                        **{"optimizer.grad_clip_norm": 1.0})
+  with pytest.raises(ValueError, match=r"does not match this config: state entry 'opt_state"):
+    train.train_and_evaluate(clipped, str(tmp_path / "run"))
 
 
 def free_port():
@@ -272,6 +314,12 @@ def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file, overr
   assert result.returncode != 0
   assert message in result.stderr, result.stderr
   assert "Traceback" not in result.stderr
+
+
+def test_process_flags_without_coordinator_are_refused(tmp_path, data_file):
+  result = run_main(cli_args(data_file, tmp_path / "cache") + ["--num_processes=2"],
+                    tmp_path / "run")
+  assert result.returncode == 1 and "need --coordinator_address" in result.stderr
 
 
 def test_unknown_config_field_is_rejected_before_anything_runs(tmp_path, data_file):

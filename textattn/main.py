@@ -42,6 +42,10 @@ def main(argv):
   import tensorflow as tf
   tf.config.set_visible_devices([], "GPU")
 
+  if not _COORDINATOR.value and (_NUM_PROCESSES.value or _PROCESS_ID.value is not None):
+    print("error: --num_processes/--process_id (or JAX_NUM_PROCESSES/JAX_PROCESS_ID) need "
+          "--coordinator_address=HOST:PORT (or JAX_COORDINATOR_ADDRESS) too.", file=sys.stderr)
+    sys.exit(1)
   if _COORDINATOR.value:
     # Only affects CPU collectives; must be set before any backend starts.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")

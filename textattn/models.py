@@ -42,16 +42,44 @@ def sinusoidal_positions(max_len: int, embed_dim: int) -> np.ndarray:
   return table
 
 
-class Dropout(nn.Module):
-  """Inverted dropout drawing 16 random bits per element instead of nn.Dropout's 32.
+DROPOUT_RNGS = ("hash", "threefry")
 
-  Each 32-bit threefry output is split into two 16-bit halves, so the random-bit generation, a
-  large share of a small model's step on a CPU (experiments/RESULTS.md), is halved. The drop
-  probability is `rate` rounded to a multiple of 1/65536 (0.1 -> 0.100006) and kept values are
-  scaled by the exact keep probability, so the expectation is unchanged. The bits are drawn per
-  element index, so they are the same however the batch is sharded.
+
+def _lowbias32(x: Array) -> Array:
+  """Chris Wellons' lowbias32 integer hash: a full-avalanche uint32 -> uint32 mix."""
+  x = x ^ (x >> 16)
+  x = x * jnp.uint32(0x7FEB352D)
+  x = x ^ (x >> 15)
+  x = x * jnp.uint32(0x846CA68B)
+  return x ^ (x >> 16)
+
+
+def dropout_bits(key: Array, shape: tuple[int, ...], rng: str = "hash") -> Array:
+  """16 random bits (as uint32 in [0, 65536)) for every element of `shape`.
+
+  "threefry": jax.random.bits, two 16-bit halves of each 32-bit word.
+  "hash": two 32-bit words from threefry key a counter-based hash of each element's index,
+  hash(hash(index ^ k0) + k1), one fused elementwise loop; on a CPU threefry's rolled 20-round
+  loop was ~20% of the seed model's step (experiments/RESULTS.md). Either way a bit depends only
+  on the key and the element's index, so it is the same however the batch is sharded.
+  """
+  if rng == "threefry":
+    last = shape[-1]
+    bits = jax.random.bits(key, shape[:-1] + ((last + 1) // 2,))
+    return jnp.concatenate([bits & 0xFFFF, bits >> 16], axis=-1)[..., :last]
+  k0, k1 = jax.random.bits(key, (2,))
+  index = jax.lax.iota(jnp.uint32, int(np.prod(shape))).reshape(shape)
+  return _lowbias32(_lowbias32(index ^ k0) + k1) >> 16
+
+
+class Dropout(nn.Module):
+  """Inverted dropout from 16 random bits per element (see `dropout_bits`).
+
+  The drop probability is `rate` rounded to a multiple of 1/65536 (0.1 -> 0.100006); kept
+  values are scaled by the exact keep probability, so the expectation is unchanged.
   """
   rate: float
+  rng: str = "hash"
 
   @nn.compact
   def __call__(self, x: Array, *, deterministic: bool) -> Array:
@@ -59,10 +87,7 @@ class Dropout(nn.Module):
       return x
     threshold = round(self.rate * 65536)
     keep_prob = 1.0 - threshold / 65536
-    last = x.shape[-1]
-    bits = jax.random.bits(self.make_rng("dropout"), x.shape[:-1] + ((last + 1) // 2,))
-    halves = jnp.concatenate([bits & 0xFFFF, bits >> 16], axis=-1)[..., :last]
-    keep = halves >= threshold
+    keep = dropout_bits(self.make_rng("dropout"), x.shape, self.rng) >= threshold
     return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype), jnp.zeros_like(x))
 
 
@@ -104,6 +129,7 @@ class EncoderBlock(nn.Module):
   additive_scoring: str = "shared"
   layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
+  dropout_rng: str = "hash"
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, *, deterministic: bool) -> Array:
@@ -112,7 +138,8 @@ class EncoderBlock(nn.Module):
         self.attention, num_heads=self.num_heads, implementation=self.attention_impl,
         scoring=self.additive_scoring, dtype=self.dtype, module_name="attention")
     layer_norm = lambda name: nn.LayerNorm(self.layer_norm_epsilon, dtype=self.dtype, name=name)
-    dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic)
+    dropout = functools.partial(Dropout(self.dropout_rate, self.dropout_rng),
+                                deterministic=deterministic)
 
     def feed_forward(h):
       h = nn.Dense(self.ffn_dim, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
@@ -178,6 +205,7 @@ class Classifier(nn.Module):
   pooling: str = "mean"
   layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
+  dropout_rng: str = "hash"
 
   @nn.compact
   def __call__(self, tokens: Array, *, train: bool = False,
@@ -193,7 +221,8 @@ class Classifier(nn.Module):
     for i in range(self.num_layers):
       x = EncoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate, self.norm,
                        self.attention_impl, self.additive_scoring, self.layer_norm_epsilon,
-                       self.dtype, name=f"block_{i}")(x, padding_mask, deterministic=not train)
+                       self.dtype, self.dropout_rng, name=f"block_{i}")(
+                           x, padding_mask, deterministic=not train)
     if self.norm == "pre":
       x = nn.LayerNorm(self.layer_norm_epsilon, dtype=self.dtype, name="final_norm")(x)
 
@@ -208,7 +237,8 @@ class Classifier(nn.Module):
     else:
       x = last_token(x, padding_mask)
 
-    dropout = functools.partial(Dropout(self.dropout_rate), deterministic=not train)
+    dropout = functools.partial(Dropout(self.dropout_rate, self.dropout_rng),
+                                deterministic=not train)
     x = dropout(x)
     if self.mlp_dim:
       x = nn.relu(nn.Dense(self.mlp_dim, dtype=self.dtype,
@@ -223,7 +253,8 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   m = config.model
   attention_lib.check_attention_config(m.attention, m.attention_impl, m.additive_scoring,
                                        m.embed_dim, m.num_heads)
-  choices = {"pooling": POOLINGS, "position": POSITIONS, "norm": NORMS, "dtype": tuple(DTYPES)}
+  choices = {"pooling": POOLINGS, "position": POSITIONS, "norm": NORMS, "dtype": tuple(DTYPES),
+             "dropout_rng": DROPOUT_RNGS}
   for field, allowed in choices.items():
     if m[field] not in allowed:
       raise ValueError(f"config.model.{field}={m[field]!r} is not allowed; "
@@ -256,7 +287,7 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
       num_layers=m.num_layers, ffn_dim=m.ffn_dim, mlp_dim=m.mlp_dim,
       dropout_rate=m.dropout_rate, attention=m.attention, attention_impl=m.attention_impl,
       additive_scoring=m.additive_scoring, position=m.position, norm=m.norm, pooling=m.pooling,
-      layer_norm_epsilon=m.layer_norm_epsilon, dtype=DTYPES[m.dtype])
+      layer_norm_epsilon=m.layer_norm_epsilon, dtype=DTYPES[m.dtype], dropout_rng=m.dropout_rng)
 
 
 def count_parameters(params) -> int:

@@ -140,8 +140,9 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
       "steps": jnp.asarray(1, jnp.int32),
       # Non-finite losses, plus 1 if the update made any parameter non-finite: the loop never
       # checkpoints a state from a window where this is non-zero.
-      "nonfinite": (jnp.sum(~jnp.isfinite(losses))
-                    + ~jnp.isfinite(optax.global_norm(state.params))).astype(jnp.int32),
+      "nonfinite": (jnp.sum(~jnp.isfinite(losses)) + sum(
+          jnp.sum(~jnp.isfinite(p)) for p in jax.tree_util.tree_leaves(state.params))
+                    ).astype(jnp.int32),
   }
   return state, metrics
 
@@ -187,13 +188,15 @@ def summarize_eval(sums: dict, class_names: list[str], prefix: str) -> dict:
 
 class MetricWriter:
 
-  def __init__(self, workdir: str, enabled: bool):
+  def __init__(self, workdir: str, enabled: bool, start_step: int = 0):
     self.enabled = enabled
     self.path = os.path.join(workdir, "metrics.jsonl")
     self._tensorboard = None
     if enabled:
       import tensorboardX  # TensorBoard event files without TensorBoard itself.
-      self._tensorboard = tensorboardX.SummaryWriter(workdir, flush_secs=30)
+      # purge_step: TensorBoard hides events past the restored step (they are produced again).
+      self._tensorboard = tensorboardX.SummaryWriter(workdir, flush_secs=30,
+                                                     purge_step=start_step or None)
 
   def drop_after(self, step: int) -> None:
     """On resume: rows past the restored step will be produced again, so drop them."""
@@ -201,9 +204,17 @@ class MetricWriter:
       return
     with open(self.path) as f:
       rows = [line for line in f if line.strip()]
+    parsed = []
+    for number, line in enumerate(rows):
+      try:
+        parsed.append((line if line.endswith("\n") else line + "\n", json.loads(line)))
+      except json.JSONDecodeError:
+        if number != len(rows) - 1:
+          raise ValueError(f"{self.path} line {number + 1} is not JSON; fix or remove it.")
+        logging.warning("Dropping the unfinished last line of %s.", self.path)
     # The final test report is always produced again at the end of the run, so it goes too.
-    keep = [line for line in rows if json.loads(line).get("step", 0) <= step
-            and "test/params_from_step" not in json.loads(line)]
+    keep = [line for line, row in parsed
+            if row.get("step", 0) <= step and "test/params_from_step" not in row]
     if len(keep) != len(rows):
       tmp = self.path + ".tmp"
       with open(tmp, "w") as f:
@@ -247,8 +258,12 @@ def _checkpoint_manager(workdir: str, config) -> ocp.CheckpointManager:
       preservation.BestN(get_metric_fn=lambda metrics: metrics["val/accuracy"], n=1,
                          keep_checkpoints_without_metrics=False),
   ])
+  # best_fn as well as the policy: without it Orbax neither writes the metrics to disk nor
+  # answers best_step() with anything but the latest step.
   options = ocp.CheckpointManagerOptions(preservation_policy=policy, create=True,
-                                         cleanup_tmp_directories=True)
+                                         cleanup_tmp_directories=True,
+                                         best_fn=lambda metrics: metrics["val/accuracy"],
+                                         best_mode="max")
   return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
                                options=options)
 
@@ -262,9 +277,10 @@ def _check_same_model(checkpoint_shapes: dict, current_shapes: dict, workdir: st
       differing = name
       break
   raise ValueError(
-      f"The model in {workdir} does not match this config: parameter {differing!r} has shape "
-      f"{checkpoint_shapes.get(differing)} in the checkpoint and {current_shapes.get(differing)} "
-      f"now; use a new --workdir, or the config that made this one.")
+      f"The model in {workdir} does not match this config: state entry {differing!r} has "
+      f"shape {checkpoint_shapes.get(differing)} in the checkpoint and "
+      f"{current_shapes.get(differing)} now (a changed model, or an optimizer with other "
+      f"state); use a new --workdir, or the config that made this one.")
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -286,6 +302,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                  else config.num_epochs * train_iter.steps_per_epoch)
   eval_every = config.eval_every_steps or train_iter.steps_per_epoch
   checkpoint_every = config.checkpoint_every_steps or train_iter.steps_per_epoch
+  if config.final_params == "best" and checkpoint_every % eval_every:
+    raise ValueError(
+        f"config.checkpoint_every_steps={config.checkpoint_every_steps} must be a multiple of "
+        f"config.eval_every_steps={config.eval_every_steps} (0 = once per epoch, here "
+        f"{train_iter.steps_per_epoch} steps) when config.final_params='best', so every "
+        f"checkpoint carries the validation accuracy it is chosen by.")
   tx = make_optimizer(config.optimizer, total_steps)
   eval_data = data.validation if config.eval_split == "validation" else data.test
   eval_prefix = "val" if config.eval_split == "validation" else "test"
@@ -304,6 +326,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   abstract_state = jax.eval_shape(init, rng)
   state_sharding = jax.tree.map(lambda _: replicated, abstract_state)
   shapes = _shape_signature(abstract_state.params)
+  shapes.update({f"opt_state/{k}": v
+                 for k, v in _shape_signature(abstract_state.opt_state).items()})
   if is_main:
     print(f"Model: {config.model.attention} attention, {config.model.pooling} pooling\n"
           + models.parameter_table(abstract_state.params), flush=True)
@@ -327,7 +351,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   else:
     state = jax.jit(init, out_shardings=state_sharding)(rng)
 
-  writer = MetricWriter(workdir, is_main)
+  writer = MetricWriter(workdir, is_main, start_step)
   writer.drop_after(start_step)
   if is_main:
     config_path = os.path.join(workdir, "config.json")
@@ -364,8 +388,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     first_batch = to_global(next(train_iter))
     compiled = p_train_step.lower(state, first_batch).compile()
     compile_s = time.perf_counter() - t0
-    if is_main:
-      logging.info("Compiled train_step in %.1fs.", compile_s)
+    logging.info("Compiled train_step in %.1fs.", compile_s)
+    if is_main and start_step == 0:  # (a resumed run would add a row the original run lacks)
       writer.write(start_step, {"train/compile_s": compile_s})
 
   progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=not is_main,
