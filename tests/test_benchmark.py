@@ -193,7 +193,9 @@ def test_flags_override_the_config_only_when_given():
   given = {"batch_size": 8, "seq_lens": None, "variants": None}
   settings = benchmark.resolve_settings(config, "train_step", given)
   assert settings["batch_size"] == 8 and settings["seq_lens"] == [config.max_len]
-  assert settings["variants"] == ["softmax"] and settings["embed_dim"] == config.model.embed_dim
+  assert settings["variants"] == [benchmark.variant_name(config.model.attention,
+                                                        config.model.attention_impl)]
+  assert settings["embed_dim"] == config.model.embed_dim
   settings = benchmark.resolve_settings(config, "forward", given)
   assert settings["embed_dim"] == benchmark.SYNTHETIC_DEFAULTS["embed_dim"]
   with pytest.raises(ValueError, match="num_heads"):
