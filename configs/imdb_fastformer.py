@@ -2,7 +2,7 @@
 
 The same encoder as configs/imdb_softmax.py with additive attention in place of softmax
 attention, so the two compare one change: linear-cost attention over the last 400 tokens,
-2 layers, embed 64, 4 heads, masked mean pooling, AdamW + cosine, 3 epochs, best-validation
+2 layers, embed 64, 4 heads, masked mean pooling, AdamW + cosine, 2 epochs, best-validation
 checkpoint for the test report.
 
     TFDS_DATA_DIR=../shared/tensorflow_datasets \

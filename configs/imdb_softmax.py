@@ -1,7 +1,7 @@
 """IMDB with softmax multi-head self-attention, validation carved from train.
 
 A small post-LN encoder over the last 400 tokens of each review (2 layers, embed 64, 4 heads),
-masked mean pooling, AdamW with warm-up and cosine decay, 3 epochs; the test report uses the
+masked mean pooling, AdamW with warm-up and cosine decay, 2 epochs; the test report uses the
 checkpoint with the best validation accuracy (validation = 10% of the training split).
 
     TFDS_DATA_DIR=../shared/tensorflow_datasets \
@@ -19,7 +19,7 @@ def get_config():
   config.vocab_size = 20000
   config.truncation = "pre"
   config.batch_size = 32
-  config.num_epochs = 3
+  config.num_epochs = 2
   config.model.attention = "softmax"
   config.model.embed_dim = 64
   config.model.num_heads = 4
