@@ -190,7 +190,7 @@ def test_rerun_of_a_finished_run_resumes_and_does_not_duplicate_rows(tmp_path, d
 
 def test_sigkill_then_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, data_file):
   args = cli_args(data_file, tmp_path / "cache", num_train_steps=60, checkpoint_every_steps=7,
-                  eval_every_steps=14)
+                  eval_every_steps=7)
   straight = run_main(args, tmp_path / "straight")
   assert straight.returncode == 0, straight.stdout + straight.stderr
 
