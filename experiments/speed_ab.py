@@ -1,0 +1,74 @@
+"""A/B of the seed model's full train step (forward, backward, Adam) across the speed changes.
+
+Builds each variant once, warms it up, then times interleaved rounds of 40 steps (median of 5
+rounds), so every variant sees the same machine load. Batch 32 x length 200 with random
+lengths 50..200, float32.
+
+    python experiments/speed_ab.py
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from configs import imdb_keras_example  # noqa: E402
+from textattn import models, train  # noqa: E402
+
+VARIANTS = [  # (attention, softmax kernel, dropout bits)
+    ("softmax", "xla", "threefry"),
+    ("softmax", "fused", "threefry"),
+    ("softmax", "fused", "hash"),
+    ("additive", "xla", "threefry"),
+    ("additive", "xla", "hash"),
+]
+
+
+def main():
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(50, 201, 32)
+  tokens = np.where(np.arange(200)[None] < lengths[:, None], rng.integers(2, 20000, (32, 200)), 0)
+  batch = {"inputs": jnp.asarray(tokens, jnp.int32),
+           "labels": jnp.asarray(rng.integers(0, 2, 32), jnp.int32)}
+  steps = {}
+  for attention, kernel, dropout_rng in VARIANTS:
+    config = imdb_keras_example.get_config()
+    config.model.update(attention=attention, attention_impl=kernel, dropout_rng=dropout_rng)
+    model = models.build_model(config, 2)
+    tx = train.make_optimizer(config.optimizer, 1000)
+
+    def init(key, model=model, tx=tx):
+      params = model.init(key, jnp.ones((1, 200), jnp.int32))["params"]
+      return train.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                                     dropout_key=jax.random.key_data(key))
+
+    state = jax.jit(init)(jax.random.key(0))
+    step = jax.jit(train.train_step, donate_argnums=0)
+    for _ in range(10):
+      state, _ = step(state, batch)
+    jax.block_until_ready(state)
+    steps[(attention, kernel, dropout_rng)] = [step, state]
+  times = {key: [] for key in steps}
+  for _ in range(5):
+    for key, entry in steps.items():
+      step, state = entry
+      start = time.perf_counter()
+      for _ in range(40):
+        state, _ = step(state, batch)
+      jax.block_until_ready(state)
+      entry[1] = state
+      times[key].append((time.perf_counter() - start) / 40)
+  print(f"load average before/after: {os.getloadavg()[0]:.2f}")
+  for (attention, kernel, dropout_rng), values in times.items():
+    t = float(np.median(values))
+    print(f"{attention:8s} kernel={kernel:6s} dropout={dropout_rng:8s} "
+          f"{t * 1e3:6.1f} ms/step {32 / t:6.0f} examples/s")
+
+
+if __name__ == "__main__":
+  main()
