@@ -133,6 +133,7 @@ def test_failed_points_are_recorded_and_the_sweep_goes_on(runs):
   assert "injected" in rows["softmax", 32]["message"]
   assert rows["additive", 32]["status"] == "oom"
   assert "MemoryError" in rows["additive", 32]["message"]
+  assert "of cap" in rows["additive", 32]["message"]  # says whose memory ran out
   for key in (("softmax", 32), ("additive", 32)):
     assert rows[key]["median_ms"] == ""
   assert rows["softmax", 16]["status"] == rows["additive", 16]["status"] == "ok"

@@ -109,14 +109,16 @@ _BATCH_SIZE = flags.DEFINE_integer(
     "batch_size", None, "Batch size. Default: config.batch_size (train_step) or "
     f"{SYNTHETIC_DEFAULTS['batch_size']}.")
 _EMBED_DIM = flags.DEFINE_integer(
-    "embed_dim", None, f"Embedding size. Default: the config's or {SYNTHETIC_DEFAULTS['embed_dim']}.")
+    "embed_dim", None, "Embedding size. Default: the config's (train_step) or "
+    f"{SYNTHETIC_DEFAULTS['embed_dim']}.")
 _NUM_HEADS = flags.DEFINE_integer(
-    "num_heads", None, f"Attention heads. Default: the config's or {SYNTHETIC_DEFAULTS['num_heads']}.")
+    "num_heads", None, "Attention heads. Default: the config's (train_step) or "
+    f"{SYNTHETIC_DEFAULTS['num_heads']}.")
 _NUM_LAYERS = flags.DEFINE_integer(
-    "num_layers", None, "Encoder blocks. Default: the config's or "
+    "num_layers", None, "Encoder blocks. Default: the config's (train_step) or "
     f"{SYNTHETIC_DEFAULTS['num_layers']}.")
 _DTYPE = flags.DEFINE_enum(
-    "dtype", None, DTYPES, "Compute dtype. Default: the config's or "
+    "dtype", None, DTYPES, "Compute dtype. Default: the config's (train_step) or "
     f"{SYNTHETIC_DEFAULTS['dtype']}.")
 _VOCAB_SIZE = flags.DEFINE_integer(
     "vocab_size", None, "Vocabulary size of the classifier. Default: config.vocab_size "
@@ -125,7 +127,7 @@ _NUM_CLASSES = flags.DEFINE_integer("num_classes", 2, "Output classes of the cla
 _MODE = flags.DEFINE_enum("mode", "forward+backward", MODES, "What is timed.")
 _WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed calls after compilation.")
 _REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls; median and p90 are over these.")
-_OUT_DIR = flags.DEFINE_string("out_dir", "benchmark_results",
+_OUT_DIR = flags.DEFINE_string("out_dir", "runs/benchmark",
                                "Where results.csv, results.md and the plots are written.")
 _POINT_TIME_BUDGET_S = flags.DEFINE_float(
     "point_time_budget_s", 0.0, "If > 0: no further warm-up or timed call starts once a point's "
@@ -274,6 +276,19 @@ def _vm_size_bytes() -> int:
   return 0
 
 
+def _memory_situation() -> str:
+  """Which memory ran out: this process's address-space cap, or the machine's."""
+  cap = resource.getrlimit(resource.RLIMIT_AS)[0]
+  available = "?"
+  with open("/proc/meminfo") as f:
+    for line in f:
+      if line.startswith("MemAvailable:"):
+        available = f"{int(line.split()[1]) / 2**20:.1f}"
+  cap = "none" if cap == resource.RLIM_INFINITY else f"{cap / 2**30:.1f} GiB"
+  return (f"address space {_vm_size_bytes() / 2**30:.1f} GiB of cap {cap}; machine "
+          f"MemAvailable {available} GiB")
+
+
 def _is_oom(error: BaseException) -> bool:
   text = f"{type(error).__name__}: {error}"
   return isinstance(error, MemoryError) or any(
@@ -397,8 +412,10 @@ def run_point(spec: dict, result_path: str) -> None:
     _measure(spec, result, save)
   except BaseException as error:  # recorded, not raised: the parent reads the status
     result["status"] = "oom" if _is_oom(error) else "error"
-    message = f"{type(error).__name__}: {error}".strip()
-    result["message"] = " ".join(message.split())[:500]
+    message = " ".join(f"{type(error).__name__}: {error}".split())[:400]
+    if result["status"] == "oom":
+      message += f" [{_memory_situation()}]"
+    result["message"] = message
   result.setdefault("rss_peak_bytes", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
   save()
 
@@ -650,7 +667,7 @@ def _format(value, kind: str) -> str:
   if kind == "s":
     return f"{value:.2f}"
   if kind == "rate":
-    return f"{value:,.0f}"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
   if kind == "mib":
     value /= 2**20
     return f"{value:,.1f}" if value >= 10 else f"{value:.2g}"
@@ -763,18 +780,24 @@ def write_plots(rows: Sequence[dict], out_dir: str) -> None:
     figure, axes = plt.subplots(figsize=(6.4, 4.8))
     on_x_axis = transforms.blended_transform_factory(axes.transData, axes.transAxes)
     measured = False
-    for variant in dict.fromkeys(row["variant"] for row in rows):
+    for index, variant in enumerate(dict.fromkeys(row["variant"] for row in rows)):
       ok = sorted((int(row["seq_len"]), _number(row[key]) * scale) for row in rows
                   if row["variant"] == variant and row["status"] == "ok"
                   and _number(row[key]) is not None)
       color = axes.plot(*zip(*ok), marker="o", label=variant)[0].get_color() if ok else None
       measured = measured or bool(ok)
-      failed = [int(row["seq_len"]) for row in rows
-                if row["variant"] == variant and row["status"] != "ok"]
-      if failed:  # failed points: crosses along the bottom edge
-        axes.plot(failed, [0.03] * len(failed), linestyle="none", marker="x", markersize=9,
-                  color=color, transform=on_x_axis, clip_on=False,
-                  label=None if ok else f"{variant} (failed)")
+      failed = [row for row in rows if row["variant"] == variant and row["status"] != "ok"]
+      if failed:  # crosses along the bottom edge, one height per variant
+        color = axes.plot([int(row["seq_len"]) for row in failed],
+                          [0.03 + 0.03 * index] * len(failed), linestyle="none", marker="x",
+                          markersize=8, color=color, transform=on_x_axis, clip_on=False,
+                          label=None if ok else f"{variant} (failed)")[0].get_color()
+      footprints = [(int(row["seq_len"]), _number(row[key]) * scale) for row in failed
+                    if key == "peak_bytes" and _number(row[key]) is not None]
+      if footprints:  # what a point that did not run (to the end) would have needed
+        axes.plot(*zip(*footprints), linestyle="none", marker="o", markerfacecolor="none",
+                  color=color)
+        measured = True
     axes.set_xscale("log", base=2)
     if measured:
       axes.set_yscale("log")
@@ -783,9 +806,11 @@ def write_plots(rows: Sequence[dict], out_dir: str) -> None:
     if lengths:
       axes.set_xticks(lengths, [str(length) for length in lengths])
       axes.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    axes.set_xlabel("sequence length (x on the bottom edge: oom / timeout / error)")
+    note = "x at the bottom: oom / timeout / error" + (
+        "; hollow: compiled footprint of such a point" if key == "peak_bytes" else "")
+    axes.set_xlabel("sequence length")
     axes.set_ylabel(ylabel)
-    axes.set_title(f"{mode}: {ylabel}")
+    axes.set_title(f"{mode}: {ylabel}\n{note}", fontsize=10)
     axes.grid(True, which="both", alpha=0.3)
     if axes.lines:
       axes.legend()
