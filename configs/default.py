@@ -37,9 +37,9 @@ def get_config() -> ml_collections.ConfigDict:
   # ---- Model ----------------------------------------------------------------
   config.model = ml_collections.ConfigDict()
   config.model.attention = "softmax"  # softmax | causal | additive
-  # Softmax/causal kernel: xla (reference einsum) | dot_product (jax.nn.dot_product_attention,
-  # cuDNN flash attention on GPU) | chunked (memory-efficient, exact) | fused (exact, hand-written
-  # backward; the fastest on CPU: experiments/RESULTS.md).
+  # Softmax/causal kernel: xla (reference einsum) | dot_product (jax.nn.dot_product_attention's
+  # default, the XLA path) | cudnn (its cuDNN flash attention: GPU + bfloat16 only) | chunked
+  # (memory-efficient, exact) | fused (exact, hand-written backward; the fastest on CPU).
   config.model.attention_impl = "fused"
   config.model.additive_scoring = "shared"  # shared (authors' code) | per_head (paper)
   config.model.embed_dim = 32

@@ -126,3 +126,10 @@ def test_attention_registry_is_complete():
 def test_causal_with_cls_pooling_is_rejected():
   with pytest.raises(ValueError, match="pooling='cls' cannot be used with"):
     models.build_model(small_config("causal", pooling="cls"), num_classes=2)
+
+
+def test_cudnn_kernel_is_refused_without_gpu_and_bf16():
+  if jax.default_backend() == "gpu":
+    pytest.skip("on a GPU the cudnn kernel is allowed with bfloat16")
+  with pytest.raises(ValueError, match="attention_impl='cudnn' needs a GPU"):
+    models.build_model(small_config(impl="cudnn"), num_classes=2)

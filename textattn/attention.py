@@ -9,7 +9,8 @@ benchmark never branch on the variant. `padding_mask` is True for real tokens.
 
 Kernels (pure functions over projected tensors laid out [batch, length, heads, head_dim]):
   * `softmax_attention`        reference einsum ("xla"), float32 logits and softmax.
-  * `dot_product_attention`    `jax.nn.dot_product_attention` (cuDNN flash attention on GPU).
+  * `dot_product_attention`    `jax.nn.dot_product_attention`, default (XLA) implementation.
+  * `cudnn_attention`          its cuDNN flash attention (GPU, bfloat16/float16).
   * `chunked_softmax_attention` exact softmax attention, query-chunked and rematerialised, so the
                                 full L x L score matrix is never materialised (memory ~ L * chunk).
   * `fused_softmax_attention`  the CPU fast path: batched-matmul layout, mask as one additive
@@ -34,7 +35,7 @@ import jax.numpy as jnp
 Array = jax.Array
 
 ATTENTIONS = ("softmax", "causal", "additive")
-SOFTMAX_IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused")
+SOFTMAX_IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused", "cudnn")
 ADDITIVE_SCORINGS = ("shared", "per_head")
 
 # Added to the logits of masked positions. Finite (so a row with every key masked stays finite)
@@ -84,9 +85,21 @@ def softmax_attention(query: Array, key: Array, value: Array, padding_mask: Arra
 
 def dot_product_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
                           causal: bool = False) -> Array:
-  """`jax.nn.dot_product_attention`: XLA on CPU, cuDNN flash attention on GPU for bf16/fp16."""
+  """`jax.nn.dot_product_attention` with its default implementation, which in jax 0.10 is the
+  XLA path on every platform (use `cudnn_attention` for cuDNN flash attention)."""
   out = jax.nn.dot_product_attention(
       query, key, value, mask=padding_mask[:, None, None, :], is_causal=causal)
+  return jnp.where(_rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
+
+
+def cudnn_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                    causal: bool = False) -> Array:
+  """`jax.nn.dot_product_attention(implementation="cudnn")`: cuDNN flash attention; NVIDIA GPU
+  and bfloat16/float16 only. Tokens are left-aligned, so the padding mask is passed in cuDNN's
+  form, per-example key lengths. (Untested here: no GPU was available when it was written.)"""
+  key_lengths = jnp.sum(padding_mask, axis=-1).astype(jnp.int32)
+  out = jax.nn.dot_product_attention(query, key, value, is_causal=causal,
+                                     key_value_seq_lengths=key_lengths, implementation="cudnn")
   return jnp.where(_rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
 
 
@@ -228,6 +241,7 @@ def _softmax_kernel(implementation: str) -> Callable[..., Array]:
       "dot_product": dot_product_attention,
       "chunked": chunked_softmax_attention,
       "fused": fused_softmax_attention,
+      "cudnn": cudnn_attention,
   }[implementation]
 
 

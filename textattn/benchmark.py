@@ -79,7 +79,7 @@ DTYPES = ("float32", "bfloat16")
 STATUSES = ("ok", "oom", "timeout", "error")
 INJECTABLE_FAILURES = ("error", "oom", "timeout")
 # Implementations a variant name may carry; "cudnn" is jax.nn.dot_product_attention with
-# implementation="cudnn" (see _cudnn_dot_product_attention).
+# implementation="cudnn" (attention.cudnn_attention).
 IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused", "cudnn")
 ATTENTIONS = ("softmax", "causal", "additive")
 
@@ -240,8 +240,7 @@ def point_config(config, settings: dict[str, Any], variant: str, seq_len: int):
   with config.unlocked():
     attention, implementation = parse_variant(variant)
     config.model.attention = attention
-    # "cudnn" runs through the dot_product kernel, swapped for its cuDNN form in the child.
-    config.model.attention_impl = "dot_product" if implementation == "cudnn" else implementation
+    config.model.attention_impl = implementation
     config.model.embed_dim = settings["embed_dim"]
     config.model.num_heads = settings["num_heads"]
     config.model.num_layers = settings["num_layers"]
@@ -254,18 +253,6 @@ def point_config(config, settings: dict[str, Any], variant: str, seq_len: int):
 
 # ---------------------------------------------------------------------------------------------
 # One point (child process).
-
-
-def _cudnn_dot_product_attention(query, key, value, padding_mask, *, causal=False):
-  """jax.nn.dot_product_attention forced onto cuDNN. The benchmark's inputs are right-padded, so
-  the padding mask is passed as per-example key lengths (cuDNN's form of a padding mask)."""
-  import jax
-  import jax.numpy as jnp
-  from textattn import attention as attention_lib
-  key_lengths = jnp.sum(padding_mask, axis=-1).astype(jnp.int32)
-  out = jax.nn.dot_product_attention(query, key, value, is_causal=causal,
-                                     key_value_seq_lengths=key_lengths, implementation="cudnn")
-  return jnp.where(attention_lib._rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
 
 
 def _vm_size_bytes() -> int:
@@ -431,9 +418,6 @@ def _measure(spec: dict, result: dict, save) -> None:
   platform = device.platform
   result["platform"] = f"{platform}:{device.device_kind}"
   memory_limit = int(spec["memory_limit_gb"] * 2**30) if platform == "cpu" else 0
-  if spec["implementation"] == "cudnn":
-    # _softmax_kernel looks the kernel up by name at call time; this process runs one point.
-    attention_lib.dot_product_attention = _cudnn_dot_product_attention
 
   injected = spec.get("inject")
   if injected == "error":

@@ -259,6 +259,11 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
     if m[field] not in allowed:
       raise ValueError(f"config.model.{field}={m[field]!r} is not allowed; "
                        f"allowed: {', '.join(allowed)}.")
+  if m.attention_impl == "cudnn" and m.attention != "additive" and (
+      m.dtype != "bfloat16" or jax.default_backend() != "gpu"):
+    raise ValueError(f"config.model.attention_impl='cudnn' needs a GPU and "
+                     f"config.model.dtype='bfloat16' (here: {jax.default_backend()}, "
+                     f"{m.dtype!r}); use 'fused' or 'dot_product' otherwise.")
   if m.attention == "causal" and m.pooling == "cls":
     raise ValueError("config.model.pooling='cls' cannot be used with config.model.attention="
                      "'causal': the CLS token comes first, so the look-ahead mask lets it see no "
