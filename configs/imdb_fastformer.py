@@ -1,14 +1,17 @@
 """IMDB with Fastformer additive attention (arXiv 2108.09084), validation carved from train.
 
-The same encoder as configs/imdb_softmax.py with additive attention in place of softmax
-attention, so the two compare one change: linear-cost attention over the last 400 tokens,
+The encoder of configs/imdb_softmax.py with additive attention in place of softmax attention,
+over the last 800 tokens instead of 400 (its linear cost makes the longer context affordable;
+at 400 tokens it reached validation 0.8928, at 800 0.8968, and the length was chosen by that):
 2 layers, embed 64, 4 heads, masked mean pooling, AdamW + cosine, 2 epochs, best-validation
 checkpoint for the test report.
 
     TFDS_DATA_DIR=../shared/tensorflow_datasets \
       python -m textattn.main --config=configs/imdb_fastformer.py --workdir=runs/imdb_fastformer
 
-Result on this 2-core CPU: see experiments/RESULTS.md (target >= 88.5% test accuracy).
+Result on this 2-core CPU (2026-11-22): validation 0.8968, test accuracy 88.34% (weighted F1
+0.883) — short of the 88.5% target; 33 min wall while the machine was shared (load ~6).
+All runs: experiments/RESULTS.md.
 """
 
 from configs import imdb_softmax
@@ -18,4 +21,5 @@ def get_config():
   config = imdb_softmax.get_config()
   config.model.attention = "additive"
   config.model.additive_scoring = "shared"
+  config.max_len = 800
   return config
