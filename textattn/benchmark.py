@@ -411,7 +411,6 @@ def _measure(spec: dict, result: dict, save) -> None:
   import jax
   import ml_collections
   import numpy as np
-  from textattn import attention as attention_lib
 
   config = ml_collections.ConfigDict(json.loads(spec["config"]))
   device = jax.devices()[0]

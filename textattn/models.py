@@ -125,7 +125,7 @@ class EncoderBlock(nn.Module):
   ffn_dim: int
   dropout_rate: float = 0.1
   norm: str = "post"
-  attention_impl: str = "xla"
+  attention_impl: str = "fused"
   additive_scoring: str = "shared"
   layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
@@ -198,7 +198,7 @@ class Classifier(nn.Module):
   mlp_dim: int = 20
   dropout_rate: float = 0.1
   attention: str = "softmax"
-  attention_impl: str = "xla"
+  attention_impl: str = "fused"
   additive_scoring: str = "shared"
   position: str = "learned"
   norm: str = "post"
@@ -248,6 +248,13 @@ class Classifier(nn.Module):
                     kernel_init=nn.initializers.xavier_uniform(), name="logits")(x)
 
 
+def check_choice(field: str, value: Any, allowed: tuple) -> None:
+  """ValueError naming config.<field>, its value and the allowed values, unless allowed."""
+  if value not in allowed:
+    raise ValueError(f"config.{field}={value!r} is not allowed; "
+                     f"allowed: {', '.join(map(str, allowed))}.")
+
+
 def validate_model_config(config: ml_collections.ConfigDict) -> None:
   """Raise ValueError naming the first bad model field, its value and what is allowed."""
   m = config.model
@@ -256,9 +263,7 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   choices = {"pooling": POOLINGS, "position": POSITIONS, "norm": NORMS, "dtype": tuple(DTYPES),
              "dropout_rng": DROPOUT_RNGS}
   for field, allowed in choices.items():
-    if m[field] not in allowed:
-      raise ValueError(f"config.model.{field}={m[field]!r} is not allowed; "
-                       f"allowed: {', '.join(allowed)}.")
+    check_choice(f"model.{field}", m[field], allowed)
   if m.attention_impl == "cudnn" and m.attention != "additive" and (
       m.dtype != "bfloat16" or jax.default_backend() != "gpu"):
     raise ValueError(f"config.model.attention_impl='cudnn' needs a GPU and "
@@ -316,6 +321,6 @@ def parameter_table(params) -> str:
   return "\n".join(lines)
 
 
-def abstract_params(model: models.Classifier, max_len: int):
+def abstract_params(model: Classifier, max_len: int):
   tokens = jnp.ones((1, max_len), jnp.int32)
   return jax.eval_shape(lambda: model.init(jax.random.key(0), tokens))["params"]

@@ -9,13 +9,11 @@ with `jax.jit` over a one-axis ("data") device mesh: the batch is sharded, the s
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from typing import Any
 
 from absl import logging
-import flax
 from flax.training import train_state as train_state_lib
 import jax
 import jax.numpy as jnp
@@ -48,12 +46,8 @@ class NonFiniteLossError(RuntimeError):
 
 def validate_config(config: ml_collections.ConfigDict, device_count: int) -> None:
   models.validate_model_config(config)
-  if config.eval_split not in EVAL_SPLITS:
-    raise ValueError(f"config.eval_split={config.eval_split!r} is not allowed; "
-                     f"allowed: {', '.join(EVAL_SPLITS)}.")
-  if config.final_params not in FINAL_PARAMS:
-    raise ValueError(f"config.final_params={config.final_params!r} is not allowed; "
-                     f"allowed: {', '.join(FINAL_PARAMS)}.")
+  models.check_choice("eval_split", config.eval_split, EVAL_SPLITS)
+  models.check_choice("final_params", config.final_params, FINAL_PARAMS)
   if config.final_params == "best" and config.eval_split == "test":
     raise ValueError("config.final_params='best' with config.eval_split='test' would choose the "
                      "model on the test set; use final_params='last' or eval_split='validation'.")
@@ -71,12 +65,8 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
   if config.keep_checkpoints < 1:
     raise ValueError(f"config.keep_checkpoints={config.keep_checkpoints} must be >= 1.")
   opt = config.optimizer
-  if opt.name not in OPTIMIZERS:
-    raise ValueError(f"config.optimizer.name={opt.name!r} is not allowed; "
-                     f"allowed: {', '.join(OPTIMIZERS)}.")
-  if opt.schedule not in SCHEDULES:
-    raise ValueError(f"config.optimizer.schedule={opt.schedule!r} is not allowed; "
-                     f"allowed: {', '.join(SCHEDULES)}.")
+  models.check_choice("optimizer.name", opt.name, OPTIMIZERS)
+  models.check_choice("optimizer.schedule", opt.schedule, SCHEDULES)
   if not opt.learning_rate > 0:
     raise ValueError(f"config.optimizer.learning_rate={opt.learning_rate} must be > 0.")
   for field in ("warmup_steps", "weight_decay", "grad_clip_norm"):
