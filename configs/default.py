@@ -47,7 +47,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.num_layers = 1
   config.model.ffn_dim = 32
   config.model.mlp_dim = 20  # hidden dense units in the head; 0 = none
-  config.model.dropout_rate = 0.1
+  config.model.dropout_rate = 0.1  # after attention, FFN, pooling and the head's hidden layer
+  config.model.embed_dropout_rate = 0.0  # on the token + position embeddings (off in the seeds)
   # Dropout mask bits: "hash" (counter-based integer hash keyed by threefry; fast on CPU) or
   # "threefry" (jax.random.bits). Both are sharding-invariant; see textattn/models.py.
   config.model.dropout_rng = "hash"

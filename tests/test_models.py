@@ -69,6 +69,24 @@ def test_training_mode_uses_dropout_and_eval_mode_is_deterministic():
   np.testing.assert_array_equal(model.apply(params, tokens), model.apply(params, tokens))
 
 
+def test_embedding_dropout_drops_embedding_elements_only_when_asked():
+  tokens = np.arange(1, 33, dtype=np.int32).reshape(2, 16)
+
+  def embedded(rate):
+    model = models.build_model(small_config(dropout_rate=0.0, embed_dropout_rate=rate), 2)
+    params = model.init(jax.random.key(0), tokens)
+    _, state = model.apply(params, tokens, train=True, rngs={"dropout": jax.random.key(1)},
+                           capture_intermediates=lambda mdl, _: mdl.name == "embed_dropout",
+                           mutable=["intermediates"])
+    (out,) = state["intermediates"]["embed_dropout"]["__call__"]
+    return np.asarray(out)
+
+  assert np.all(embedded(0.0) != 0)  # off (the default): nothing dropped
+  out = embedded(0.5)
+  dropped = np.mean(out == 0)
+  assert 0.4 < dropped < 0.6, dropped
+
+
 @pytest.mark.parametrize("norm,position", [("pre", "sinusoidal"), ("post", "learned")])
 def test_options_build_and_are_finite(norm, position):
   config = small_config(norm=norm, position=position)
@@ -98,6 +116,7 @@ def test_bfloat16_compute_keeps_float32_parameters_and_logits():
     ("model.dtype", "float16", ["config.model.dtype", "bfloat16"]),
     ("model.embed_dim", 0, ["config.model.embed_dim=0", "positive integer"]),
     ("model.dropout_rate", 1.5, ["config.model.dropout_rate=1.5"]),
+    ("model.embed_dropout_rate", -0.1, ["config.model.embed_dropout_rate=-0.1"]),
 ])
 def test_bad_model_config_is_a_clear_value_error(field, value, words):
   config = small_config()

@@ -197,6 +197,7 @@ class Classifier(nn.Module):
   ffn_dim: int = 32
   mlp_dim: int = 20
   dropout_rate: float = 0.1
+  embed_dropout_rate: float = 0.0
   attention: str = "softmax"
   attention_impl: str = "fused"
   additive_scoring: str = "shared"
@@ -214,6 +215,9 @@ class Classifier(nn.Module):
     padding_mask = tokens != 0 if padding_mask is None else padding_mask.astype(bool)
     x = Embedding(self.vocab_size, self.max_len, self.embed_dim, self.position, self.dtype,
                   name="embedding")(tokens)
+    # Dropout on the summed token + position embeddings (Vaswani et al. 2017; off in the seeds).
+    x = Dropout(self.embed_dropout_rate, self.dropout_rng, name="embed_dropout")(
+        x, deterministic=not train)
     if self.pooling == "cls":
       cls = self.param("cls", nn.initializers.normal(0.02), (self.embed_dim,))
       x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), x[:, :1].shape), x], axis=1)
@@ -281,8 +285,9 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config.{field}={value!r} must be a positive integer.")
   if m.mlp_dim < 0:
     raise ValueError(f"config.model.mlp_dim={m.mlp_dim} must be >= 0 (0 = no hidden layer).")
-  if not 0.0 <= m.dropout_rate < 1.0:
-    raise ValueError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
+  for field in ("dropout_rate", "embed_dropout_rate"):
+    if not 0.0 <= m[field] < 1.0:
+      raise ValueError(f"config.model.{field}={m[field]} must be in [0, 1).")
 
 
 def build_model(config: ml_collections.ConfigDict, num_classes: int,
@@ -295,7 +300,8 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
       num_classes=num_classes, vocab_size=vocab_size or config.vocab_size,
       max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,
       num_layers=m.num_layers, ffn_dim=m.ffn_dim, mlp_dim=m.mlp_dim,
-      dropout_rate=m.dropout_rate, attention=m.attention, attention_impl=m.attention_impl,
+      dropout_rate=m.dropout_rate, embed_dropout_rate=m.embed_dropout_rate,
+      attention=m.attention, attention_impl=m.attention_impl,
       additive_scoring=m.additive_scoring, position=m.position, norm=m.norm, pooling=m.pooling,
       layer_norm_epsilon=m.layer_norm_epsilon, dtype=DTYPES[m.dtype], dropout_rng=m.dropout_rng)
 
