@@ -279,14 +279,19 @@ def assert_rows_close(a, b, tol=1e-5):
       assert row_a[key] == pytest.approx(row_b[key], abs=tol), key
 
 
-def test_four_devices_match_one_device(tmp_path, data_file):
+@pytest.mark.parametrize("how", ["xla_flags", "config"])
+def test_several_devices_match_one_device(tmp_path, data_file, how):
   args = cli_args(data_file, tmp_path / "cache", num_train_steps=20)
   one = run_main(args, tmp_path / "one")
-  four = run_main(args, tmp_path / "four",
-                  {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
-  assert one.returncode == 0 and four.returncode == 0, four.stdout + four.stderr
-  assert "4 global devices" in four.stderr + four.stdout
-  assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "four"))
+  if how == "xla_flags":
+    n, many = 4, run_main(args, tmp_path / "many",
+                          {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+  else:  # config.num_cpu_devices splits the CPU into devices before JAX starts
+    n, many = 2, run_main(args + ["--config.num_cpu_devices=2"], tmp_path / "many")
+  assert one.returncode == 0 and many.returncode == 0, many.stdout + many.stderr
+  assert "1 global devices" in one.stderr + one.stdout
+  assert f"{n} global devices" in many.stderr + many.stdout
+  assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "many"))
 
 
 def test_two_processes_match_one_process(tmp_path, data_file):
@@ -308,6 +313,7 @@ def test_two_processes_match_one_process(tmp_path, data_file):
     ("--config.batch_size=0", "config.batch_size=0 must be a positive multiple"),
     ("--config.eval_split=train", "config.eval_split='train' is not allowed"),
     ("--config.optimizer.name=sgd", "config.optimizer.name='sgd' is not allowed"),
+    ("--config.num_cpu_devices=-1", "config.num_cpu_devices=-1 must be an integer >= 0"),
 ])
 def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file, override, message):
   result = run_main(cli_args(data_file, tmp_path / "cache") + [override], tmp_path / "run")

@@ -339,9 +339,19 @@ def _build(spec: dict, config, implementation: str | None = None):
       return train.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                                      dropout_key=jax.random.key_data(dropout_rng))
 
-    state = jax.jit(init)(key)
-    batch = {"inputs": tokens, "labels": labels}
-    return jax.jit(train.train_step, donate_argnums=0), (state, batch)
+    # As in training: the batch sharded over all devices (config.num_cpu_devices on a CPU), the
+    # state replicated.
+    mesh = jax.make_mesh((jax.device_count(),), ("data",),
+                         axis_types=(jax.sharding.AxisType.Auto,))
+    data_sharding = jax.NamedSharding(mesh, jax.P("data"))
+    replicated = jax.NamedSharding(mesh, jax.P())
+    if batch_size % jax.device_count():
+      raise ValueError(f"batch size {batch_size} must be a multiple of the device count "
+                       f"({jax.device_count()}).")
+    state = jax.jit(init, out_shardings=replicated)(key)
+    batch = jax.device_put({"inputs": tokens, "labels": labels}, data_sharding)
+    return jax.jit(train.train_step, in_shardings=(replicated, data_sharding),
+                   out_shardings=(replicated, replicated), donate_argnums=0), (state, batch)
 
   params = jax.jit(model.init)(key, tokens[:1, :short])["params"]
   if mode == "forward":
@@ -413,9 +423,13 @@ def _measure(spec: dict, result: dict, save) -> None:
   import numpy as np
 
   config = ml_collections.ConfigDict(json.loads(spec["config"]))
+  if spec["mode"] == "train_step":
+    from textattn import train
+    train.request_cpu_devices(config)  # before any JAX operation
   device = jax.devices()[0]
   platform = device.platform
-  result["platform"] = f"{platform}:{device.device_kind}"
+  result["platform"] = f"{platform}:{device.device_kind}" + (
+      f" x{jax.device_count()}" if jax.device_count() > 1 else "")
   memory_limit = int(spec["memory_limit_gb"] * 2**30) if platform == "cpu" else 0
 
   injected = spec.get("inject")

@@ -37,6 +37,13 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   import jax  # after flag parsing, so --help and flag errors are instant
+  from textattn import input_pipeline, train
+
+  try:
+    train.request_cpu_devices(_CONFIG.value)  # before any JAX operation
+  except ValueError as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(1)
 
   # TF is only used for reading data and writing TensorBoard events: keep it off accelerators.
   import tensorflow as tf
@@ -54,7 +61,6 @@ def main(argv):
                jax.process_count(), jax.local_device_count(), jax.device_count(),
                jax.default_backend())
 
-  from textattn import input_pipeline, train
   try:
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except (ValueError, train.NonFiniteLossError) as error:

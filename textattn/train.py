@@ -74,6 +74,21 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
       raise ValueError(f"config.optimizer.{field}={opt[field]} must be >= 0.")
 
 
+def request_cpu_devices(config: ml_collections.ConfigDict) -> None:
+  """Apply config.num_cpu_devices; call before any JAX operation (the backend reads it once)."""
+  n = config.get("num_cpu_devices", 0)
+  if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+    raise ValueError(f"config.num_cpu_devices={n!r} must be an integer >= 0 (0 = JAX's "
+                     f"default: one CPU device).")
+  if n == 0:
+    return
+  if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+    raise ValueError(f"config.num_cpu_devices={n} and XLA_FLAGS' "
+                     f"--xla_force_host_platform_device_count both set the CPU device count; "
+                     f"set only one.")
+  jax.config.update("jax_num_cpu_devices", n)
+
+
 # ---------------------------------------------------------------------------------------------
 # Optimiser.
 
