@@ -69,6 +69,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.optimizer.b1 = 0.9
   config.optimizer.b2 = 0.999
   config.optimizer.eps = 1e-7  # Keras Adam's default, as in the seed
+  # Token-embedding table update: "dense" (every row, every step: the optimizer as written) or
+  # "lazy" (only the rows of ids in the batch, moments included, as TF's LazyAdam; absent rows
+  # keep their values and moments). Lazy changes the optimizer's semantics and is faster on a
+  # CPU (no [vocab, embed] gradient or full-table update); see experiments/RESULTS.md.
+  config.optimizer.embedding_update = "dense"
 
   # ---- Loop -----------------------------------------------------------------
   config.seed = 0

@@ -142,6 +142,63 @@ def test_one_train_step_changes_every_trainable_parameter():
   assert not unchanged, f"parameters (or rows) left unchanged by a step: {unchanged}"
 
 
+def _embedding_update_states(vocab_size, batches, embedding_update, **optimizer):
+  """The states after each of `batches` (train_step, dropout on, adamw + clipping)."""
+  config = default.get_config()
+  config.vocab_size, config.max_len = vocab_size, 12
+  config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4)
+  config.optimizer.update(name="adamw", weight_decay=0.1, grad_clip_norm=0.5, **optimizer)
+  model = models.build_model(config, num_classes=2)
+  state = train.TrainState.create(
+      apply_fn=model.apply, params=model.init(jax.random.key(0), batches[0]["inputs"])["params"],
+      tx=train.make_optimizer(config.optimizer, 100),
+      dropout_key=jax.random.key_data(jax.random.key(1)), embedding_update=embedding_update)
+  step, states = jax.jit(train.train_step), []
+  for batch in batches:
+    state, _ = step(state, batch)
+    states.append(state)
+  return states
+
+
+def _batch(ids):
+  ids = jnp.asarray(ids, jnp.int32)
+  return {"inputs": ids, "labels": jnp.arange(ids.shape[0]) % 2}
+
+
+def test_lazy_embedding_update_equals_dense_when_every_row_is_in_every_batch():
+  # Vocabulary 16, every id 0..15 in every batch (duplicates too): the lazy update must be
+  # the dense one, for the table, its Adam moments and every other parameter.
+  rng = np.random.default_rng(0)
+  batches = [_batch(np.concatenate([rng.permutation(16), rng.integers(0, 16, 32)]).reshape(4, 12))
+             for _ in range(4)]
+  dense = _embedding_update_states(16, batches, "dense")[-1]
+  lazy = _embedding_update_states(16, batches, "lazy")[-1]
+  for a, b in zip(jax.tree_util.tree_leaves((dense.params, dense.opt_state)),
+                  jax.tree_util.tree_leaves((lazy.params, lazy.opt_state))):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-7)
+
+
+def test_lazy_embedding_update_leaves_rows_outside_the_batch_alone():
+  # Ids 1..20 in step 1, ids 21..40 in step 2 (vocabulary 64).
+  batches = [_batch(np.arange(1, 21).reshape(2, 10)), _batch(np.arange(21, 41).reshape(2, 10))]
+  dense = _embedding_update_states(64, batches, "dense")
+  lazy = _embedding_update_states(64, batches, "lazy")
+  table = lambda state: np.asarray(state.params["embedding"]["token"]["embedding"])
+  mu = lambda state: np.asarray(state.opt_state[1][0].mu["embedding"]["token"]["embedding"])
+  # Step 1 from a fresh state: the rows in the batch get the same update either way (the
+  # others differ already: dense AdamW's weight decay shrinks every row).
+  np.testing.assert_allclose(table(lazy[0])[1:21], table(dense[0])[1:21], rtol=2e-5, atol=1e-7)
+  assert not np.allclose(table(dense[0])[21:], table(lazy[0])[21:], rtol=1e-6, atol=0)
+  # Step 2: rows 1..20 are not in the batch. Dense Adam keeps moving them (momentum, decayed
+  # moments, weight decay); lazy leaves value and moments exactly as after step 1.
+  assert not np.allclose(table(dense[1])[1:21], table(dense[0])[1:21])
+  np.testing.assert_array_equal(table(lazy[1])[1:21], table(lazy[0])[1:21])
+  np.testing.assert_array_equal(mu(lazy[1])[1:21], mu(lazy[0])[1:21])
+  # Rows never seen (41..63) never change in lazy mode; rows 21..40 do.
+  np.testing.assert_array_equal(table(lazy[1])[41:], table(lazy[0])[41:])
+  assert np.all(np.any(table(lazy[1])[21:41] != table(lazy[0])[21:41], axis=-1))
+
+
 def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
   config = tiny_config(data_file, tmp_path / "cache", num_train_steps=120, eval_every_steps=40,
                        checkpoint_every_steps=40, log_every_steps=20)

@@ -337,7 +337,8 @@ def _build(spec: dict, config, implementation: str | None = None):
       params_rng, dropout_rng = jax.random.split(rng)
       params = model.init({"params": params_rng}, jnp.ones((1, short), jnp.int32))["params"]
       return train.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
-                                     dropout_key=jax.random.key_data(dropout_rng))
+                                     dropout_key=jax.random.key_data(dropout_rng),
+                                     embedding_update=config.optimizer.embedding_update)
 
     # As in training: the batch sharded over all devices (config.num_cpu_devices on a CPU), the
     # state replicated.

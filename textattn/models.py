@@ -100,13 +100,16 @@ class Embedding(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, tokens: Array) -> Array:
+  def __call__(self, tokens: Array, token_embeddings: Array | None = None) -> Array:
     length = tokens.shape[1]
     if length > self.max_len:
       raise ValueError(f"config.max_len={self.max_len} is smaller than the input length "
                        f"{length}; inputs must have at most max_len tokens.")
-    x = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=_keras_embedding_init,
-                 dtype=self.dtype, name="token")(tokens)
+    if token_embeddings is None:
+      x = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=_keras_embedding_init,
+                   dtype=self.dtype, name="token")(tokens)
+    else:  # rows looked up by the caller (the lazy embedding update differentiates w.r.t. them)
+      x = token_embeddings.astype(self.dtype)
     if self.position == "learned":
       table = self.param("position", _keras_embedding_init, (self.max_len, self.embed_dim))
     else:
@@ -209,12 +212,14 @@ class Classifier(nn.Module):
   dropout_rng: str = "hash"
 
   @nn.compact
-  def __call__(self, tokens: Array, *, train: bool = False,
-               padding_mask: Array | None = None) -> Array:
+  def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
+               token_embeddings: Array | None = None) -> Array:
     # By default id 0 is padding; a caller may pass its own mask (True = real token).
+    # token_embeddings: the token-embedding rows of `tokens` [batch, length, embed], when the
+    # caller looked them up itself (train.py's lazy embedding update); default: looked up here.
     padding_mask = tokens != 0 if padding_mask is None else padding_mask.astype(bool)
     x = Embedding(self.vocab_size, self.max_len, self.embed_dim, self.position, self.dtype,
-                  name="embedding")(tokens)
+                  name="embedding")(tokens, token_embeddings)
     # Dropout on the summed token + position embeddings (Vaswani et al. 2017; off in the seeds).
     x = Dropout(self.embed_dropout_rate, self.dropout_rng, name="embed_dropout")(
         x, deterministic=not train)

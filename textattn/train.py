@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from absl import logging
+import flax
 from flax.training import train_state as train_state_lib
 import jax
 import jax.numpy as jnp
@@ -32,8 +33,16 @@ SCHEDULES = ("constant", "cosine")
 FINAL_PARAMS = ("best", "last")
 
 
+EMBEDDING_UPDATES = ("dense", "lazy")
+# Where the token-embedding table lives in the parameters (and in every optimizer-state tree
+# that mirrors them, e.g. Adam's mu and nu).
+TOKEN_TABLE_PATH = ("embedding", "token", "embedding")
+
+
 class TrainState(train_state_lib.TrainState):
   dropout_key: jax.Array  # raw uint32 key data; per-step keys are fold_in(dropout_key, step)
+  # config.optimizer.embedding_update: "dense" or "lazy" (see train_step). Static.
+  embedding_update: str = flax.struct.field(pytree_node=False, default="dense")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -67,6 +76,7 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
   opt = config.optimizer
   models.check_choice("optimizer.name", opt.name, OPTIMIZERS)
   models.check_choice("optimizer.schedule", opt.schedule, SCHEDULES)
+  models.check_choice("optimizer.embedding_update", opt.embedding_update, EMBEDDING_UPDATES)
   if not opt.learning_rate > 0:
     raise ValueError(f"config.optimizer.learning_rate={opt.learning_rate} must be > 0.")
   for field in ("warmup_steps", "weight_decay", "grad_clip_norm"):
@@ -125,18 +135,80 @@ def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.Gr
 # Pure step functions.
 
 
-def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-  """One optimiser step. Metrics are sums (divide by "count" when reporting)."""
-  dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)
+def _is_token_table(path, leaf, table_shape) -> bool:
+  names = tuple(getattr(key, "key", None) for key in path[-len(TOKEN_TABLE_PATH):])
+  return names == TOKEN_TABLE_PATH and getattr(leaf, "shape", None) == table_shape
 
-  def loss_fn(params):
-    logits = state.apply_fn({"params": params}, batch["inputs"], train=True,
-                            rngs={"dropout": dropout_key})
+
+def _lazy_embedding_update(state: TrainState, grads, row_grads: jax.Array, tokens: jax.Array):
+  """The optimizer step with only the token-embedding rows in `tokens` updated.
+
+  The rows' gradients (one per token position) are summed per distinct id; the optimizer chain
+  (state.tx, unchanged: clipping, Adam/RMSprop, weight decay, schedule) then runs on a compact
+  copy of the parameters and optimizer state in which the [vocab, embed] table and every state
+  leaf mirroring it (Adam's mu and nu) hold just those rows, and the results are scattered back.
+  Rows absent from the batch keep their value and moments: LazyAdam's semantics, not Adam's
+  (Adam would decay their moments and keep moving them). Global-norm clipping sees the same
+  norm as the dense update (summing duplicates is exactly what the dense gradient does).
+  """
+  table = state.params
+  for name in TOKEN_TABLE_PATH:
+    table = table[name]
+  n = tokens.size
+  # Distinct ids, padded to a static n with an out-of-range id: gathers read 0 there and
+  # scatters drop it.
+  ids, inverse = jnp.unique(tokens.reshape(-1), size=n, fill_value=table.shape[0],
+                            return_inverse=True)
+  compact_grad = jax.ops.segment_sum(row_grads.reshape(n, -1).astype(table.dtype),
+                                     inverse.reshape(-1), num_segments=n)
+
+  def gather(path, leaf):
+    return leaf.at[ids].get(mode="fill", fill_value=0) if _is_token_table(
+        path, leaf, table.shape) else leaf
+
+  def scatter(path, full, compact):
+    return full.at[ids].set(compact, mode="drop") if _is_token_table(
+        path, full, table.shape) else compact
+
+  compact_params = jax.tree_util.tree_map_with_path(gather, state.params)
+  compact_grads = jax.tree_util.tree_map_with_path(
+      lambda path, g: compact_grad if _is_token_table(path, g, table.shape) else g, grads)
+  compact_opt_state = jax.tree_util.tree_map_with_path(gather, state.opt_state)
+  updates, new_compact_opt_state = state.tx.update(compact_grads, compact_opt_state,
+                                                   compact_params)
+  new_compact_params = optax.apply_updates(compact_params, updates)
+  params = jax.tree_util.tree_map_with_path(scatter, state.params, new_compact_params)
+  opt_state = jax.tree_util.tree_map_with_path(scatter, state.opt_state, new_compact_opt_state)
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), compact_grads
+
+
+def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+  """One optimiser step. Metrics are sums (divide by "count" when reporting).
+
+  state.embedding_update="lazy" differentiates with respect to the looked-up embedding rows
+  instead of the [vocab, embed] table and updates only the rows in the batch
+  (`_lazy_embedding_update`); "dense" is the plain optax update of every parameter.
+  """
+  dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)
+  tokens = batch["inputs"]
+
+  def loss_fn(params, token_embeddings=None):
+    logits = state.apply_fn({"params": params}, tokens, train=True,
+                            rngs={"dropout": dropout_key}, token_embeddings=token_embeddings)
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
     return jnp.mean(losses), (losses, logits)
 
-  grads, (losses, logits) = jax.grad(loss_fn, has_aux=True)(state.params)
-  state = state.apply_gradients(grads=grads)
+  if state.embedding_update == "lazy":
+    table = state.params
+    for name in TOKEN_TABLE_PATH:
+      table = table[name]
+    rows = jnp.take(table, tokens, axis=0)
+    (grads, row_grads), (losses, logits) = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(
+        state.params, rows)  # (grads' table entry is unused: the table is not read)
+    state, grads = _lazy_embedding_update(state, grads, row_grads, tokens)
+  else:
+    grads, (losses, logits) = jax.grad(loss_fn, has_aux=True)(state.params)
+    state = state.apply_gradients(grads=grads)
   metrics = {
       "loss_sum": jnp.sum(losses),
       "correct": jnp.sum(jnp.argmax(logits, -1) == batch["labels"]),
@@ -325,7 +397,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     dummy = jnp.ones((1, config.max_len), jnp.int32)
     params = model.init({"params": params_rng}, dummy)["params"]
     return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
-                             dropout_key=jax.random.key_data(dropout_rng))
+                             dropout_key=jax.random.key_data(dropout_rng),
+                             embedding_update=config.optimizer.embedding_update)
 
   rng = jax.random.key(config.seed)
   abstract_state = jax.eval_shape(init, rng)
