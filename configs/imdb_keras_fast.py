@@ -9,8 +9,10 @@ Evaluated on the test split once, at the end, with the last parameters (no model
     TFDS_DATA_DIR=../shared/tensorflow_datasets \
       python -m textattn.main --config=configs/imdb_keras_fast.py --workdir=runs/keras_fast
 
-How the recipe was chosen, and its result on this 2-core CPU (2026-11-22): see
-experiments/RESULTS.md, "Time to 87%".
+Result on this 2-core CPU (2026-11-22, quiet machine, warm token cache): 87.10% test accuracy
+(weighted F1 0.871) in 53 s from launch; seeds 1 and 2: 87.08% and 87.20% in 53 and 55 s
+(the seed recipe, two epochs: 87.03% in 92 s). How the recipe was chosen (including that the
+trials' test accuracy was seen): experiments/RESULTS.md, "Time to 87%".
 """
 
 from configs import imdb_keras_example
