@@ -71,8 +71,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.optimizer.eps = 1e-7  # Keras Adam's default, as in the seed
   # Token-embedding table update: "dense" (every row, every step: the optimizer as written) or
   # "lazy" (only the rows of ids in the batch, moments included, as TF's LazyAdam; absent rows
-  # keep their values and moments). Lazy changes the optimizer's semantics and is faster on a
-  # CPU (no [vocab, embed] gradient or full-table update); see experiments/RESULTS.md.
+  # keep their values and moments). Lazy changes the optimizer's semantics; it avoids the
+  # [vocab, embed] gradient and full-table update, but at vocab 20,000 on a 2-core CPU it was
+  # measured slower than dense (experiments/RESULTS.md), so it is off by default.
   config.optimizer.embedding_update = "dense"
 
   # ---- Loop -----------------------------------------------------------------
