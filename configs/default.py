@@ -82,7 +82,8 @@ def get_config() -> ml_collections.ConfigDict:
   # CPU only: split the host CPU into this many JAX devices, so the batch is data-parallel over
   # the cores (each device runs its share of the step on its own thread). 0 = JAX's default
   # (one CPU device, or XLA_FLAGS' --xla_force_host_platform_device_count). Read by
-  # textattn.main and textattn.benchmark before JAX starts; no effect on GPU/TPU devices.
+  # textattn.main and by textattn.benchmark --mode=train_step before JAX starts; no effect on
+  # GPU/TPU devices.
   config.num_cpu_devices = 0
   config.eval_batch_size = 256
   config.num_epochs = 2

@@ -15,7 +15,7 @@ CONFIGS = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[1] / 
 def test_config_is_valid_and_documents_its_run_command(name):
   module = importlib.import_module(f"configs.{name}")
   config = module.get_config()
-  train.validate_config(config, device_count=1)
+  train.validate_config(config, device_count=max(1, config.num_cpu_devices))
   models.build_model(config, num_classes=2)
   command = "python -m textattn.main --config=configs/"
   assert command in module.__doc__ and (name == "default" or f"configs/{name}.py" in module.__doc__)

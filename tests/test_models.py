@@ -85,6 +85,10 @@ def test_embedding_dropout_drops_embedding_elements_only_when_asked():
   out = embedded(0.5)
   dropped = np.mean(out == 0)
   assert 0.4 < dropped < 0.6, dropped
+  # Evaluation never drops.
+  model = models.build_model(small_config(dropout_rate=0.0, embed_dropout_rate=0.5), 2)
+  params = model.init(jax.random.key(0), tokens)
+  np.testing.assert_array_equal(model.apply(params, tokens), model.apply(params, tokens))
 
 
 @pytest.mark.parametrize("norm,position", [("pre", "sinusoidal"), ("post", "learned")])

@@ -336,9 +336,10 @@ def assert_rows_close(a, b, tol=1e-5):
       assert row_a[key] == pytest.approx(row_b[key], abs=tol), key
 
 
-@pytest.mark.parametrize("how", ["xla_flags", "config"])
+@pytest.mark.parametrize("how", ["xla_flags", "config", "config_lazy"])
 def test_several_devices_match_one_device(tmp_path, data_file, how):
-  args = cli_args(data_file, tmp_path / "cache", num_train_steps=20)
+  overrides = {"optimizer.embedding_update": "lazy"} if how == "config_lazy" else {}
+  args = cli_args(data_file, tmp_path / "cache", num_train_steps=20, **overrides)
   one = run_main(args, tmp_path / "one")
   if how == "xla_flags":
     n, many = 4, run_main(args, tmp_path / "many",

@@ -347,7 +347,7 @@ def _build(spec: dict, config, implementation: str | None = None):
     data_sharding = jax.NamedSharding(mesh, jax.P("data"))
     replicated = jax.NamedSharding(mesh, jax.P())
     if batch_size % jax.device_count():
-      raise ValueError(f"batch size {batch_size} must be a multiple of the device count "
+      raise ValueError(f"config.batch_size={batch_size} must be a multiple of the device count "
                        f"({jax.device_count()}).")
     state = jax.jit(init, out_shardings=replicated)(key)
     batch = jax.device_put({"inputs": tokens, "labels": labels}, data_sharding)

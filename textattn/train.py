@@ -155,12 +155,13 @@ def _lazy_embedding_update(state: TrainState, grads, row_grads: jax.Array, token
   for name in TOKEN_TABLE_PATH:
     table = table[name]
   n = tokens.size
-  # Distinct ids, padded to a static n with an out-of-range id: gathers read 0 there and
-  # scatters drop it.
-  ids, inverse = jnp.unique(tokens.reshape(-1), size=n, fill_value=table.shape[0],
+  size = min(n, table.shape[0])  # at most this many distinct ids
+  # Distinct ids, padded to the static `size` with an out-of-range id: gathers read 0 there
+  # and scatters drop it.
+  ids, inverse = jnp.unique(tokens.reshape(-1), size=size, fill_value=table.shape[0],
                             return_inverse=True)
   compact_grad = jax.ops.segment_sum(row_grads.reshape(n, -1).astype(table.dtype),
-                                     inverse.reshape(-1), num_segments=n)
+                                     inverse.reshape(-1), num_segments=size)
 
   def gather(path, leaf):
     return leaf.at[ids].get(mode="fill", fill_value=0) if _is_token_table(
