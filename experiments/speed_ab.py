@@ -29,26 +29,37 @@ VARIANTS = [  # (attention, softmax kernel, dropout bits)
 ]
 
 
-def main():
-  rng = np.random.default_rng(0)
+def random_batch(seed=0):
+  """Batch 32 x length 200, random lengths 50..200 (right padding), random ids and labels."""
+  rng = np.random.default_rng(seed)
   lengths = rng.integers(50, 201, 32)
   tokens = np.where(np.arange(200)[None] < lengths[:, None], rng.integers(2, 20000, (32, 200)), 0)
-  batch = {"inputs": jnp.asarray(tokens, jnp.int32),
-           "labels": jnp.asarray(rng.integers(0, 2, 32), jnp.int32)}
+  return {"inputs": jnp.asarray(tokens, jnp.int32),
+          "labels": jnp.asarray(rng.integers(0, 2, 32), jnp.int32)}
+
+
+def seed_step(attention="softmax", kernel="fused", dropout_rng="hash", embedding_update="dense"):
+  """(jitted train_step with the state donated, initial state) of the seed model's config."""
+  config = imdb_keras_example.get_config()
+  config.model.update(attention=attention, attention_impl=kernel, dropout_rng=dropout_rng)
+  config.optimizer.embedding_update = embedding_update
+  model = models.build_model(config, 2)
+  tx = train.make_optimizer(config.optimizer, 1000)
+
+  def init(key):
+    params = model.init(key, jnp.ones((1, 200), jnp.int32))["params"]
+    return train.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                                   dropout_key=jax.random.key_data(key),
+                                   embedding_update=embedding_update)
+
+  return jax.jit(train.train_step, donate_argnums=0), jax.jit(init)(jax.random.key(0))
+
+
+def main():
+  batch = random_batch()
   steps = {}
   for attention, kernel, dropout_rng in VARIANTS:
-    config = imdb_keras_example.get_config()
-    config.model.update(attention=attention, attention_impl=kernel, dropout_rng=dropout_rng)
-    model = models.build_model(config, 2)
-    tx = train.make_optimizer(config.optimizer, 1000)
-
-    def init(key, model=model, tx=tx):
-      params = model.init(key, jnp.ones((1, 200), jnp.int32))["params"]
-      return train.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
-                                     dropout_key=jax.random.key_data(key))
-
-    state = jax.jit(init)(jax.random.key(0))
-    step = jax.jit(train.train_step, donate_argnums=0)
+    step, state = seed_step(attention, kernel, dropout_rng)
     for _ in range(10):
       state, _ = step(state, batch)
     jax.block_until_ready(state)
