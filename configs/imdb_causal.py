@@ -7,9 +7,10 @@ decoder-only model would. Truncation "pre" keeps each review's end.
     TFDS_DATA_DIR=../shared/tensorflow_datasets \
       python -m textattn.main --config=configs/imdb_causal.py --workdir=runs/imdb_causal
 
-Result: not yet measured on IMDB (no acceptance target; CPU time went to the softmax and
-Fastformer acceptance runs). Its mechanics are covered by the tests (causality Jacobians, padding
-invariance with last-token pooling).
+Result on this 2-core CPU (2026-11-22): validation 0.8844, test accuracy 86.89% (weighted F1
+0.869), 47.7 min wall on one core (`taskset -c 0`, shared with other jobs) — 1.45 points below
+the bidirectional softmax encoder (88.34%): each token sees only its left context. All runs:
+experiments/RESULTS.md.
 """
 
 from configs import imdb_softmax
