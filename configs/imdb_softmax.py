@@ -9,6 +9,7 @@ checkpoint with the best validation accuracy (validation = 10% of the training s
 
 Result on this 2-core CPU (2026-11-22): validation 0.8904, test accuracy 88.34% (weighted F1
 0.883) — short of the 88.5% target; 63 min wall while the machine was shared (load ~6–7).
+Seed 1: validation 0.8880, test 88.03%.
 All runs: experiments/RESULTS.md.
 """
 
