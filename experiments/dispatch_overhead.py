@@ -3,11 +3,9 @@
     python experiments/dispatch_overhead.py
 """
 
-import time
-
 import jax
 import jax.numpy as jnp
-from speed_ab import random_batch, seed_step
+from speed_ab import random_batch, run_steps, seed_step
 
 
 def main():
@@ -15,15 +13,10 @@ def main():
   batch = random_batch()
   noop = jax.jit(lambda s, b: (s.replace(step=s.step + 1), jnp.sum(b["labels"])),
                  donate_argnums=0)
-  for _ in range(50):
-    state, _ = noop(state, batch)
-  jax.block_until_ready(state)
-  start = time.perf_counter()
-  for _ in range(500):
-    state, _ = noop(state, batch)
-  jax.block_until_ready(state)
+  state, _ = run_steps(noop, state, batch, 50)  # warm-up
+  state, seconds = run_steps(noop, state, batch, 500)
   print(f"no-op call with the train state ({len(jax.tree.leaves(state))} leaves): "
-        f"{(time.perf_counter() - start) / 500 * 1e3:.3f} ms")
+        f"{seconds * 1e3:.3f} ms")
 
 
 if __name__ == "__main__":

@@ -8,13 +8,11 @@ import collections
 import glob
 import gzip
 import json
-import os
 import shutil
 import sys
-import time
 
 import jax
-from speed_ab import random_batch, seed_step
+from speed_ab import random_batch, run_steps, seed_step
 
 
 def main():
@@ -22,14 +20,8 @@ def main():
   update = sys.argv[2] if len(sys.argv) > 2 else "dense"
   step, state = seed_step(attention, embedding_update=update)
   batch = random_batch()
-  for _ in range(20):
-    state, _ = step(state, batch)
-  jax.block_until_ready(state)
-  start = time.perf_counter()
-  for _ in range(50):
-    state, _ = step(state, batch)
-  jax.block_until_ready(state)
-  seconds = (time.perf_counter() - start) / 50
+  state, _ = run_steps(step, state, batch, 20)  # warm-up
+  state, seconds = run_steps(step, state, batch, 50)
   print(f"{seconds * 1e3:.1f} ms/step, {32 / seconds:.0f} examples/s")
   trace_dir = f"/tmp/prof/trace_{attention}_{update}"
   shutil.rmtree(trace_dir, ignore_errors=True)
@@ -39,7 +31,9 @@ def main():
     jax.block_until_ready(state)
   path = glob.glob(trace_dir + "/**/*.trace.json.gz", recursive=True)[0]
   totals = collections.Counter()
-  for event in json.load(gzip.open(path))["traceEvents"]:
+  with gzip.open(path) as f:
+    events = json.load(f)["traceEvents"]
+  for event in events:
     if event.get("ph") == "X":
       totals[event["name"]] += event["dur"]
   for name, microseconds in totals.most_common(45):

@@ -46,13 +46,18 @@ def seed_step(attention="softmax", kernel="fused", dropout_rng="hash", embedding
   model = models.build_model(config, 2)
   tx = train.make_optimizer(config.optimizer, 1000)
 
-  def init(key):
-    params = model.init(key, jnp.ones((1, 200), jnp.int32))["params"]
-    return train.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
-                                   dropout_key=jax.random.key_data(key),
-                                   embedding_update=embedding_update)
+  state = jax.jit(lambda key: train.init_train_state(model, tx, key, 200, embedding_update))(
+      jax.random.key(0))
+  return jax.jit(train.train_step, donate_argnums=0), state
 
-  return jax.jit(train.train_step, donate_argnums=0), jax.jit(init)(jax.random.key(0))
+
+def run_steps(step, state, batch, count):
+  """`count` calls of step(state, batch) (state donated); returns (state, seconds per call)."""
+  start = time.perf_counter()
+  for _ in range(count):
+    state, _ = step(state, batch)
+  jax.block_until_ready(state)
+  return state, (time.perf_counter() - start) / count
 
 
 def main():
@@ -60,20 +65,13 @@ def main():
   steps = {}
   for attention, kernel, dropout_rng in VARIANTS:
     step, state = seed_step(attention, kernel, dropout_rng)
-    for _ in range(10):
-      state, _ = step(state, batch)
-    jax.block_until_ready(state)
+    state, _ = run_steps(step, state, batch, 10)  # warm-up
     steps[(attention, kernel, dropout_rng)] = [step, state]
   times = {key: [] for key in steps}
   for _ in range(5):
     for key, entry in steps.items():
-      step, state = entry
-      start = time.perf_counter()
-      for _ in range(40):
-        state, _ = step(state, batch)
-      jax.block_until_ready(state)
-      entry[1] = state
-      times[key].append((time.perf_counter() - start) / 40)
+      entry[1], seconds = run_steps(entry[0], entry[1], batch, 40)
+      times[key].append(seconds)
   print(f"load average before/after: {os.getloadavg()[0]:.2f}")
   for (attention, kernel, dropout_rng), values in times.items():
     t = float(np.median(values))

@@ -149,10 +149,8 @@ def _embedding_update_states(vocab_size, batches, embedding_update, **optimizer)
   config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4)
   config.optimizer.update(name="adamw", weight_decay=0.1, grad_clip_norm=0.5, **optimizer)
   model = models.build_model(config, num_classes=2)
-  state = train.TrainState.create(
-      apply_fn=model.apply, params=model.init(jax.random.key(0), batches[0]["inputs"])["params"],
-      tx=train.make_optimizer(config.optimizer, 100),
-      dropout_key=jax.random.key_data(jax.random.key(1)), embedding_update=embedding_update)
+  state = train.init_train_state(model, train.make_optimizer(config.optimizer, 100),
+                                 jax.random.key(0), 12, embedding_update)
   step, states = jax.jit(train.train_step), []
   for batch in batches:
     state, _ = step(state, batch)

@@ -334,18 +334,11 @@ def _build(spec: dict, config, implementation: str | None = None):
                                                                 1000))
 
     def init(rng):
-      params_rng, dropout_rng = jax.random.split(rng)
-      params = model.init({"params": params_rng}, jnp.ones((1, short), jnp.int32))["params"]
-      return train.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
-                                     dropout_key=jax.random.key_data(dropout_rng),
-                                     embedding_update=config.optimizer.embedding_update)
+      return train.init_train_state(model, tx, rng, short, config.optimizer.embedding_update)
 
     # As in training: the batch sharded over all devices (config.num_cpu_devices on a CPU), the
     # state replicated.
-    mesh = jax.make_mesh((jax.device_count(),), ("data",),
-                         axis_types=(jax.sharding.AxisType.Auto,))
-    data_sharding = jax.NamedSharding(mesh, jax.P("data"))
-    replicated = jax.NamedSharding(mesh, jax.P())
+    data_sharding, replicated = train.data_parallel_shardings()
     if batch_size % jax.device_count():
       raise ValueError(f"config.batch_size={batch_size} must be a multiple of the device count "
                        f"({jax.device_count()}).")

@@ -37,6 +37,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   import jax  # after flag parsing, so --help and flag errors are instant
+
   from textattn import input_pipeline, train
 
   try:

@@ -13,17 +13,17 @@ import os
 import time
 from typing import Any
 
-from absl import logging
-import flax
-from flax.training import train_state as train_state_lib
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
-from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 import tqdm
+from absl import logging
+from flax import struct
+from flax.training import train_state as train_state_lib
+from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 
 from textattn import input_pipeline, models
 
@@ -42,7 +42,7 @@ TOKEN_TABLE_PATH = ("embedding", "token", "embedding")
 class TrainState(train_state_lib.TrainState):
   dropout_key: jax.Array  # raw uint32 key data; per-step keys are fold_in(dropout_key, step)
   # config.optimizer.embedding_update: "dense" or "lazy" (see train_step). Static.
-  embedding_update: str = flax.struct.field(pytree_node=False, default="dense")
+  embedding_update: str = struct.field(pytree_node=False, default="dense")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -82,6 +82,23 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
   for field in ("warmup_steps", "weight_decay", "grad_clip_norm"):
     if opt[field] < 0:
       raise ValueError(f"config.optimizer.{field}={opt[field]} must be >= 0.")
+
+
+def init_train_state(model: models.Classifier, tx: optax.GradientTransformation, rng: jax.Array,
+                     length: int, embedding_update: str = "dense") -> TrainState:
+  """Fresh parameters (from a dummy batch of `length` tokens), optimizer state and dropout key."""
+  params_rng, dropout_rng = jax.random.split(rng)
+  params = model.init({"params": params_rng}, jnp.ones((1, length), jnp.int32))["params"]
+  return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                           dropout_key=jax.random.key_data(dropout_rng),
+                           embedding_update=embedding_update)
+
+
+def data_parallel_shardings() -> tuple[jax.NamedSharding, jax.NamedSharding]:
+  """(batch sharded along a "data" axis over all devices, replicated) shardings."""
+  mesh = jax.make_mesh((jax.device_count(),), ("data",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  return jax.NamedSharding(mesh, jax.P("data")), jax.NamedSharding(mesh, jax.P())
 
 
 def request_cpu_devices(config: ml_collections.ConfigDict) -> None:
@@ -135,6 +152,12 @@ def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.Gr
 # Pure step functions.
 
 
+def _token_table(params) -> jax.Array:
+  for name in TOKEN_TABLE_PATH:
+    params = params[name]
+  return params
+
+
 def _is_token_table(path, leaf, table_shape) -> bool:
   names = tuple(getattr(key, "key", None) for key in path[-len(TOKEN_TABLE_PATH):])
   return names == TOKEN_TABLE_PATH and getattr(leaf, "shape", None) == table_shape
@@ -151,9 +174,7 @@ def _lazy_embedding_update(state: TrainState, grads, row_grads: jax.Array, token
   (Adam would decay their moments and keep moving them). Global-norm clipping sees the same
   norm as the dense update (summing duplicates is exactly what the dense gradient does).
   """
-  table = state.params
-  for name in TOKEN_TABLE_PATH:
-    table = table[name]
+  table = _token_table(state.params)
   n = tokens.size
   size = min(n, table.shape[0])  # at most this many distinct ids
   # Distinct ids, padded to the static `size` with an out-of-range id: gathers read 0 there
@@ -200,10 +221,7 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     return jnp.mean(losses), (losses, logits)
 
   if state.embedding_update == "lazy":
-    table = state.params
-    for name in TOKEN_TABLE_PATH:
-      table = table[name]
-    rows = jnp.take(table, tokens, axis=0)
+    rows = jnp.take(_token_table(state.params), tokens, axis=0)
     (grads, row_grads), (losses, logits) = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(
         state.params, rows)  # (grads' table entry is unused: the table is not read)
     state, grads = _lazy_embedding_update(state, grads, row_grads, tokens)
@@ -363,13 +381,10 @@ def _check_same_model(checkpoint_shapes: dict, current_shapes: dict, workdir: st
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains (or resumes), evaluates, and returns the final report's metrics."""
-  mesh = jax.make_mesh((jax.device_count(),), ("data",),
-                       axis_types=(jax.sharding.AxisType.Auto,))
   validate_config(config, jax.device_count())
   is_main = jax.process_index() == 0
   os.makedirs(workdir, exist_ok=True)
-  data_sharding = jax.NamedSharding(mesh, jax.P("data"))
-  replicated = jax.NamedSharding(mesh, jax.P())
+  data_sharding, replicated = data_parallel_shardings()
 
   data = input_pipeline.load_dataset(config, workdir, write=is_main)
   num_classes = len(data.class_names)
@@ -394,12 +409,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                      f"eval_split='validation' set config.val_fraction > 0.")
 
   def init(rng):
-    params_rng, dropout_rng = jax.random.split(rng)
-    dummy = jnp.ones((1, config.max_len), jnp.int32)
-    params = model.init({"params": params_rng}, dummy)["params"]
-    return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
-                             dropout_key=jax.random.key_data(dropout_rng),
-                             embedding_update=config.optimizer.embedding_update)
+    return init_train_state(model, tx, rng, config.max_len, config.optimizer.embedding_update)
 
   rng = jax.random.key(config.seed)
   abstract_state = jax.eval_shape(init, rng)
