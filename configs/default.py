@@ -75,6 +75,10 @@ def get_config() -> ml_collections.ConfigDict:
   # [vocab, embed] gradient and full-table update, but at vocab 20,000 on a 2-core CPU it was
   # measured slower than dense (experiments/RESULTS.md), so it is off by default.
   config.optimizer.embedding_update = "dense"
+  # Exponential moving average of the parameters, used for every evaluation, the best-checkpoint
+  # choice and the test report: 0 = off (the parameters themselves); e.g. 0.999 averages over
+  # roughly the last 1,000 steps (the decay ramps up from 0.1 over the first steps).
+  config.optimizer.ema_decay = 0.0
 
   # ---- Loop -----------------------------------------------------------------
   config.seed = 0

@@ -142,7 +142,8 @@ def test_one_train_step_changes_every_trainable_parameter():
   assert not unchanged, f"parameters (or rows) left unchanged by a step: {unchanged}"
 
 
-def _embedding_update_states(vocab_size, batches, embedding_update, **optimizer):
+def _embedding_update_states(vocab_size, batches, embedding_update, return_init=False,
+                             **optimizer):
   """The states after each of `batches` (train_step, dropout on, adamw + clipping)."""
   config = default.get_config()
   config.vocab_size, config.max_len = vocab_size, 12
@@ -150,7 +151,10 @@ def _embedding_update_states(vocab_size, batches, embedding_update, **optimizer)
   config.optimizer.update(name="adamw", weight_decay=0.1, grad_clip_norm=0.5, **optimizer)
   model = models.build_model(config, num_classes=2)
   state = train.init_train_state(model, train.make_optimizer(config.optimizer, 100),
-                                 jax.random.key(0), 12, embedding_update)
+                                 jax.random.key(0), 12, embedding_update,
+                                 config.optimizer.ema_decay)
+  if return_init:
+    return state
   step, states = jax.jit(train.train_step), []
   for batch in batches:
     state, _ = step(state, batch)
@@ -195,6 +199,57 @@ def test_lazy_embedding_update_leaves_rows_outside_the_batch_alone():
   # Rows never seen (41..63) never change in lazy mode; rows 21..40 do.
   np.testing.assert_array_equal(table(lazy[1])[41:], table(lazy[0])[41:])
   assert np.all(np.any(table(lazy[1])[21:41] != table(lazy[0])[21:41], axis=-1))
+
+
+def test_ema_is_the_moving_average_of_the_parameters_and_what_evaluation_uses():
+  rng = np.random.default_rng(0)
+  batches = [_batch(rng.integers(0, 16, 48).reshape(4, 12)) for _ in range(5)]
+  plain = _embedding_update_states(16, batches, "dense")
+  averaged = _embedding_update_states(16, batches, "dense", ema_decay=0.9)
+  # The average must not change the training trajectory itself.
+  assert_trees_identical(plain[-1].params, averaged[-1].params)
+  assert plain[-1].ema_params == {}
+  init = _embedding_update_states(16, [], "dense", ema_decay=0.9, return_init=True)
+  expected = jax.tree.map(np.asarray, init.params)
+  for step, state in enumerate(averaged, start=1):
+    decay = min(0.9, (1 + step) / (10 + step))
+    expected = jax.tree.map(lambda e, p: decay * e + (1 - decay) * np.asarray(p), expected,
+                            state.params)
+    for a, b in zip(jax.tree_util.tree_leaves(expected),
+                    jax.tree_util.tree_leaves(state.ema_params)):
+      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+  final = averaged[-1]
+  assert not np.allclose(np.asarray(final.params["logits"]["kernel"]),
+                         np.asarray(final.ema_params["logits"]["kernel"]))
+  eval_ema = train.eval_step(final, _eval_batch(batches[0]), 2)
+  eval_params = train.eval_step(final.replace(params=final.ema_params, ema_decay=0.0),
+                                _eval_batch(batches[0]), 2)
+  eval_raw = train.eval_step(final.replace(ema_decay=0.0), _eval_batch(batches[0]), 2)
+  assert float(eval_ema["loss_sum"]) == float(eval_params["loss_sum"])
+  assert float(eval_ema["loss_sum"]) != float(eval_raw["loss_sum"])
+
+
+def _eval_batch(batch):
+  return {**batch, "weights": jnp.ones(batch["labels"].shape, jnp.float32)}
+
+
+def test_ema_survives_a_resume_bit_for_bit(tmp_path, data_file):
+  ema = {"optimizer.ema_decay": 0.9}
+  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20, **ema),
+                           str(tmp_path / "straight"))
+  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10, **ema),
+                           str(tmp_path / "resumed"))
+  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20, **ema),
+                           str(tmp_path / "resumed"))
+  states = []
+  for run in ("straight", "resumed"):
+    manager = ocp.CheckpointManager(os.path.join(tmp_path, run, "checkpoints"))
+    states.append(manager.restore(20, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore()))["state"])
+  assert jax.tree_util.tree_leaves(states[0]["ema_params"])
+  assert_trees_identical(states[0]["ema_params"], states[1]["ema_params"])
+  assert_trees_identical(states[0]["params"], states[1]["params"])
+  assert final_report(tmp_path / "straight") == final_report(tmp_path / "resumed")
 
 
 def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
@@ -370,6 +425,7 @@ def test_two_processes_match_one_process(tmp_path, data_file):
     ("--config.eval_split=train", "config.eval_split='train' is not allowed"),
     ("--config.optimizer.name=sgd", "config.optimizer.name='sgd' is not allowed"),
     ("--config.num_cpu_devices=-1", "config.num_cpu_devices=-1 must be an integer >= 0"),
+    ("--config.optimizer.ema_decay=1.0", "config.optimizer.ema_decay=1.0 must be in [0, 1)"),
 ])
 def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file, override, message):
   result = run_main(cli_args(data_file, tmp_path / "cache") + [override], tmp_path / "run")

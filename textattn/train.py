@@ -43,6 +43,14 @@ class TrainState(train_state_lib.TrainState):
   dropout_key: jax.Array  # raw uint32 key data; per-step keys are fold_in(dropout_key, step)
   # config.optimizer.embedding_update: "dense" or "lazy" (see train_step). Static.
   embedding_update: str = struct.field(pytree_node=False, default="dense")
+  # config.optimizer.ema_decay (static): 0 = off; else ema_params is an exponential moving
+  # average of params (see train_step), and evaluation uses it. {} when off.
+  ema_decay: float = struct.field(pytree_node=False, default=0.0)
+  ema_params: Any = None
+
+  def eval_params(self):
+    """The parameters evaluation (and the test report) uses: the EMA when it is on."""
+    return self.ema_params if self.ema_decay else self.params
 
 
 class NonFiniteLossError(RuntimeError):
@@ -82,16 +90,32 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
   for field in ("warmup_steps", "weight_decay", "grad_clip_norm"):
     if opt[field] < 0:
       raise ValueError(f"config.optimizer.{field}={opt[field]} must be >= 0.")
+  if not 0.0 <= opt.ema_decay < 1.0:
+    raise ValueError(f"config.optimizer.ema_decay={opt.ema_decay} must be in [0, 1) "
+                     f"(0 = no moving average of the parameters).")
 
 
 def init_train_state(model: models.Classifier, tx: optax.GradientTransformation, rng: jax.Array,
-                     length: int, embedding_update: str = "dense") -> TrainState:
-  """Fresh parameters (from a dummy batch of `length` tokens), optimizer state and dropout key."""
+                     length: int, embedding_update: str = "dense",
+                     ema_decay: float = 0.0) -> TrainState:
+  """Fresh parameters (from a dummy batch of `length` tokens), optimizer state and dropout key,
+  and with ema_decay > 0 a moving average of the parameters that starts at them."""
   params_rng, dropout_rng = jax.random.split(rng)
   params = model.init({"params": params_rng}, jnp.ones((1, length), jnp.int32))["params"]
   return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                            dropout_key=jax.random.key_data(dropout_rng),
-                           embedding_update=embedding_update)
+                           embedding_update=embedding_update, ema_decay=float(ema_decay),
+                           ema_params=jax.tree.map(jnp.copy, params) if ema_decay else {})
+
+
+def _update_ema(state: TrainState) -> TrainState:
+  """ema <- d * ema + (1 - d) * params, with d = min(ema_decay, (1 + step) / (10 + step)) as
+  TF's ExponentialMovingAverage(num_updates=step), so early steps are not dominated by the
+  initialisation. `state.step` is the count of updates already applied."""
+  step = state.step.astype(jnp.float32)
+  decay = jnp.minimum(state.ema_decay, (1.0 + step) / (10.0 + step))
+  ema = jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, state.ema_params, state.params)
+  return state.replace(ema_params=ema)
 
 
 def data_parallel_shardings() -> tuple[jax.NamedSharding, jax.NamedSharding]:
@@ -228,6 +252,8 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
   else:
     grads, (losses, logits) = jax.grad(loss_fn, has_aux=True)(state.params)
     state = state.apply_gradients(grads=grads)
+  if state.ema_decay:
+    state = _update_ema(state)
   metrics = {
       "loss_sum": jnp.sum(losses),
       "correct": jnp.sum(jnp.argmax(logits, -1) == batch["labels"]),
@@ -245,7 +271,7 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
 
 def eval_step(state: TrainState, batch: dict, num_classes: int) -> dict:
   """Sums over the real (weight 1) examples of a padded eval batch, and a confusion matrix."""
-  logits = state.apply_fn({"params": state.params}, batch["inputs"], train=False)
+  logits = state.apply_fn({"params": state.eval_params()}, batch["inputs"], train=False)
   weights = batch["weights"]
   losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
   predictions = jnp.argmax(logits, -1)
@@ -409,7 +435,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                      f"eval_split='validation' set config.val_fraction > 0.")
 
   def init(rng):
-    return init_train_state(model, tx, rng, config.max_len, config.optimizer.embedding_update)
+    return init_train_state(model, tx, rng, config.max_len, config.optimizer.embedding_update,
+                            config.optimizer.ema_decay)
 
   rng = jax.random.key(config.seed)
   abstract_state = jax.eval_shape(init, rng)
@@ -417,6 +444,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   shapes = _shape_signature(abstract_state.params)
   shapes.update({f"opt_state/{k}": v
                  for k, v in _shape_signature(abstract_state.opt_state).items()})
+  shapes.update({f"ema_params/{k}": v
+                 for k, v in _shape_signature(abstract_state.ema_params).items()})
   if is_main:
     print(f"Model: {config.model.attention} attention, {config.model.pooling} pooling\n"
           + models.parameter_table(abstract_state.params), flush=True)

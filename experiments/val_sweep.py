@@ -1,0 +1,218 @@
+"""Validation-only hyper-parameter sweep, for choosing a config (e.g. on a lent GPU).
+
+Two steps, so the sweep machine needs neither TFDS nor the text, and never sees the test set:
+
+  # 1. Here: encode the train and validation splits of a config (never test) into one file.
+  TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/val_sweep.py export \
+      --config=configs/imdb_fastformer.py --out=.sweep/imdb_800.npz
+
+  # 2. Anywhere with JAX: train each variant for each seed with the project's own optimizer,
+  #    train_step and eval_step, evaluating on validation every eval_every_steps; print the best
+  #    and last validation accuracy of each run as one JSON line.
+  python experiments/val_sweep.py sweep --data=.sweep/imdb_800.npz \
+      --config=configs/imdb_fastformer.py --seeds=0,1,2 --jobs=8 \
+      --variant='base' --variant='max:model.pooling=max' ...
+
+A variant is NAME[:FIELD=VALUE[,FIELD=VALUE...]]; values are parsed as Python literals when they
+parse, else kept as strings. `max_len` may be lowered below the exported length: each review's
+last max_len tokens are kept (truncation "pre", as the configs) or its first (truncation "post").
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def load_config(path: str):
+  spec = importlib.util.spec_from_file_location("sweep_config", os.path.join(ROOT, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+  name, _, rest = text.partition(":")
+  overrides = {}
+  for item in filter(None, rest.split(",")):
+    field, _, value = item.partition("=")
+    try:
+      overrides[field] = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      overrides[field] = value
+  return name, overrides
+
+
+def apply_overrides(config, overrides: dict):
+  config = config.copy_and_resolve_references()
+  for field, value in overrides.items():
+    *parents, leaf = field.split(".")
+    node = config
+    for parent in parents:
+      node = node[parent]
+    if leaf not in node:
+      raise KeyError(f"unknown config field {field!r}")
+    node[leaf] = type(node[leaf])(value) if isinstance(node[leaf], float) else value
+  return config
+
+
+# ---- export -----------------------------------------------------------------------------------
+
+
+def export(args) -> None:
+  from textattn import input_pipeline
+  config = load_config(args.config)
+  with tempfile.TemporaryDirectory() as workdir:
+    data = input_pipeline.load_dataset(config, workdir)
+  dtype = np.uint16 if data.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  np.savez_compressed(
+      args.out, train_inputs=data.train.inputs.astype(dtype), train_labels=data.train.labels,
+      val_inputs=data.validation.inputs.astype(dtype), val_labels=data.validation.labels,
+      vocab_size=data.vocab_size, class_names=np.array(data.class_names),
+      max_len=config.max_len, truncation=config.truncation, config=args.config)
+  print(f"wrote {args.out}: train {data.train.inputs.shape}, validation "
+        f"{data.validation.inputs.shape}, vocab {data.vocab_size} (no test split)")
+
+
+# ---- sweep ------------------------------------------------------------------------------------
+
+
+def shorten(inputs: np.ndarray, max_len: int, truncation: str) -> np.ndarray:
+  """Re-truncate left-aligned, zero-padded rows to max_len tokens."""
+  lengths = (inputs != 0).sum(1)
+  out = np.zeros((len(inputs), max_len), np.int32)
+  for i, (row, n) in enumerate(zip(inputs, lengths)):
+    keep = row[max(0, n - max_len):n] if truncation == "pre" else row[:min(n, max_len)]
+    out[i, :len(keep)] = keep
+  return out
+
+
+def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dict:
+  import jax
+  import jax.numpy as jnp
+
+  from textattn import input_pipeline, models, train
+
+  config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
+  with np.load(data_path) as f:
+    raw = {k: f[k] for k in f.files}
+  if config.max_len > int(raw["max_len"]):
+    raise ValueError(f"max_len {config.max_len} > exported {int(raw['max_len'])}")
+  if config.truncation != str(raw["truncation"]) and config.max_len != int(raw["max_len"]):
+    raise ValueError("truncation differs from the export's")
+  splits = {}
+  for name in ("train", "val"):
+    inputs = raw[f"{name}_inputs"].astype(np.int32)
+    if config.max_len < inputs.shape[1]:
+      inputs = shorten(inputs, config.max_len, config.truncation)
+    splits[name] = input_pipeline.Split(inputs, raw[f"{name}_labels"].astype(np.int32))
+  class_names = [str(c) for c in raw["class_names"]]
+  num_classes = len(class_names)
+
+  train.validate_config(config, jax.device_count())
+  model = models.build_model(config, num_classes, vocab_size=int(raw["vocab_size"]))
+  train_iter = input_pipeline.TrainIterator(splits["train"], config.batch_size, config.seed)
+  total_steps = (config.num_train_steps if config.num_train_steps > 0
+                 else config.num_epochs * train_iter.steps_per_epoch)
+  eval_every = config.eval_every_steps or train_iter.steps_per_epoch
+  tx = train.make_optimizer(config.optimizer, total_steps)
+  state = jax.jit(lambda rng: train.init_train_state(
+      model, tx, rng, config.max_len, config.optimizer.embedding_update,
+      config.optimizer.ema_decay))(
+          jax.random.key(config.seed))
+  step_fn = jax.jit(train.train_step, donate_argnums=0)
+  eval_fn = jax.jit(lambda s, b: train.eval_step(s, b, num_classes))
+
+  def evaluate(state):
+    totals = None
+    for batch in input_pipeline.eval_batches(splits["val"], config.eval_batch_size):
+      sums = eval_fn(state, batch)
+      totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    return float(totals["correct"]) / float(totals["count"])
+
+  t0 = time.perf_counter()
+  curve = []
+  for step in range(1, total_steps + 1):
+    state, _ = step_fn(state, next(train_iter))
+    if step % eval_every == 0 or step == total_steps:
+      curve.append((step, evaluate(state)))
+  best_step, best = max(curve, key=lambda c: c[1])  # first best, as the checkpoint manager
+  return {"val_best": best, "val_best_step": best_step, "val_last": curve[-1][1],
+          "curve": curve, "seconds": time.perf_counter() - t0, "device": str(jax.devices()[0])}
+
+
+def sweep(args) -> None:
+  variants = [parse_variant(v) for v in args.variant] or [("base", {})]
+  seeds = [int(s) for s in args.seeds.split(",")]
+  jobs = [(name, overrides, seed) for name, overrides in variants for seed in seeds]
+  out = open(args.out, "a") if args.out else None
+
+  def launch(job):
+    name, overrides, seed = job
+    command = [sys.executable, __file__, "one", f"--data={args.data}", f"--config={args.config}",
+               f"--overrides={json.dumps(overrides)}", f"--seed={seed}"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+      return {"variant": name, "seed": seed, "error": done.stderr[-2000:]}
+    return {"variant": name, "seed": seed, "overrides": overrides,
+            **json.loads(done.stdout.strip().splitlines()[-1])}
+
+  results = {name: [] for name, _ in variants}
+  with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+    for result in pool.map(launch, jobs):
+      line = json.dumps(result)
+      print(line, flush=True)
+      if out:
+        out.write(line + "\n")
+        out.flush()
+      if "val_best" in result:
+        results[result["variant"]].append(result["val_best"])
+  print("\nvariant                  mean best val  (per seed)")
+  for name, values in results.items():
+    if values:
+      print(f"{name:24s} {np.mean(values):.4f}         " + " ".join(f"{v:.4f}" for v in values))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  sub = parser.add_subparsers(dest="command", required=True)
+  p = sub.add_parser("export")
+  p.add_argument("--config", required=True)
+  p.add_argument("--out", required=True)
+  p = sub.add_parser("sweep")
+  p.add_argument("--data", required=True)
+  p.add_argument("--config", required=True)
+  p.add_argument("--variant", action="append", default=[])
+  p.add_argument("--seeds", default="0")
+  p.add_argument("--jobs", type=int, default=1)
+  p.add_argument("--out", default="")
+  p = sub.add_parser("one")
+  p.add_argument("--data", required=True)
+  p.add_argument("--config", required=True)
+  p.add_argument("--overrides", default="{}")
+  p.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args()
+  if args.command == "export":
+    export(args)
+  elif args.command == "sweep":
+    sweep(args)
+  else:
+    print(json.dumps(run_one(args.data, args.config, json.loads(args.overrides), args.seed)))
+
+
+if __name__ == "__main__":
+  main()
