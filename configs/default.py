@@ -49,6 +49,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.mlp_dim = 20  # hidden dense units in the head; 0 = none
   config.model.dropout_rate = 0.1  # after attention, FFN, pooling and the head's hidden layer
   config.model.embed_dropout_rate = 0.0  # on the token + position embeddings (off in the seeds)
+  # Word dropout: each token's embedding zeroed with this probability in training (not
+  # rescaled; its position embedding and its place in the mask stay). Off in the seeds.
+  config.model.token_dropout_rate = 0.0
   # Dropout mask bits: "hash" (counter-based integer hash keyed by threefry; fast on CPU) or
   # "threefry" (jax.random.bits). Both are sharding-invariant; see textattn/models.py.
   config.model.dropout_rng = "hash"
@@ -79,6 +82,9 @@ def get_config() -> ml_collections.ConfigDict:
   # choice and the test report: 0 = off (the parameters themselves); e.g. 0.999 averages over
   # roughly the last 1,000 steps (the decay ramps up from 0.1 over the first steps).
   config.optimizer.ema_decay = 0.0
+  # Label smoothing of the training loss (optax.smooth_labels); 0 = plain cross-entropy.
+  # Evaluation losses are always plain cross-entropy.
+  config.optimizer.label_smoothing = 0.0
 
   # ---- Loop -----------------------------------------------------------------
   config.seed = 0

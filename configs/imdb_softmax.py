@@ -22,7 +22,7 @@ def get_config():
   config.vocab_size = 20000
   config.truncation = "pre"
   config.batch_size = 32
-  config.num_epochs = 2
+  config.num_epochs = 3
   config.model.attention = "softmax"
   config.model.embed_dim = 64
   config.model.num_heads = 4
@@ -30,6 +30,7 @@ def get_config():
   config.model.ffn_dim = 128
   config.model.mlp_dim = 0
   config.model.dropout_rate = 0.1
+  config.model.token_dropout_rate = 0.2  # word dropout
   config.model.pooling = "mean"
   config.optimizer.name = "adamw"
   config.optimizer.learning_rate = 1e-3

@@ -13,6 +13,9 @@ Two steps, so the sweep machine needs neither TFDS nor the text, and never sees 
       --config=configs/imdb_fastformer.py --seeds=0,1,2 --jobs=8 \
       --variant='base' --variant='max:model.pooling=max' ...
 
+  # 3. Summarise sweep files (one JSON line per run, as written by --out).
+  python experiments/val_sweep.py summarize experiments/sweeps/*.jsonl
+
 A variant is NAME[:FIELD=VALUE[,FIELD=VALUE...]]; values are parsed as Python literals when they
 parse, else kept as strings. `max_len` may be lowered below the exported length: each review's
 last max_len tokens are kept (truncation "pre", as the configs) or its first (truncation "post").
@@ -132,7 +135,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dic
   tx = train.make_optimizer(config.optimizer, total_steps)
   state = jax.jit(lambda rng: train.init_train_state(
       model, tx, rng, config.max_len, config.optimizer.embedding_update,
-      config.optimizer.ema_decay))(
+      config.optimizer.ema_decay, config.optimizer.label_smoothing))(
           jax.random.key(config.seed))
   step_fn = jax.jit(train.train_step, donate_argnums=0)
   eval_fn = jax.jit(lambda s, b: train.eval_step(s, b, num_classes))
@@ -158,14 +161,14 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dic
 def sweep(args) -> None:
   variants = [parse_variant(v) for v in args.variant] or [("base", {})]
   seeds = [int(s) for s in args.seeds.split(",")]
-  jobs = [(name, overrides, seed) for name, overrides in variants for seed in seeds]
-  out = open(args.out, "a") if args.out else None
+  # Seed-major, so a sweep cut short still has every variant's first seeds.
+  jobs = [(name, overrides, seed) for seed in seeds for name, overrides in variants]
 
   def launch(job):
     name, overrides, seed = job
     command = [sys.executable, __file__, "one", f"--data={args.data}", f"--config={args.config}",
                f"--overrides={json.dumps(overrides)}", f"--seed={seed}"]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
       return {"variant": name, "seed": seed, "error": done.stderr[-2000:]}
     return {"variant": name, "seed": seed, "overrides": overrides,
@@ -176,15 +179,31 @@ def sweep(args) -> None:
     for result in pool.map(launch, jobs):
       line = json.dumps(result)
       print(line, flush=True)
-      if out:
-        out.write(line + "\n")
-        out.flush()
+      if args.out:
+        with open(args.out, "a") as out:
+          out.write(line + "\n")
       if "val_best" in result:
         results[result["variant"]].append(result["val_best"])
   print("\nvariant                  mean best val  (per seed)")
   for name, values in results.items():
     if values:
       print(f"{name:24s} {np.mean(values):.4f}         " + " ".join(f"{v:.4f}" for v in values))
+
+
+def summarize(args) -> None:
+  """Mean (and per-seed) best validation accuracy per variant over one or more sweep files."""
+  for path in args.files:
+    by_variant = {}
+    with open(path) as f:
+      for line in f:
+        r = json.loads(line)
+        if "val_best" in r:
+          by_variant.setdefault(r["variant"], []).append((r["seed"], r["val_best"]))
+    print(f"{path}:")
+    for name, values in by_variant.items():
+      accs = [v for _, v in sorted(values)]
+      print(f"  {name:20s} n={len(accs)}  mean {np.mean(accs):.4f}  "
+            + " ".join(f"{v:.4f}" for v in accs))
 
 
 def main() -> None:
@@ -200,6 +219,8 @@ def main() -> None:
   p.add_argument("--seeds", default="0")
   p.add_argument("--jobs", type=int, default=1)
   p.add_argument("--out", default="")
+  p = sub.add_parser("summarize")
+  p.add_argument("files", nargs="+")
   p = sub.add_parser("one")
   p.add_argument("--data", required=True)
   p.add_argument("--config", required=True)
@@ -210,6 +231,8 @@ def main() -> None:
     export(args)
   elif args.command == "sweep":
     sweep(args)
+  elif args.command == "summarize":
+    summarize(args)
   else:
     print(json.dumps(run_one(args.data, args.config, json.loads(args.overrides), args.seed)))
 

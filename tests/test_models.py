@@ -91,6 +91,38 @@ def test_embedding_dropout_drops_embedding_elements_only_when_asked():
   np.testing.assert_array_equal(model.apply(params, tokens), model.apply(params, tokens))
 
 
+def test_token_dropout_zeroes_whole_token_embeddings_in_training_only():
+  ids = np.arange(56).reshape(4, 14) % 49 + 1
+  tokens = np.concatenate([ids, np.zeros((4, 2))], 1).astype(np.int32)
+  model = models.build_model(small_config(dropout_rate=0.0, token_dropout_rate=0.5), 2)
+  params = model.init(jax.random.key(0), tokens)
+  table = np.asarray(params["params"]["embedding"]["token"]["embedding"])
+  position = np.asarray(params["params"]["embedding"]["position"])[None, :16]
+
+  def embedded(train, token_embeddings=None):
+    _, state = model.apply(params, tokens, train=train, rngs={"dropout": jax.random.key(1)},
+                           token_embeddings=token_embeddings,
+                           capture_intermediates=lambda mdl, _: mdl.name == "embedding",
+                           mutable=["intermediates"])
+    (out,) = state["intermediates"]["embedding"]["__call__"]
+    return np.asarray(out)
+
+  full = table[tokens] + position
+  out = embedded(True)
+  dropped = np.all(out == np.broadcast_to(position, out.shape), axis=-1)  # token part zeroed
+  kept = np.all(np.isclose(out, full), axis=-1)
+  assert np.all(dropped | kept)
+  real = tokens != 0
+  assert 0.35 < dropped[real].mean() < 0.65, dropped[real].mean()
+  # The lazy update looks the rows up itself: the same tokens must be dropped.
+  np.testing.assert_array_equal(embedded(True, jnp.asarray(table[tokens])), out)
+  np.testing.assert_allclose(embedded(False), full, rtol=1e-6)  # evaluation never drops
+  off = models.build_model(small_config(dropout_rate=0.0), 2)
+  np.testing.assert_array_equal(
+      off.apply(params, tokens, train=True, rngs={"dropout": jax.random.key(1)}),
+      off.apply(params, tokens))  # rate 0 (the default): training is deterministic here
+
+
 @pytest.mark.parametrize("norm,position", [("pre", "sinusoidal"), ("post", "learned")])
 def test_options_build_and_are_finite(norm, position):
   config = small_config(norm=norm, position=position)
@@ -121,6 +153,7 @@ def test_bfloat16_compute_keeps_float32_parameters_and_logits():
     ("model.embed_dim", 0, ["config.model.embed_dim=0", "positive integer"]),
     ("model.dropout_rate", 1.5, ["config.model.dropout_rate=1.5"]),
     ("model.embed_dropout_rate", -0.1, ["config.model.embed_dropout_rate=-0.1"]),
+    ("model.token_dropout_rate", 1.0, ["config.model.token_dropout_rate=1.0", "[0, 1)"]),
 ])
 def test_bad_model_config_is_a_clear_value_error(field, value, words):
   config = small_config()

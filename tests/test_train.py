@@ -213,7 +213,7 @@ def test_ema_is_the_moving_average_of_the_parameters_and_what_evaluation_uses():
   expected = jax.tree.map(np.asarray, init.params)
   for step, state in enumerate(averaged, start=1):
     decay = min(0.9, (1 + step) / (10 + step))
-    expected = jax.tree.map(lambda e, p: decay * e + (1 - decay) * np.asarray(p), expected,
+    expected = jax.tree.map(lambda e, p, d=decay: d * e + (1 - d) * np.asarray(p), expected,
                             state.params)
     for a, b in zip(jax.tree_util.tree_leaves(expected),
                     jax.tree_util.tree_leaves(state.ema_params)):
@@ -227,6 +227,27 @@ def test_ema_is_the_moving_average_of_the_parameters_and_what_evaluation_uses():
   eval_raw = train.eval_step(final.replace(ema_decay=0.0), _eval_batch(batches[0]), 2)
   assert float(eval_ema["loss_sum"]) == float(eval_params["loss_sum"])
   assert float(eval_ema["loss_sum"]) != float(eval_raw["loss_sum"])
+
+
+def test_label_smoothing_trains_on_the_smoothed_cross_entropy():
+  config = default.get_config()
+  config.vocab_size, config.max_len = 16, 12
+  config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4, dropout_rate=0.0)
+  model = models.build_model(config, num_classes=2)
+  batch = _batch(np.random.default_rng(0).integers(1, 16, 48).reshape(4, 12))
+  losses = {}
+  for smoothing in (0.0, 0.2):
+    state = train.init_train_state(model, optax.sgd(0.1), jax.random.key(0), 12,
+                                   label_smoothing=smoothing)
+    logits = np.asarray(model.apply({"params": state.params}, batch["inputs"]), np.float64)
+    _, metrics = jax.jit(train.train_step)(state, batch)
+    losses[smoothing] = float(metrics["loss_sum"])
+  log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  targets = np.eye(2)[np.asarray(batch["labels"])] * 0.8 + 0.1
+  assert losses[0.2] == pytest.approx(-(targets * log_p).sum(), rel=1e-5)
+  assert losses[0.0] == pytest.approx(
+      -log_p[np.arange(4), np.asarray(batch["labels"])].sum(), rel=1e-5)
+  assert losses[0.2] != pytest.approx(losses[0.0], rel=1e-3)
 
 
 def _eval_batch(batch):
@@ -426,6 +447,8 @@ def test_two_processes_match_one_process(tmp_path, data_file):
     ("--config.optimizer.name=sgd", "config.optimizer.name='sgd' is not allowed"),
     ("--config.num_cpu_devices=-1", "config.num_cpu_devices=-1 must be an integer >= 0"),
     ("--config.optimizer.ema_decay=1.0", "config.optimizer.ema_decay=1.0 must be in [0, 1)"),
+    ("--config.optimizer.label_smoothing=-0.1",
+     "config.optimizer.label_smoothing=-0.1 must be in [0, 1)"),
 ])
 def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file, override, message):
   result = run_main(cli_args(data_file, tmp_path / "cache") + [override], tmp_path / "run")

@@ -100,7 +100,10 @@ class Embedding(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, tokens: Array, token_embeddings: Array | None = None) -> Array:
+  def __call__(self, tokens: Array, token_embeddings: Array | None = None,
+               token_drop: Array | None = None) -> Array:
+    """token_drop: bool [batch, length], True where the token embedding is zeroed (word
+    dropout); the position embedding is kept."""
     length = tokens.shape[1]
     if length > self.max_len:
       raise ValueError(f"config.max_len={self.max_len} is smaller than the input length "
@@ -110,6 +113,8 @@ class Embedding(nn.Module):
                    dtype=self.dtype, name="token")(tokens)
     else:  # rows looked up by the caller (the lazy embedding update differentiates w.r.t. them)
       x = token_embeddings.astype(self.dtype)
+    if token_drop is not None:
+      x = jnp.where(token_drop[..., None], jnp.zeros_like(x), x)
     if self.position == "learned":
       table = self.param("position", _keras_embedding_init, (self.max_len, self.embed_dim))
     else:
@@ -201,6 +206,7 @@ class Classifier(nn.Module):
   mlp_dim: int = 20
   dropout_rate: float = 0.1
   embed_dropout_rate: float = 0.0
+  token_dropout_rate: float = 0.0
   attention: str = "softmax"
   attention_impl: str = "fused"
   additive_scoring: str = "shared"
@@ -218,8 +224,15 @@ class Classifier(nn.Module):
     # token_embeddings: the token-embedding rows of `tokens` [batch, length, embed], when the
     # caller looked them up itself (train.py's lazy embedding update); default: looked up here.
     padding_mask = tokens != 0 if padding_mask is None else padding_mask.astype(bool)
+    token_drop = None
+    if train and self.token_dropout_rate > 0.0:
+      # Word dropout (Iyyer et al. 2015): each token's embedding is zeroed with this
+      # probability, without rescaling; the token still counts in the padding mask.
+      threshold = round(self.token_dropout_rate * 65536)
+      token_drop = dropout_bits(self.make_rng("dropout"), tokens.shape,
+                                self.dropout_rng) < threshold
     x = Embedding(self.vocab_size, self.max_len, self.embed_dim, self.position, self.dtype,
-                  name="embedding")(tokens, token_embeddings)
+                  name="embedding")(tokens, token_embeddings, token_drop)
     # Dropout on the summed token + position embeddings (Vaswani et al. 2017; off in the seeds).
     x = Dropout(self.embed_dropout_rate, self.dropout_rng, name="embed_dropout")(
         x, deterministic=not train)
@@ -290,7 +303,7 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config.{field}={value!r} must be a positive integer.")
   if m.mlp_dim < 0:
     raise ValueError(f"config.model.mlp_dim={m.mlp_dim} must be >= 0 (0 = no hidden layer).")
-  for field in ("dropout_rate", "embed_dropout_rate"):
+  for field in ("dropout_rate", "embed_dropout_rate", "token_dropout_rate"):
     if not 0.0 <= m[field] < 1.0:
       raise ValueError(f"config.model.{field}={m[field]} must be in [0, 1).")
 
@@ -306,6 +319,7 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
       max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,
       num_layers=m.num_layers, ffn_dim=m.ffn_dim, mlp_dim=m.mlp_dim,
       dropout_rate=m.dropout_rate, embed_dropout_rate=m.embed_dropout_rate,
+      token_dropout_rate=m.token_dropout_rate,
       attention=m.attention, attention_impl=m.attention_impl,
       additive_scoring=m.additive_scoring, position=m.position, norm=m.norm, pooling=m.pooling,
       layer_norm_epsilon=m.layer_norm_epsilon, dtype=DTYPES[m.dtype], dropout_rng=m.dropout_rng)

@@ -46,6 +46,7 @@ class TrainState(train_state_lib.TrainState):
   # config.optimizer.ema_decay (static): 0 = off; else ema_params is an exponential moving
   # average of params (see train_step), and evaluation uses it. {} when off.
   ema_decay: float = struct.field(pytree_node=False, default=0.0)
+  label_smoothing: float = struct.field(pytree_node=False, default=0.0)  # (static)
   ema_params: Any = None
 
   def eval_params(self):
@@ -90,6 +91,8 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
   for field in ("warmup_steps", "weight_decay", "grad_clip_norm"):
     if opt[field] < 0:
       raise ValueError(f"config.optimizer.{field}={opt[field]} must be >= 0.")
+  if not 0.0 <= opt.label_smoothing < 1.0:
+    raise ValueError(f"config.optimizer.label_smoothing={opt.label_smoothing} must be in [0, 1).")
   if not 0.0 <= opt.ema_decay < 1.0:
     raise ValueError(f"config.optimizer.ema_decay={opt.ema_decay} must be in [0, 1) "
                      f"(0 = no moving average of the parameters).")
@@ -97,7 +100,7 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
 
 def init_train_state(model: models.Classifier, tx: optax.GradientTransformation, rng: jax.Array,
                      length: int, embedding_update: str = "dense",
-                     ema_decay: float = 0.0) -> TrainState:
+                     ema_decay: float = 0.0, label_smoothing: float = 0.0) -> TrainState:
   """Fresh parameters (from a dummy batch of `length` tokens), optimizer state and dropout key,
   and with ema_decay > 0 a moving average of the parameters that starts at them."""
   params_rng, dropout_rng = jax.random.split(rng)
@@ -105,6 +108,7 @@ def init_train_state(model: models.Classifier, tx: optax.GradientTransformation,
   return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                            dropout_key=jax.random.key_data(dropout_rng),
                            embedding_update=embedding_update, ema_decay=float(ema_decay),
+                           label_smoothing=float(label_smoothing),
                            ema_params=jax.tree.map(jnp.copy, params) if ema_decay else {})
 
 
@@ -241,7 +245,12 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
   def loss_fn(params, token_embeddings=None):
     logits = state.apply_fn({"params": params}, tokens, train=True,
                             rngs={"dropout": dropout_key}, token_embeddings=token_embeddings)
-    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+    if state.label_smoothing:
+      targets = optax.smooth_labels(jax.nn.one_hot(batch["labels"], logits.shape[-1]),
+                                    state.label_smoothing)
+      losses = optax.softmax_cross_entropy(logits, targets)
+    else:
+      losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
     return jnp.mean(losses), (losses, logits)
 
   if state.embedding_update == "lazy":
@@ -436,7 +445,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   def init(rng):
     return init_train_state(model, tx, rng, config.max_len, config.optimizer.embedding_update,
-                            config.optimizer.ema_decay)
+                            config.optimizer.ema_decay, config.optimizer.label_smoothing)
 
   rng = jax.random.key(config.seed)
   abstract_state = jax.eval_shape(init, rng)
