@@ -20,7 +20,7 @@ if len(sys.argv) > 1:
 
 import jax.numpy as jnp
 import numpy as np
-from speed_ab import random_batch, run_steps, seed_step
+from speed_ab import interleaved_rounds, random_batch, run_steps, seed_step
 
 from textattn import attention, train
 
@@ -49,11 +49,7 @@ def main():
     state, _ = run_steps(step, state, batch, 10)
     entries[name] = [step, state]
   attention._fused_core = cores["augV"]
-  times = {name: [] for name in entries}
-  for _ in range(7):
-    for name, entry in entries.items():
-      entry[1], seconds = run_steps(entry[0], entry[1], batch, 40)
-      times[name].append(seconds)
+  times = interleaved_rounds(entries, batch, 7)
   print(f"{jax.device_count()} device(s), load average {os.getloadavg()[0]:.2f}")
   for name, values in times.items():
     t = float(np.median(values))

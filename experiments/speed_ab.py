@@ -13,12 +13,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from configs import imdb_keras_example  # noqa: E402
-from textattn import models, train  # noqa: E402
+from configs import imdb_keras_example
+from textattn import models, train
 
 VARIANTS = [  # (attention, softmax kernel, dropout bits)
     ("softmax", "xla", "threefry"),
@@ -60,6 +60,17 @@ def run_steps(step, state, batch, count):
   return state, (time.perf_counter() - start) / count
 
 
+def interleaved_rounds(entries, batch, rounds, count=40):
+  """{key: [step, state]} (states updated in place) -> {key: [seconds per step of each round]};
+  every round runs `count` steps of each entry in turn, so all see the same machine load."""
+  times = {key: [] for key in entries}
+  for _ in range(rounds):
+    for key, entry in entries.items():
+      entry[1], seconds = run_steps(entry[0], entry[1], batch, count)
+      times[key].append(seconds)
+  return times
+
+
 def main():
   batch = random_batch()
   steps = {}
@@ -67,11 +78,7 @@ def main():
     step, state = seed_step(attention, kernel, dropout_rng)
     state, _ = run_steps(step, state, batch, 10)  # warm-up
     steps[(attention, kernel, dropout_rng)] = [step, state]
-  times = {key: [] for key in steps}
-  for _ in range(5):
-    for key, entry in steps.items():
-      entry[1], seconds = run_steps(entry[0], entry[1], batch, 40)
-      times[key].append(seconds)
+  times = interleaved_rounds(steps, batch, 5)
   print(f"load average before/after: {os.getloadavg()[0]:.2f}")
   for (attention, kernel, dropout_rng), values in times.items():
     t = float(np.median(values))
