@@ -9,7 +9,8 @@ decoder-only model would. Truncation "pre" keeps each review's end.
 
 Result on this 2-core CPU (2026-11-22): validation 0.8844, test accuracy 86.89% (weighted F1
 0.869), 47.7 min wall on one core (`taskset -c 0`, shared with other jobs) — 1.45 points below
-the bidirectional softmax encoder (88.34%): each token sees only its left context. All runs:
+the bidirectional softmax encoder trained the same way (2 epochs, no word dropout: 88.34%):
+each token sees only its left context. All runs:
 experiments/RESULTS.md.
 """
 
