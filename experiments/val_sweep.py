@@ -74,6 +74,11 @@ def apply_overrides(config, overrides: dict):
 
 # ---- export -----------------------------------------------------------------------------------
 
+# Fields that decide the exported arrays: a sweep variant may not change them (max_len may only
+# shrink, see run_one).
+DATA_FIELDS = ("dataset", "val_fraction", "data_seed", "tokenizer", "vocab_size", "truncation",
+               "text_fields", "label_field")
+
 
 def export(args) -> None:
   from textattn import input_pipeline
@@ -86,7 +91,8 @@ def export(args) -> None:
       args.out, train_inputs=data.train.inputs.astype(dtype), train_labels=data.train.labels,
       val_inputs=data.validation.inputs.astype(dtype), val_labels=data.validation.labels,
       vocab_size=data.vocab_size, class_names=np.array(data.class_names),
-      max_len=config.max_len, truncation=config.truncation, config=args.config)
+      max_len=config.max_len, truncation=config.truncation, config=args.config,
+      data_fields=json.dumps({f: config[f] for f in DATA_FIELDS}))
   print(f"wrote {args.out}: train {data.train.inputs.shape}, validation "
         f"{data.validation.inputs.shape}, vocab {data.vocab_size} (no test split)")
 
@@ -115,8 +121,11 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dic
     raw = {k: f[k] for k in f.files}
   if config.max_len > int(raw["max_len"]):
     raise ValueError(f"max_len {config.max_len} > exported {int(raw['max_len'])}")
-  if config.truncation != str(raw["truncation"]) and config.max_len != int(raw["max_len"]):
-    raise ValueError("truncation differs from the export's")
+  exported = json.loads(str(raw["data_fields"]))
+  changed = {f: (config[f], v) for f, v in exported.items() if config[f] != v}
+  if changed:
+    raise ValueError(f"these fields differ from the export's (this, exported): {changed}; "
+                     f"export again with them instead.")
   splits = {}
   for name in ("train", "val"):
     inputs = raw[f"{name}_inputs"].astype(np.int32)
@@ -168,7 +177,9 @@ def sweep(args) -> None:
     name, overrides, seed = job
     command = [sys.executable, __file__, "one", f"--data={args.data}", f"--config={args.config}",
                f"--overrides={json.dumps(overrides)}", f"--seed={seed}"]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    # Several processes share one GPU: no process may grab most of its memory up front.
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode:
       return {"variant": name, "seed": seed, "error": done.stderr[-2000:]}
     return {"variant": name, "seed": seed, "overrides": overrides,
@@ -184,10 +195,11 @@ def sweep(args) -> None:
           out.write(line + "\n")
       if "val_best" in result:
         results[result["variant"]].append(result["val_best"])
-  print("\nvariant                  mean best val  (per seed)")
+  print("\nvariant                  n  mean best val  (per seed)")
   for name, values in results.items():
     if values:
-      print(f"{name:24s} {np.mean(values):.4f}         " + " ".join(f"{v:.4f}" for v in values))
+      print(f"{name:24s} {len(values)}  {np.mean(values):.4f}         "
+            + " ".join(f"{v:.4f}" for v in values))
 
 
 def summarize(args) -> None:

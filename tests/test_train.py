@@ -201,15 +201,16 @@ def test_lazy_embedding_update_leaves_rows_outside_the_batch_alone():
   assert np.all(np.any(table(lazy[1])[21:41] != table(lazy[0])[21:41], axis=-1))
 
 
-def test_ema_is_the_moving_average_of_the_parameters_and_what_evaluation_uses():
+@pytest.mark.parametrize("embedding_update", ["dense", "lazy"])
+def test_ema_is_the_moving_average_of_the_parameters_and_what_evaluation_uses(embedding_update):
   rng = np.random.default_rng(0)
   batches = [_batch(rng.integers(0, 16, 48).reshape(4, 12)) for _ in range(5)]
-  plain = _embedding_update_states(16, batches, "dense")
-  averaged = _embedding_update_states(16, batches, "dense", ema_decay=0.9)
+  plain = _embedding_update_states(16, batches, embedding_update)
+  averaged = _embedding_update_states(16, batches, embedding_update, ema_decay=0.9)
   # The average must not change the training trajectory itself.
   assert_trees_identical(plain[-1].params, averaged[-1].params)
   assert plain[-1].ema_params == {}
-  init = _embedding_update_states(16, [], "dense", ema_decay=0.9, return_init=True)
+  init = _embedding_update_states(16, [], embedding_update, ema_decay=0.9, return_init=True)
   expected = jax.tree.map(np.asarray, init.params)
   for step, state in enumerate(averaged, start=1):
     decay = min(0.9, (1 + step) / (10 + step))
@@ -254,14 +255,16 @@ def _eval_batch(batch):
   return {**batch, "weights": jnp.ones(batch["labels"].shape, jnp.float32)}
 
 
-def test_ema_survives_a_resume_bit_for_bit(tmp_path, data_file):
+def test_ema_survives_a_resume_bit_for_bit(tmp_path, data_file, capsys):
   ema = {"optimizer.ema_decay": 0.9}
   train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20, **ema),
                            str(tmp_path / "straight"))
   train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10, **ema),
                            str(tmp_path / "resumed"))
+  capsys.readouterr()
   train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20, **ema),
                            str(tmp_path / "resumed"))
+  assert "Resuming from checkpoint at step 10." in capsys.readouterr().out
   states = []
   for run in ("straight", "resumed"):
     manager = ocp.CheckpointManager(os.path.join(tmp_path, run, "checkpoints"))

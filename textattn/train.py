@@ -115,7 +115,8 @@ def init_train_state(model: models.Classifier, tx: optax.GradientTransformation,
 def _update_ema(state: TrainState) -> TrainState:
   """ema <- d * ema + (1 - d) * params, with d = min(ema_decay, (1 + step) / (10 + step)) as
   TF's ExponentialMovingAverage(num_updates=step), so early steps are not dominated by the
-  initialisation. `state.step` is the count of updates already applied."""
+  initialisation. `state.step` is the count of updates already applied, this one included
+  (so the first average uses d = 2/11). d reaches 0.99 after ~890 updates, 0.999 after ~9,000."""
   step = state.step.astype(jnp.float32)
   decay = jnp.minimum(state.ema_decay, (1.0 + step) / (10.0 + step))
   ema = jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, state.ema_params, state.params)
