@@ -11,8 +11,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from configs import default  # noqa: E402
-from textattn import input_pipeline, tokenizer  # noqa: E402
+from configs import default
+from textattn import input_pipeline, tokenizer
 
 
 def main():

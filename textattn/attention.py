@@ -26,7 +26,8 @@ Invariants every kernel keeps (tests/test_attention.py checks them):
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax

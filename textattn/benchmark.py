@@ -69,7 +69,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -301,6 +302,7 @@ def _build(spec: dict, config, implementation: str | None = None):
   import jax
   import jax.numpy as jnp
   import optax
+
   from textattn import attention as attention_lib
   from textattn import models
 
@@ -762,7 +764,7 @@ def write_plots(rows: Sequence[dict], out_dir: str) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   import matplotlib.ticker
-  import matplotlib.transforms as transforms
+  from matplotlib import transforms
 
   mode = rows[0]["mode"] if rows else ""
   lengths = sorted({int(row["seq_len"]) for row in rows})
@@ -855,6 +857,7 @@ def main(argv):
         check_against_reference=_CHECK_AGAINST_REFERENCE.value, seed=_SEED.value,
         num_classes=_NUM_CLASSES.value, injections=injections)
     import ml_collections
+
     from textattn import models
     for spec in specs:  # the config errors a point would hit, once, before any point runs
       models.validate_model_config(ml_collections.ConfigDict(json.loads(spec["config"])))

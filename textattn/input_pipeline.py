@@ -34,11 +34,12 @@ import io
 import json
 import os
 import socket
-from typing import Any, Iterator, Sequence
 import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from absl import logging
 import numpy as np
+from absl import logging
 
 from textattn import tokenizer as tokenizer_lib
 
@@ -769,7 +770,7 @@ class TrainIterator:
       self._permutation_epoch = epoch
     return self._permutation
 
-  def __iter__(self) -> "TrainIterator":
+  def __iter__(self) -> TrainIterator:
     return self
 
   def __next__(self) -> dict:

@@ -15,8 +15,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+from absl import app, flags, logging
+from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Training configuration file (configs/*.py).", lock_config=True)

@@ -29,7 +29,7 @@ import itertools
 import json
 import re
 import string
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -74,7 +74,7 @@ class WordTokenizer:
 
   @classmethod
   def train(cls, texts: Iterable[str], vocab_size: int, *,
-            standardized: bool = False) -> "WordTokenizer":
+            standardized: bool = False) -> WordTokenizer:
     """The top `vocab_size - 2` words of `texts` (the training split only).
 
     standardized=True: `texts` already went through `standardize` (saves a pass when the
@@ -128,7 +128,7 @@ class WordTokenizer:
     return self.to_hf().to_str(pretty=True)
 
   @classmethod
-  def from_json(cls, text: str) -> "WordTokenizer":
+  def from_json(cls, text: str) -> WordTokenizer:
     """Reads `to_json` output (a Hugging Face tokenizer.json with a WordLevel model)."""
     model = json.loads(text)["model"]
     if model.get("type") != "WordLevel":
