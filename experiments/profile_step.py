@@ -1,7 +1,8 @@
 """Profile the seed model's default train step: ms/step, then the ops of a 20-step jax.profiler
 trace by total time; the trace and the optimised HLO (to name the fusions) go to /tmp/prof.
 
-    taskset -c 0 python experiments/profile_step.py softmax [dense|lazy]   # or additive
+    taskset -c 0 python experiments/profile_step.py softmax [dense|lazy] [fused|native|xla]
+    # or additive
 """
 
 import collections
@@ -18,12 +19,13 @@ from speed_ab import random_batch, run_steps, seed_step
 def main():
   attention = sys.argv[1] if len(sys.argv) > 1 else "softmax"
   update = sys.argv[2] if len(sys.argv) > 2 else "dense"
-  step, state = seed_step(attention, embedding_update=update)
+  kernel = sys.argv[3] if len(sys.argv) > 3 else "fused"
+  step, state = seed_step(attention, kernel=kernel, embedding_update=update)
   batch = random_batch()
   state, _ = run_steps(step, state, batch, 20)  # warm-up
   state, seconds = run_steps(step, state, batch, 50)
   print(f"{seconds * 1e3:.1f} ms/step, {32 / seconds:.0f} examples/s")
-  trace_dir = f"/tmp/prof/trace_{attention}_{update}"
+  trace_dir = f"/tmp/prof/trace_{attention}_{update}_{kernel}"
   shutil.rmtree(trace_dir, ignore_errors=True)
   with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
     for _ in range(20):

@@ -15,6 +15,8 @@ Kernels (pure functions over projected tensors laid out [batch, length, heads, h
                                 full L x L score matrix is never materialised (memory ~ L * chunk).
   * `fused_softmax_attention`  the CPU fast path: batched-matmul layout, mask as one additive
                                 bias, hand-written flash-style backward (see experiments/).
+  * `native_softmax_attention` the same maths as two C++ XLA FFI kernels (CPU; built on first
+                                use by textattn.native), each query row's scores kept in L1.
   * `additive_attention`       Fastformer (arXiv 2108.09084), linear in length.
 
 Invariants every kernel keeps (tests/test_attention.py checks them):
@@ -26,17 +28,19 @@ Invariants every kernel keeps (tests/test_attention.py checks them):
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
 import jax
+import jax.experimental.custom_partitioning
 import jax.numpy as jnp
 
 Array = jax.Array
 
 ATTENTIONS = ("softmax", "causal", "additive")
-SOFTMAX_IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused", "cudnn")
+SOFTMAX_IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused", "native", "cudnn")
 ADDITIVE_SCORINGS = ("shared", "per_head")
 
 # Added to the logits of masked positions. Finite (so a row with every key masked stays finite)
@@ -194,6 +198,108 @@ def fused_softmax_attention(query: Array, key: Array, value: Array, padding_mask
   return jnp.where(_rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
 
 
+def _native_threads() -> int:
+  """Threads per native call: this process's cores shared among its local devices."""
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except AttributeError:  # macOS
+    cores = os.cpu_count() or 1
+  return max(1, cores // max(1, jax.local_device_count()))
+
+
+def _batch_sharded(mesh, like, shapes):
+  """Shardings for `shapes`: the leading (batch) dim split as `like`'s is, the rest replicated."""
+  spec = like.sharding.spec if isinstance(like.sharding, jax.NamedSharding) else ()
+  batch_axes = spec[0] if len(spec) else None
+  return tuple(jax.NamedSharding(mesh, jax.P(batch_axes, *([None] * (len(x.shape) - 1))))
+               for x in shapes)
+
+
+def _batch_partitioned(rule: str):
+  """custom_partitioning for a kernel whose (batch, ...) slices are independent: each device
+  runs it on its own batch shard instead of XLA gathering the whole batch onto every device."""
+  def wrap(fn):
+    wrapped = jax.experimental.custom_partitioning.custom_partitioning(fn, static_argnums=(0,))
+
+    def infer(causal, mesh, arg_shapes, result_shape):
+      del causal
+      results = result_shape if isinstance(result_shape, (tuple, list)) else (result_shape,)
+      return _batch_sharded(mesh, arg_shapes[0], results)
+
+    def partition(causal, mesh, arg_shapes, result_shape):
+      return (mesh, functools.partial(fn, causal), infer(causal, mesh, arg_shapes, result_shape),
+              _batch_sharded(mesh, arg_shapes[0], arg_shapes))
+
+    # Only the batch may be sharded; Shardy wants the other factors in order of appearance.
+    factors = dict.fromkeys(f for f in rule.replace(",", " ").replace("->", " ").split()
+                            if f != "b")
+    wrapped.def_partition(partition=partition, infer_sharding_from_operands=infer,
+                          sharding_rule=rule, need_replication_factors=tuple(factors))
+    return wrapped
+  return wrap
+
+
+@_batch_partitioned("b l h d, b m h d, b m h d, b m -> b l h d, b h l m")
+def _native_forward_call(causal, q, k, v, mask):
+  from textattn import native  # noqa: PLC0415 (builds the kernels on first use)
+  native.load()
+  return tuple(jax.ffi.ffi_call(
+      native.FORWARD_TARGET,
+      (jax.ShapeDtypeStruct(q.shape, jnp.float32),
+       jax.ShapeDtypeStruct((q.shape[0], q.shape[2], q.shape[1], k.shape[1]), jnp.float32)),
+      vmap_method="sequential")(q, k, v, mask, causal=causal, threads=_native_threads()))
+
+
+@_batch_partitioned("b l h d, b m h d, b m h d, b m, b l h d, b h l m, b l h d"
+                    " -> b l h d, b m h d, b m h d")
+def _native_backward_call(causal, q, k, v, mask, out, probs, d_out):
+  from textattn import native  # noqa: PLC0415
+  native.load()
+  return tuple(jax.ffi.ffi_call(
+      native.BACKWARD_TARGET, (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 3,
+      vmap_method="sequential")(q, k, v, mask, out, probs, d_out, causal=causal,
+                                threads=_native_threads()))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _native_core(q: Array, k: Array, v: Array, mask: Array, causal: bool) -> Array:
+  return _native_forward(q, k, v, mask, causal)[0]
+
+
+def _native_forward(q, k, v, mask, causal):
+  out, probs = _native_forward_call(causal, q, k, v, mask)
+  return out, (q, k, v, mask, out, probs)
+
+
+def _native_backward(causal, residuals, d_out):
+  q, k, v, mask, out, probs = residuals
+  d_q, d_k, d_v = _native_backward_call(causal, q, k, v, mask, out, probs,
+                                        d_out.astype(jnp.float32))
+  return d_q, d_k, d_v, None
+
+
+_native_core.defvjp(_native_forward, _native_backward)
+
+
+def native_softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                             causal: bool = False) -> Array:
+  """Exact softmax attention as one hand-written C++ kernel per pass (XLA FFI, CPU only).
+
+  The same function as `softmax_attention` (tests check values and gradients against float64
+  NumPy and the reference): each query row's scores are computed, masked, exponentiated,
+  normalised and applied to V while they sit in L1, instead of XLA:CPU's skinny batched
+  matmuls over the materialised [batch, heads, L, L] scores; the backward is the flash-attention
+  one over the saved weights. Computes in float32 (bfloat16 inputs are upcast). The kernels are
+  compiled on first use by `textattn.native` (needs a C++ compiler); the custom call is
+  batch-partitionable, so a data-parallel step shards it like everything else.
+  """
+  dtype = value.dtype
+  f32 = jnp.float32
+  out = _native_core(query.astype(f32), key.astype(f32), value.astype(f32),
+                     padding_mask.astype(jnp.int32), causal)
+  return out.astype(dtype)
+
+
 def _masked_softmax_over_tokens(scores: Array, padding_mask: Array) -> Array:
   """Softmax over the length axis of float32 scores [batch, length, heads]; padding gets 0."""
   scores = jnp.where(padding_mask[:, :, None], scores.astype(jnp.float32), _MASK_VALUE)
@@ -242,6 +348,7 @@ def _softmax_kernel(implementation: str) -> Callable[..., Array]:
       "dot_product": dot_product_attention,
       "chunked": chunked_softmax_attention,
       "fused": fused_softmax_attention,
+      "native": native_softmax_attention,
       "cudnn": cudnn_attention,
   }[implementation]
 

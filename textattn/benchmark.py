@@ -80,8 +80,8 @@ DTYPES = ("float32", "bfloat16")
 STATUSES = ("ok", "oom", "timeout", "error")
 INJECTABLE_FAILURES = ("error", "oom", "timeout")
 # Implementations a variant name may carry; "cudnn" is jax.nn.dot_product_attention with
-# implementation="cudnn" (attention.cudnn_attention).
-IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused", "cudnn")
+# implementation="cudnn" (attention.cudnn_attention); "native" the C++ FFI kernel (CPU).
+IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused", "native", "cudnn")
 ATTENTIONS = ("softmax", "causal", "additive")
 
 # Sizes benchmarked in the attention / forward / forward+backward modes when no flag is given.

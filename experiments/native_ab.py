@@ -1,0 +1,69 @@
+"""A/B of the softmax kernels in the seed model's full train step: "fused" (XLA, textattn's
+previous default) against "native" (the C++ XLA FFI kernel, textattn/native/). Interleaved
+rounds of 40 steps (median of 7), so both see the same machine load; batch 32 x length 200 with
+random lengths, float32, the batch sharded over NUM_CPU_DEVICES devices as in training.
+With --profile, also a jax.profiler trace of 20 native steps: the ops by total time.
+
+    python experiments/native_ab.py [NUM_CPU_DEVICES] [--profile]
+"""
+
+import collections
+import glob
+import gzip
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax
+
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+if args:
+  jax.config.update("jax_num_cpu_devices", int(args[0]))
+
+import numpy as np
+from speed_ab import interleaved_rounds, random_batch, run_steps, seed_step
+
+from textattn import train
+
+
+def profile(step, state, batch, trace_dir="/tmp/prof/native_ab"):
+  shutil.rmtree(trace_dir, ignore_errors=True)
+  with jax.profiler.trace(trace_dir):
+    for _ in range(20):
+      state, _ = step(state, batch)
+    jax.block_until_ready(state)
+  path = glob.glob(trace_dir + "/**/*.trace.json.gz", recursive=True)[0]
+  totals = collections.Counter()
+  with gzip.open(path) as f:
+    for event in json.load(f)["traceEvents"]:
+      if event.get("ph") == "X":
+        totals[event["name"]] += event["dur"]
+  for name, microseconds in totals.most_common(30):
+    print(f"{microseconds / 20 / 1e3:8.3f} ms  {name[:100]}")
+  return state
+
+
+def main():
+  data_sharding, replicated = train.data_parallel_shardings()
+  batch = jax.device_put(random_batch(), data_sharding)
+  entries = {}
+  for kernel in ("fused", "native"):
+    step, state = seed_step("softmax", kernel, "hash")
+    state = jax.device_put(state, replicated)
+    state, _ = run_steps(step, state, batch, 10)
+    entries[kernel] = [step, state]
+  times = interleaved_rounds(entries, batch, 7)
+  print(f"{jax.device_count()} device(s), load average {os.getloadavg()[0]:.2f}")
+  for name, values in times.items():
+    t = float(np.median(values))
+    print(f"{name:7s} {t * 1e3:6.2f} ms/step {32 / t:6.0f} examples/s "
+          f"(rounds: {' '.join(f'{v * 1e3:.1f}' for v in values)})")
+  if "--profile" in sys.argv:
+    profile(*entries["native"], batch)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,148 @@
+"""Builds and registers textattn's native CPU kernels (XLA FFI custom calls) on first use.
+
+The C++ source (textattn/native/softmax_attention.cc) is compiled with the system C++ compiler
+(`$CXX`, else `c++`/`g++`/`clang++`) against the XLA FFI headers that ship with jaxlib, for
+this machine's CPU (`-march=native`), into a cache directory:
+
+    $TEXTATTN_NATIVE_CACHE, else $XDG_CACHE_HOME/textattn/native, else ~/.cache/textattn/native
+
+The library's file name carries a hash of the source, the compiler, its flags, jaxlib's version
+and the CPU's feature flags, so a changed source or machine builds a new library instead of
+loading a stale one; it is written under a temporary name and renamed into place, so concurrent
+processes (several hosts on one machine, pytest-xdist) never load a half-written file.
+
+`load()` raises `NativeUnavailable` with one sentence saying why (no compiler, compile error, not
+an x86-64/ARM Linux or macOS host...); `available()` answers without raising. Nothing here runs
+at import time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).parent / "native" / "softmax_attention.cc"
+FORWARD_TARGET = "textattn_softmax_attention_forward"
+BACKWARD_TARGET = "textattn_softmax_attention_backward"
+# Reassociation lets the compiler vectorise the row max / sum reductions (the kernel does not
+# depend on IEEE evaluation order beyond float32 rounding); infinities stay (no -ffast-math).
+_FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fno-math-errno",
+          "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros")
+
+
+class NativeUnavailable(RuntimeError):
+  """The native kernels cannot be built or loaded on this machine (the message says why)."""
+
+
+def cache_dir() -> Path:
+  if os.environ.get("TEXTATTN_NATIVE_CACHE"):
+    return Path(os.environ["TEXTATTN_NATIVE_CACHE"])
+  base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+  return Path(base) / "textattn" / "native"
+
+
+def _compiler() -> str | None:
+  for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+    if name and shutil.which(name):
+      return shutil.which(name)
+  return None
+
+
+def _cpu_signature() -> str:
+  try:  # Linux: the feature flags decide what -march=native emits
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith(("flags", "Features")):
+        return line
+  except OSError:
+    pass
+  return platform.machine() + platform.processor()
+
+
+def _library_path(compiler: str) -> Path:
+  import jaxlib  # noqa: PLC0415 (only when building)
+  version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                           check=False).stdout.splitlines()[:1]
+  key = hashlib.sha256()
+  for part in (SOURCE.read_bytes(), repr(version).encode(), repr(_FLAGS).encode(),
+               jaxlib.__version__.encode(), _cpu_signature().encode(), sys.platform.encode()):
+    key.update(part)
+  return cache_dir() / f"softmax_attention-{key.hexdigest()[:16]}.so"
+
+
+def build() -> Path:
+  """Compile the kernels if this machine has no up-to-date build; return the library's path."""
+  if sys.platform not in ("linux", "darwin"):
+    raise NativeUnavailable(f"native kernels are built for Linux and macOS only, not "
+                            f"{sys.platform}; use config.model.attention_impl='fused'.")
+  compiler = _compiler()
+  if compiler is None:
+    raise NativeUnavailable("no C++ compiler found ($CXX, c++, g++ or clang++) to build the "
+                            "native kernels; install one or use config.model.attention_impl="
+                            "'fused'.")
+  library = _library_path(compiler)
+  if library.exists():
+    return library
+  import jax  # noqa: PLC0415
+  library.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(prefix=library.stem + ".", suffix=".tmp.so", dir=library.parent)
+  os.close(fd)
+  command = [compiler, *_FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
+  result = subprocess.run(command, capture_output=True, text=True, check=False)
+  if result.returncode != 0:
+    Path(tmp).unlink(missing_ok=True)
+    tail = " ".join(result.stderr.strip().splitlines()[-3:])
+    raise NativeUnavailable(f"compiling {SOURCE.name} failed ({' '.join(command)}): {tail}")
+  os.replace(tmp, library)
+  return library
+
+
+def load() -> ctypes.CDLL:
+  """Build (if needed), load and register the kernels with XLA's CPU backend, once a process."""
+  library, error = _load_once()
+  if error is not None:
+    raise error
+  return library
+
+
+@functools.cache
+def _load_once() -> tuple[ctypes.CDLL | None, NativeUnavailable | None]:
+  try:
+    return _load(), None
+  except NativeUnavailable as error:  # remembered: a failed build is not retried every call
+    return None, error
+
+
+def _load() -> ctypes.CDLL:
+  import jax  # noqa: PLC0415
+  library = ctypes.cdll.LoadLibrary(str(build()))
+  for target, symbol in ((FORWARD_TARGET, library.TextattnSoftmaxAttentionForward),
+                         (BACKWARD_TARGET, library.TextattnSoftmaxAttentionBackward)):
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
+    # Every (batch, head) pair is independent: shard the custom call along the batch like the
+    # rest of the data-parallel step instead of gathering the batch onto every device.
+    jax.ffi.register_ffi_target_as_batch_partitionable(target)
+  return library
+
+
+def available() -> bool:
+  try:
+    load()
+  except NativeUnavailable:
+    return False
+  return True
+
+
+def unavailable_reason() -> str | None:
+  try:
+    load()
+  except NativeUnavailable as error:
+    return str(error)
+  return None

@@ -1,0 +1,592 @@
+// Exact softmax self-attention for CPUs, forward and backward, as XLA FFI custom calls.
+//
+// Built on first use by textattn/native.py (the system C++ compiler, -O3 -march=native) and
+// called from jax.jit through jax.ffi.ffi_call; textattn.attention.native_softmax_attention is
+// the JAX side (custom VJP, fallbacks). Layouts are the model's own, so no transposes are
+// needed around the call:
+//
+//   q, k, v, out, d_out, d_q, d_k, d_v : float32 [batch, length, heads, head_dim]
+//   mask                               : int32   [batch, length], non-zero = real token
+//   probs (residual for the backward)  : float32 [batch, heads, length, length]
+//
+// Semantics are those of textattn.attention.softmax_attention: scores q.k / sqrt(head_dim);
+// padding keys (and, when causal, keys after the query) get no weight; a query with no visible
+// key at all outputs exactly zero and receives zero gradient. Every (batch, head) pair is
+// independent, so the work is split over `threads` std::threads by pairs; the result does not
+// depend on the thread count (each pair is always computed by one thread in one order).
+//
+// Why by hand: XLA:CPU runs the four L x L products of this model (head_dim 16) as skinny
+// batched matmuls at a fraction of the machine's speed and materialises the scores several
+// times (experiments/RESULTS.md, "Training speed"); here each query row's scores live in L1.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// exp(x) for x <= 0 (the inputs are s - max(s)), vectorisable: 2^(x log2 e) split into an
+// integer power of two (exponent bits) and a degree-6 polynomial on [-ln2/2, ln2/2].
+// Relative error < 2e-7 on [-87, 0]; inputs below -87 give ~0 (callers zero masked entries).
+inline float exp_nonpositive(float x) {
+  x = std::max(x, -87.0f);
+  const float t = x * 1.44269504088896341f;
+  const float n = std::nearbyint(t);
+  const float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+  float p = 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+struct Shape {
+  int64_t batch, length, heads, dim;
+  int64_t row() const { return heads * dim; }  // stride between tokens in [B, L, H, D]
+  int64_t at(int64_t b, int64_t i, int64_t h) const { return ((b * length + i) * heads + h) * dim; }
+  int64_t probs_at(int64_t b, int64_t h) const { return (b * heads + h) * length * length; }
+};
+
+template <typename Body>
+void for_each_pair(const Shape& s, int64_t threads, Body body) {
+  const int64_t pairs = s.batch * s.heads;
+  threads = std::max<int64_t>(1, std::min<int64_t>(threads, pairs));
+  auto run = [&](int64_t t) {
+    for (int64_t p = t; p < pairs; p += threads) body(p / s.heads, p % s.heads);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(run, t);
+  run(0);
+  for (auto& th : pool) th.join();
+}
+
+// D > 0: head_dim known at compile time (the common sizes), so the inner loops unroll.
+template <int kDim>
+void forward_pair(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
+                  const float* k, const float* v, const int32_t* mask, float* out, float* probs,
+                  std::vector<float>& kt, std::vector<float>& bias) {
+  const int64_t L = s.length, D = kDim > 0 ? kDim : s.dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  kt.resize(D * L);
+  for (int64_t j = 0; j < L; ++j) {
+    const float* kj = k + s.at(b, j, h);
+    for (int64_t d = 0; d < D; ++d) kt[d * L + j] = kj[d];
+  }
+  // Padding as an additive bias (0 or -inf), so the max and the sum below are plain
+  // reductions the compiler can vectorise.
+  bias.resize(L);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < L; ++j) bias[j] = mask[b * L + j] ? 0.0f : neg_inf;
+  float* pb = probs + s.probs_at(b, h);
+  for (int64_t i = 0; i < L; ++i) {
+    const int64_t limit = causal ? i + 1 : L;
+    float* row = pb + i * L;
+    const float* qi = q + s.at(b, i, h);
+    float* oi = out + s.at(b, i, h);
+    for (int64_t j = 0; j < limit; ++j) row[j] = 0.0f;
+    for (int64_t d = 0; d < D; ++d) {
+      const float qd = qi[d] * scale;
+      const float* kr = kt.data() + d * L;
+      for (int64_t j = 0; j < limit; ++j) row[j] += qd * kr[j];
+    }
+    float mx = neg_inf;
+    for (int64_t j = 0; j < limit; ++j) {
+      row[j] += bias[j];
+      mx = std::max(mx, row[j]);
+    }
+    for (int64_t j = limit; j < L; ++j) row[j] = 0.0f;
+    for (int64_t d = 0; d < D; ++d) oi[d] = 0.0f;
+    if (mx == neg_inf) {  // no visible key: zero weights, zero output
+      for (int64_t j = 0; j < limit; ++j) row[j] = 0.0f;
+      continue;
+    }
+    float total = 0.0f;
+    for (int64_t j = 0; j < limit; ++j) {
+      const float e = exp_nonpositive(row[j] - mx);
+      row[j] = bias[j] == 0.0f ? e : 0.0f;
+      total += row[j];
+    }
+    const float inv = 1.0f / total;
+    for (int64_t j = 0; j < limit; ++j) row[j] *= inv;
+    float acc[kDim > 0 ? kDim : 1024];
+    for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
+    for (int64_t j = 0; j < limit; ++j) {
+      const float p = row[j];
+      const float* vj = v + s.at(b, j, h);
+      for (int64_t d = 0; d < D; ++d) acc[d] += p * vj[d];
+    }
+    for (int64_t d = 0; d < D; ++d) oi[d] = acc[d];
+  }
+}
+
+template <int kDim>
+void backward_pair(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
+                   const float* k, const float* v, const float* out, const float* probs,
+                   const float* d_out, float* d_q, float* d_k, float* d_v,
+                   std::vector<float>& scratch) {
+  const int64_t L = s.length, D = kDim > 0 ? kDim : s.dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  scratch.assign(3 * D * L + L, 0.0f);
+  float* vt = scratch.data();          // V transposed, [D, L]
+  float* dk = vt + D * L;              // dK accumulator, [L, D]
+  float* dv = dk + D * L;              // dV accumulator, [L, D]
+  float* ds = dv + D * L;              // one row of dS, [L]
+  for (int64_t j = 0; j < L; ++j) {
+    const float* vj = v + s.at(b, j, h);
+    for (int64_t d = 0; d < D; ++d) vt[d * L + j] = vj[d];
+  }
+  const float* pb = probs + s.probs_at(b, h);
+  for (int64_t i = 0; i < L; ++i) {
+    const int64_t limit = causal ? i + 1 : L;
+    const float* p = pb + i * L;
+    const float* doi = d_out + s.at(b, i, h);
+    const float* oi = out + s.at(b, i, h);
+    const float* qi = q + s.at(b, i, h);
+    float* dqi = d_q + s.at(b, i, h);
+    float delta = 0.0f;  // sum_j P_ij dP_ij = dO_i . O_i
+    for (int64_t d = 0; d < D; ++d) delta += doi[d] * oi[d];
+    // dV_j += P_ij dO_i
+    for (int64_t j = 0; j < limit; ++j) {
+      const float pij = p[j];
+      float* dvj = dv + j * D;
+      for (int64_t d = 0; d < D; ++d) dvj[d] += pij * doi[d];
+    }
+    // dP_ij = dO_i . V_j, then dS_ij = P_ij (dP_ij - delta) * scale
+    for (int64_t j = 0; j < limit; ++j) ds[j] = 0.0f;
+    for (int64_t d = 0; d < D; ++d) {
+      const float g = doi[d];
+      const float* vr = vt + d * L;
+      for (int64_t j = 0; j < limit; ++j) ds[j] += g * vr[j];
+    }
+    for (int64_t j = 0; j < limit; ++j) ds[j] = p[j] * (ds[j] - delta) * scale;
+    // dQ_i = sum_j dS_ij K_j ; dK_j += dS_ij Q_i
+    float acc[kDim > 0 ? kDim : 1024];
+    for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
+    for (int64_t j = 0; j < limit; ++j) {
+      const float g = ds[j];
+      const float* kj = k + s.at(b, j, h);
+      float* dkj = dk + j * D;
+      for (int64_t d = 0; d < D; ++d) {
+        acc[d] += g * kj[d];
+        dkj[d] += g * qi[d];
+      }
+    }
+    for (int64_t d = 0; d < D; ++d) dqi[d] = acc[d];
+  }
+  for (int64_t j = 0; j < L; ++j) {
+    float* dkj = d_k + s.at(b, j, h);
+    float* dvj = d_v + s.at(b, j, h);
+    for (int64_t d = 0; d < D; ++d) {
+      dkj[d] = dk[j * D + d];
+      dvj[d] = dv[j * D + d];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Register-blocked versions for head_dim a multiple of 8 (the common case): R query rows at a
+// time, 8 keys per vector, so every loaded key/value vector feeds R multiply-adds and the row
+// accumulators stay in registers. GCC/Clang vector extensions: 256-bit on AVX2, split in two on
+// 128-bit units (Zen 1, NEON).
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+inline v8 load8(const float* p) {
+  v8 x;
+  std::memcpy(&x, p, sizeof(x));
+  return x;
+}
+inline void store8(float* p, v8 x) { std::memcpy(p, &x, sizeof(x)); }
+inline v8 splat(float x) { return v8{x, x, x, x, x, x, x, x}; }
+inline float hsum(v8 x) {
+  float t = 0.0f;
+  for (int l = 0; l < 8; ++l) t += x[l];
+  return t;
+}
+inline float hmax(v8 x) {
+  float t = x[0];
+  for (int l = 1; l < 8; ++l) t = std::max(t, x[l]);
+  return t;
+}
+
+// exp_nonpositive on 8 lanes (same polynomial); lanes equal to -inf give exactly 0.
+inline v8 vexp_nonpositive(v8 x) {
+  const v8 neg_inf = splat(-std::numeric_limits<float>::infinity());
+  const v8 masked = x == neg_inf ? splat(1.0f) : splat(0.0f);
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;
+  const v8 t = x * 1.44269504088896341f;
+  const v8i ni = __builtin_convertvector(t - 0.5f, v8i);  // round half down, t <= 0
+  const v8 n = __builtin_convertvector(ni, v8);
+  const v8 r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+  v8 p = splat(1.3981999507e-3f);
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const v8 scale = (v8)((ni + 127) << 23);
+  return masked == splat(1.0f) ? splat(0.0f) : p * scale;
+}
+
+struct Scratch {
+  std::vector<float> a, b, c, d, e, f;
+};
+
+inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
+
+// [first, last] real key, widened to whole 8-key blocks: the blocks outside get no weight and
+// no gradient, so they are skipped (exactly: their terms are all zero). No real key: empty.
+inline void key_blocks(const int32_t* m, int64_t L, int64_t* begin, int64_t* end) {
+  int64_t first = L, last = -1;
+  for (int64_t j = 0; j < L; ++j)
+    if (m[j]) {
+      first = std::min(first, j);
+      last = j;
+    }
+  *begin = last < 0 ? 0 : first & ~int64_t{7};
+  *end = last < 0 ? 0 : round_up8(last + 1);
+}
+
+template <int kDim>
+void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
+                          const float* k, const float* v, const int32_t* mask, float* out,
+                          float* probs, Scratch& w) {
+  constexpr int DV = kDim / 8;
+  constexpr int R = DV >= 8 ? 1 : 8 / DV;
+  const int64_t L = s.length, Lp = round_up8(L);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  w.a.assign(kDim * Lp, 0.0f);  // K transposed [D, Lp]
+  w.b.assign(Lp * kDim, 0.0f);  // V rows [Lp, D]
+  w.c.assign(Lp, neg_inf);      // padding bias
+  w.d.assign(R * Lp, 0.0f);     // scores / weights of R rows
+  float *kt = w.a.data(), *vc = w.b.data(), *bias = w.c.data(), *S = w.d.data();
+  for (int64_t j = 0; j < L; ++j) {
+    const float* kj = k + s.at(b, j, h);
+    const float* vj = v + s.at(b, j, h);
+    for (int d = 0; d < kDim; ++d) {
+      kt[d * Lp + j] = kj[d];
+      vc[j * kDim + d] = vj[d];
+    }
+    bias[j] = mask[b * L + j] ? 0.0f : neg_inf;
+  }
+  int64_t kbeg, kend;
+  key_blocks(mask + b * L, L, &kbeg, &kend);
+  float* pb = probs + s.probs_at(b, h);
+  for (int64_t i0 = 0; i0 < L; i0 += R) {
+    const int64_t rows = std::min<int64_t>(R, L - i0);
+    const int64_t jend = causal ? std::min(kend, round_up8(i0 + R)) : kend;
+    float qs[R][kDim];
+    for (int r = 0; r < R; ++r) {
+      const float* qi = q + s.at(b, std::min(i0 + r, L - 1), h);
+      for (int d = 0; d < kDim; ++d) qs[r][d] = qi[d] * scale;
+    }
+    for (int64_t j0 = kbeg; j0 < jend; j0 += 8) {
+      v8 acc[R];
+      const v8 bv = load8(bias + j0);
+      for (int r = 0; r < R; ++r) acc[r] = bv;
+      for (int d = 0; d < kDim; ++d) {
+        const v8 kv = load8(kt + d * Lp + j0);
+        for (int r = 0; r < R; ++r) acc[r] += qs[r][d] * kv;
+      }
+      for (int r = 0; r < R; ++r) store8(S + r * Lp + j0, acc[r]);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = S + r * Lp;
+      if (causal)
+        for (int64_t j = i0 + r + 1; j < jend; ++j) row[j] = neg_inf;
+      v8 m = splat(neg_inf);
+      for (int64_t j0 = kbeg; j0 < jend; j0 += 8) {
+        const v8 x = load8(row + j0);
+        m = x > m ? x : m;
+      }
+      const float mx = hmax(m);
+      if (mx == neg_inf) {  // no visible key: zero weights, zero output
+        for (int64_t j = kbeg; j < jend; ++j) row[j] = 0.0f;
+        continue;
+      }
+      v8 total = splat(0.0f);
+      for (int64_t j0 = kbeg; j0 < jend; j0 += 8) {
+        const v8 e = vexp_nonpositive(load8(row + j0) - mx);
+        store8(row + j0, e);
+        total += e;
+      }
+      const float inv = 1.0f / hsum(total);
+      for (int64_t j0 = kbeg; j0 < jend; j0 += 8) store8(row + j0, load8(row + j0) * inv);
+    }
+    v8 o[R][DV];
+    for (int r = 0; r < R; ++r)
+      for (int dv = 0; dv < DV; ++dv) o[r][dv] = splat(0.0f);
+    for (int64_t j = kbeg; j < std::min(jend, L); ++j) {
+      v8 vv[DV];
+      for (int dv = 0; dv < DV; ++dv) vv[dv] = load8(vc + j * kDim + 8 * dv);
+      for (int r = 0; r < R; ++r) {
+        const float p = S[r * Lp + j];
+        for (int dv = 0; dv < DV; ++dv) o[r][dv] += p * vv[dv];
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      float* oi = out + s.at(b, i0 + r, h);
+      for (int dv = 0; dv < DV; ++dv) store8(oi + 8 * dv, o[r][dv]);
+      float* prow = pb + (i0 + r) * L;
+      const int64_t n = std::max(kbeg, std::min(jend, L));
+      for (int64_t j = 0; j < kbeg; ++j) prow[j] = 0.0f;
+      std::memcpy(prow + kbeg, S + r * Lp + kbeg, (n - kbeg) * sizeof(float));
+      for (int64_t j = n; j < L; ++j) prow[j] = 0.0f;
+    }
+  }
+}
+
+template <int kDim>
+void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
+                           const float* k, const float* v, const int32_t* mask,
+                           const float* out, const float* probs,
+                           const float* d_out, float* d_q, float* d_k, float* d_v, Scratch& w) {
+  constexpr int DV = kDim / 8;
+  constexpr int R = DV >= 8 ? 1 : 8 / DV;
+  const int64_t L = s.length, Lp = round_up8(L);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+  w.a.assign(Lp * kDim, 0.0f);  // K rows [Lp, D]
+  w.b.assign(kDim * Lp, 0.0f);  // V transposed [D, Lp]
+  w.c.assign(Lp * kDim, 0.0f);  // dK accumulator [Lp, D]
+  w.d.assign(Lp * kDim, 0.0f);  // dV accumulator [Lp, D]
+  w.e.assign(R * Lp, 0.0f);     // weights of R rows
+  w.f.assign(R * Lp, 0.0f);     // dS of R rows
+  float *kc = w.a.data(), *vt = w.b.data(), *dk = w.c.data(), *dv_acc = w.d.data();
+  float *P = w.e.data(), *dS = w.f.data();
+  for (int64_t j = 0; j < L; ++j) {
+    const float* kj = k + s.at(b, j, h);
+    const float* vj = v + s.at(b, j, h);
+    for (int d = 0; d < kDim; ++d) {
+      kc[j * kDim + d] = kj[d];
+      vt[d * Lp + j] = vj[d];
+    }
+  }
+  int64_t kbeg, kend;
+  key_blocks(mask + b * L, L, &kbeg, &kend);
+  const float* pb = probs + s.probs_at(b, h);
+  for (int64_t i0 = 0; i0 < L; i0 += R) {
+    const int64_t rows = std::min<int64_t>(R, L - i0);
+    const int64_t jend = causal ? std::min(kend, round_up8(i0 + R)) : kend;
+    const int64_t jn = std::max(kbeg, std::min(jend, L));
+    float dout[R][kDim], qq[R][kDim], delta[R];
+    bool any_active = false;
+    for (int r = 0; r < R; ++r) {
+      float* prow = P + r * Lp;
+      // A row whose output gradient is all zero (padding positions, which pooling ignores)
+      // contributes exactly nothing: it is handled as an empty row.
+      bool active = false;
+      if (r < rows) {
+        const float* doi = d_out + s.at(b, i0 + r, h);
+        for (int d = 0; d < kDim; ++d) active |= doi[d] != 0.0f;
+      }
+      any_active |= active;
+      if (active) {
+        const int64_t i = i0 + r;
+        const float* doi = d_out + s.at(b, i, h);
+        const float* oi = out + s.at(b, i, h);
+        const float* qi = q + s.at(b, i, h);
+        float dl = 0.0f;
+        for (int d = 0; d < kDim; ++d) {
+          dout[r][d] = doi[d];
+          qq[r][d] = qi[d] * scale;  // the 1/sqrt(d) of the scores, folded into dK's factor
+          dl += doi[d] * oi[d];
+        }
+        delta[r] = dl;
+        std::memcpy(prow + kbeg, pb + i * L + kbeg, (jn - kbeg) * sizeof(float));
+      } else {  // inactive rows, and the rows past L in the last block, contribute nothing
+        for (int d = 0; d < kDim; ++d) dout[r][d] = qq[r][d] = 0.0f;
+        delta[r] = 0.0f;
+        for (int64_t j = kbeg; j < jn; ++j) prow[j] = 0.0f;
+      }
+    }
+    if (!any_active) {
+      for (int64_t r = 0; r < rows; ++r)
+        std::memset(d_q + s.at(b, i0 + r, h), 0, kDim * sizeof(float));
+      continue;
+    }
+    // dV_j += sum_r P_rj dO_r
+    {
+      v8 g[R][DV];
+      for (int r = 0; r < R; ++r)
+        for (int dv = 0; dv < DV; ++dv) g[r][dv] = load8(&dout[r][8 * dv]);
+      for (int64_t j = kbeg; j < jn; ++j) {
+        v8 acc[DV];
+        for (int dv = 0; dv < DV; ++dv) acc[dv] = load8(dv_acc + j * kDim + 8 * dv);
+        for (int r = 0; r < R; ++r) {
+          const float p = P[r * Lp + j];
+          for (int dv = 0; dv < DV; ++dv) acc[dv] += p * g[r][dv];
+        }
+        for (int dv = 0; dv < DV; ++dv) store8(dv_acc + j * kDim + 8 * dv, acc[dv]);
+      }
+    }
+    // dS_rj = P_rj (dO_r . V_j - delta_r)
+    for (int64_t j0 = kbeg; j0 < jend; j0 += 8) {
+      v8 acc[R];
+      for (int r = 0; r < R; ++r) acc[r] = splat(0.0f);
+      for (int d = 0; d < kDim; ++d) {
+        const v8 vv = load8(vt + d * Lp + j0);
+        for (int r = 0; r < R; ++r) acc[r] += dout[r][d] * vv;
+      }
+      for (int r = 0; r < R; ++r)
+        store8(dS + r * Lp + j0, load8(P + r * Lp + j0) * (acc[r] - delta[r]));
+    }
+    // dQ_r = scale sum_j dS_rj K_j
+    {
+      v8 acc[R][DV];
+      for (int r = 0; r < R; ++r)
+        for (int dv = 0; dv < DV; ++dv) acc[r][dv] = splat(0.0f);
+      for (int64_t j = kbeg; j < jn; ++j) {
+        v8 kv[DV];
+        for (int dv = 0; dv < DV; ++dv) kv[dv] = load8(kc + j * kDim + 8 * dv);
+        for (int r = 0; r < R; ++r) {
+          const float g = dS[r * Lp + j];
+          for (int dv = 0; dv < DV; ++dv) acc[r][dv] += g * kv[dv];
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* dqi = d_q + s.at(b, i0 + r, h);
+        for (int dv = 0; dv < DV; ++dv) store8(dqi + 8 * dv, acc[r][dv] * scale);
+      }
+    }
+    // dK_j += sum_r dS_rj (scale Q_r)
+    {
+      v8 g[R][DV];
+      for (int r = 0; r < R; ++r)
+        for (int dv = 0; dv < DV; ++dv) g[r][dv] = load8(&qq[r][8 * dv]);
+      for (int64_t j = kbeg; j < jn; ++j) {
+        v8 acc[DV];
+        for (int dv = 0; dv < DV; ++dv) acc[dv] = load8(dk + j * kDim + 8 * dv);
+        for (int r = 0; r < R; ++r) {
+          const float x = dS[r * Lp + j];
+          for (int dv = 0; dv < DV; ++dv) acc[dv] += x * g[r][dv];
+        }
+        for (int dv = 0; dv < DV; ++dv) store8(dk + j * kDim + 8 * dv, acc[dv]);
+      }
+    }
+  }
+  for (int64_t j = 0; j < L; ++j) {
+    std::memcpy(d_k + s.at(b, j, h), dk + j * kDim, kDim * sizeof(float));
+    std::memcpy(d_v + s.at(b, j, h), dv_acc + j * kDim, kDim * sizeof(float));
+  }
+}
+
+template <int kDim>
+void forward_all(const Shape& s, bool causal, int64_t threads, const float* q, const float* k,
+                 const float* v, const int32_t* mask, float* out, float* probs) {
+  for_each_pair(s, threads, [&](int64_t b, int64_t h) {
+    if constexpr (kDim > 0 && kDim % 8 == 0) {
+      thread_local Scratch w;
+      forward_pair_blocked<kDim>(s, b, h, causal, q, k, v, mask, out, probs, w);
+    } else {
+      thread_local std::vector<float> kt, bias;
+      forward_pair<kDim>(s, b, h, causal, q, k, v, mask, out, probs, kt, bias);
+    }
+  });
+}
+
+template <int kDim>
+void backward_all(const Shape& s, bool causal, int64_t threads, const float* q, const float* k,
+                  const float* v, const int32_t* mask, const float* out, const float* probs, const float* d_out,
+                  float* d_q, float* d_k, float* d_v) {
+  for_each_pair(s, threads, [&](int64_t b, int64_t h) {
+    if constexpr (kDim > 0 && kDim % 8 == 0) {
+      thread_local Scratch w;
+      backward_pair_blocked<kDim>(s, b, h, causal, q, k, v, mask, out, probs, d_out, d_q, d_k,
+                                  d_v, w);
+    } else {
+      thread_local std::vector<float> scratch;
+      backward_pair<kDim>(s, b, h, causal, q, k, v, out, probs, d_out, d_q, d_k, d_v, scratch);
+    }
+  });
+}
+
+ffi::Error shape_of(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::S32>& mask,
+                    Shape* s) {
+  auto dims = q.dimensions();
+  if (dims.size() != 4) return ffi::Error::InvalidArgument("q must be [batch, length, heads, dim]");
+  *s = Shape{dims[0], dims[1], dims[2], dims[3]};
+  auto md = mask.dimensions();
+  if (md.size() != 2 || md[0] != s->batch || md[1] != s->length)
+    return ffi::Error::InvalidArgument("mask must be [batch, length]");
+  if (s->dim > 1024) return ffi::Error::InvalidArgument("head_dim above 1024 is not supported");
+  return ffi::Error::Success();
+}
+
+#define TEXTATTN_DISPATCH_DIM(dim, fn, ...)           \
+  switch (dim) {                                      \
+    case 8: fn<8>(__VA_ARGS__); break;                \
+    case 16: fn<16>(__VA_ARGS__); break;              \
+    case 32: fn<32>(__VA_ARGS__); break;              \
+    case 64: fn<64>(__VA_ARGS__); break;              \
+    default: fn<0>(__VA_ARGS__); break;               \
+  }
+
+ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+                   ffi::Buffer<ffi::S32> mask, bool causal, int64_t threads,
+                   ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> probs) {
+  Shape s;
+  if (auto err = shape_of(q, mask, &s); err.failure()) return err;
+  TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, causal, threads, q.typed_data(), k.typed_data(),
+                        v.typed_data(), mask.typed_data(), out->typed_data(),
+                        probs->typed_data());
+  return ffi::Error::Success();
+}
+
+ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+                    ffi::Buffer<ffi::S32> mask, ffi::Buffer<ffi::F32> out,
+                    ffi::Buffer<ffi::F32> probs, ffi::Buffer<ffi::F32> d_out, bool causal,
+                    int64_t threads, ffi::ResultBuffer<ffi::F32> d_q,
+                    ffi::ResultBuffer<ffi::F32> d_k, ffi::ResultBuffer<ffi::F32> d_v) {
+  Shape s;
+  if (auto err = shape_of(q, mask, &s); err.failure()) return err;
+  TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, causal, threads, q.typed_data(), k.typed_data(),
+                        v.typed_data(), mask.typed_data(), out.typed_data(), probs.typed_data(),
+                        d_out.typed_data(), d_q->typed_data(), d_k->typed_data(),
+                        d_v->typed_data());
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TextattnSoftmaxAttentionForward, Forward,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Attr<bool>("causal")
+                                  .Attr<int64_t>("threads")
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TextattnSoftmaxAttentionBackward, Backward,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Attr<bool>("causal")
+                                  .Attr<int64_t>("threads")
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
