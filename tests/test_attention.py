@@ -15,6 +15,7 @@ KERNELS = {
     "dot_product": attention.dot_product_attention,
     "chunked": functools.partial(attention.chunked_softmax_attention, chunk_size=5),
     "fused": attention.fused_softmax_attention,
+    "native": attention.native_softmax_attention,
 }
 
 
@@ -59,6 +60,34 @@ def test_softmax_kernels_match_float64_reference(shape, impl, causal):
   want = numpy_softmax_attention(q, k, v, mask, causal)
   got = KERNELS[impl](q, k, v, jnp.asarray(mask), causal=causal)
   np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["softmax", "causal"])
+@pytest.mark.parametrize("head_dim", [16, 12], ids=["blocked", "generic"])
+def test_native_kernel_matches_float64_reference_with_skipped_blocks(head_dim, causal):
+  # The native kernel's register-blocked path (head_dim % 8 == 0) and its generic path, at a
+  # length that is a multiple of neither 8 nor the row block, with right padding, left padding,
+  # a fully padded row and scattered padding; the loss ignores padding positions (as pooling
+  # does), so the backward's skipping of zero-gradient rows and all-padding key blocks runs.
+  batch, length = 5, 45
+  q, k, v = random_qkv((batch, length, 2, head_dim), seed=7)
+  mask = np.ones((batch, length), bool)
+  mask[1, 20:], mask[2, :], mask[3, :13], mask[4, ::3] = False, False, False, False
+  weights = np.random.default_rng(8).standard_normal(q.shape).astype(np.float32)
+  weights *= mask[:, :, None, None]
+  want = numpy_softmax_attention(q, k, v, mask, causal)
+  kernel = functools.partial(attention.native_softmax_attention, causal=causal)
+  got = kernel(q, k, v, jnp.asarray(mask))
+  np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=1e-5)
+
+  def loss(fn, q, k, v):
+    return jnp.sum(fn(q, k, v, jnp.asarray(mask)) * weights)
+
+  reference = functools.partial(attention.softmax_attention, causal=causal)
+  want_grads = jax.grad(functools.partial(loss, reference), argnums=(0, 1, 2))(q, k, v)
+  got_grads = jax.jit(jax.grad(functools.partial(loss, kernel), argnums=(0, 1, 2)))(q, k, v)
+  for g_ref, g_got in zip(want_grads, got_grads, strict=True):
+    np.testing.assert_allclose(np.asarray(g_got), np.asarray(g_ref), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["softmax", "causal"])
@@ -212,8 +241,12 @@ def test_softmax_runs_in_float32_under_bfloat16(name, impl, scoring):
   params = module.init(jax.random.key(0), x, mask)
   jaxpr = jax.make_jaxpr(lambda p: module.apply(p, x.astype(jnp.bfloat16), mask))(params)
   text = str(jaxpr)
-  exps = [line for line in text.splitlines() if " exp " in f" {line} " or "= exp" in line]
-  assert exps, "no exp found in the attention's jaxpr"
+  if impl == "native":  # the softmax is inside the C++ kernel: its call must be float32
+    exps = [line for line in text.splitlines() if "= custom_partitioning[" in line]
+    assert exps, "no native kernel call found in the attention's jaxpr"
+  else:
+    exps = [line for line in text.splitlines() if " exp " in f" {line} " or "= exp" in line]
+    assert exps, "no exp found in the attention's jaxpr"
   assert all("f32" in line and "bf16" not in line.split("=")[0] for line in exps), exps
   f32 = attention.make_attention(name, num_heads=2, implementation=impl, scoring=scoring)
   np.testing.assert_allclose(

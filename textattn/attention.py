@@ -17,6 +17,7 @@ Kernels (pure functions over projected tensors laid out [batch, length, heads, h
                                 bias, hand-written flash-style backward (see experiments/).
   * `native_softmax_attention` the same maths as two C++ XLA FFI kernels (CPU; built on first
                                 use by textattn.native), each query row's scores kept in L1.
+  "auto" (the default) picks native on a CPU where it builds, else fused: `resolve_implementation`.
   * `additive_attention`       Fastformer (arXiv 2108.09084), linear in length.
 
 Invariants every kernel keeps (tests/test_attention.py checks them):
@@ -34,13 +35,14 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import jax.custom_batching
 import jax.experimental.custom_partitioning
 import jax.numpy as jnp
 
 Array = jax.Array
 
 ATTENTIONS = ("softmax", "causal", "additive")
-SOFTMAX_IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused", "native", "cudnn")
+SOFTMAX_IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn")
 ADDITIVE_SCORINGS = ("shared", "per_head")
 
 # Added to the logits of masked positions. Finite (so a row with every key masked stays finite)
@@ -235,13 +237,30 @@ def _batch_partitioned(rule: str):
                             if f != "b")
     wrapped.def_partition(partition=partition, infer_sharding_from_operands=infer,
                           sharding_rule=rule, need_replication_factors=tuple(factors))
-    return wrapped
+
+    @functools.cache
+    def folding_vmap(causal):
+      # custom_partitioning has no batching rule; a vmapped axis is folded into the batch.
+      @jax.custom_batching.custom_vmap
+      def call(*arrays):
+        return wrapped(causal, *arrays)
+
+      @call.def_vmap
+      def _(axis_size, in_batched, *arrays):
+        arrays = [a if batched else jnp.broadcast_to(a, (axis_size, *a.shape))
+                  for a, batched in zip(arrays, in_batched, strict=True)]
+        outs = call(*(a.reshape((-1, *a.shape[2:])) for a in arrays))
+        return (tuple(o.reshape((axis_size, -1, *o.shape[1:])) for o in outs),
+                (True,) * len(outs))
+      return call
+
+    return lambda causal, *arrays: folding_vmap(causal)(*arrays)
   return wrap
 
 
 @_batch_partitioned("b l h d, b m h d, b m h d, b m -> b l h d, b h l m")
 def _native_forward_call(causal, q, k, v, mask):
-  from textattn import native  # noqa: PLC0415 (builds the kernels on first use)
+  from textattn import native
   native.load()
   return tuple(jax.ffi.ffi_call(
       native.FORWARD_TARGET,
@@ -253,7 +272,7 @@ def _native_forward_call(causal, q, k, v, mask):
 @_batch_partitioned("b l h d, b m h d, b m h d, b m, b l h d, b h l m, b l h d"
                     " -> b l h d, b m h d, b m h d")
 def _native_backward_call(causal, q, k, v, mask, out, probs, d_out):
-  from textattn import native  # noqa: PLC0415
+  from textattn import native
   native.load()
   return tuple(jax.ffi.ffi_call(
       native.BACKWARD_TARGET, (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 3,
@@ -342,7 +361,20 @@ def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kern
   return query * global_key[:, None]
 
 
+def resolve_implementation(implementation: str) -> str:
+  """'auto' -> 'native' on a CPU backend where the native kernels build, else 'fused' (both
+  exact; native measured faster on CPU, experiments/RESULTS.md). Other names are returned as is."""
+  if implementation != "auto":
+    return implementation
+  if jax.default_backend() == "cpu":
+    from textattn import native
+    if native.available():
+      return "native"
+  return "fused"
+
+
 def _softmax_kernel(implementation: str) -> Callable[..., Array]:
+  implementation = resolve_implementation(implementation)
   return {
       "xla": softmax_attention,
       "dot_product": dot_product_attention,
@@ -362,7 +394,7 @@ class SelfAttention(nn.Module):
   """Multi-head softmax self-attention (optionally causal) with Q/K/V/output projections."""
   num_heads: int
   causal: bool = False
-  implementation: str = "xla"
+  implementation: str = "xla"  # one of SOFTMAX_IMPLEMENTATIONS ("auto" resolved when called)
   dtype: Any = jnp.float32
 
   @nn.compact

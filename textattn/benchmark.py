@@ -81,7 +81,7 @@ STATUSES = ("ok", "oom", "timeout", "error")
 INJECTABLE_FAILURES = ("error", "oom", "timeout")
 # Implementations a variant name may carry; "cudnn" is jax.nn.dot_product_attention with
 # implementation="cudnn" (attention.cudnn_attention); "native" the C++ FFI kernel (CPU).
-IMPLEMENTATIONS = ("xla", "dot_product", "chunked", "fused", "native", "cudnn")
+IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn")
 ATTENTIONS = ("softmax", "causal", "additive")
 
 # Sizes benchmarked in the attention / forward / forward+backward modes when no flag is given.
@@ -436,6 +436,9 @@ def _measure(spec: dict, result: dict, save) -> None:
     time.sleep(10 * 24 * 3600)
   start = time.perf_counter()
   function, args = _build(spec, config)
+  if spec["implementation"] == "auto":  # report what it resolved to on this machine
+    from textattn import attention as attention_lib
+    result["implementation"] = attention_lib.resolve_implementation("auto")
   jax.block_until_ready(args)
   result["setup_s"] = time.perf_counter() - start
   start = time.perf_counter()

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from absl import logging
 
 from textattn import attention as attention_lib
 
@@ -133,7 +134,7 @@ class EncoderBlock(nn.Module):
   ffn_dim: int
   dropout_rate: float = 0.1
   norm: str = "post"
-  attention_impl: str = "fused"
+  attention_impl: str = "auto"
   additive_scoring: str = "shared"
   layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
@@ -208,7 +209,7 @@ class Classifier(nn.Module):
   embed_dropout_rate: float = 0.0
   token_dropout_rate: float = 0.0
   attention: str = "softmax"
-  attention_impl: str = "fused"
+  attention_impl: str = "auto"
   additive_scoring: str = "shared"
   position: str = "learned"
   norm: str = "post"
@@ -286,6 +287,13 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
              "dropout_rng": DROPOUT_RNGS}
   for field, allowed in choices.items():
     check_choice(f"model.{field}", m[field], allowed)
+  if m.attention_impl == "native" and m.attention != "additive":
+    if jax.default_backend() != "cpu":
+      raise ValueError(f"config.model.attention_impl='native' runs on a CPU only (here: "
+                       f"{jax.default_backend()}); use 'auto' or 'fused'.")
+    from textattn import native
+    if (reason := native.unavailable_reason()) is not None:
+      raise ValueError(f"config.model.attention_impl='native' is not available: {reason}")
   if m.attention_impl == "cudnn" and m.attention != "additive" and (
       m.dtype != "bfloat16" or jax.default_backend() != "gpu"):
     raise ValueError(f"config.model.attention_impl='cudnn' needs a GPU and "
@@ -314,13 +322,19 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
   config.vocab_size."""
   validate_model_config(config)
   m = config.model
+  impl = m.attention_impl
+  if m.attention != "additive":
+    impl = attention_lib.resolve_implementation(m.attention_impl)
+    if impl != m.attention_impl:
+      logging.info("config.model.attention_impl=%r: using the %r softmax kernel here.",
+                   m.attention_impl, impl)
   return Classifier(
       num_classes=num_classes, vocab_size=vocab_size or config.vocab_size,
       max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,
       num_layers=m.num_layers, ffn_dim=m.ffn_dim, mlp_dim=m.mlp_dim,
       dropout_rate=m.dropout_rate, embed_dropout_rate=m.embed_dropout_rate,
       token_dropout_rate=m.token_dropout_rate,
-      attention=m.attention, attention_impl=m.attention_impl,
+      attention=m.attention, attention_impl=impl,
       additive_scoring=m.additive_scoring, position=m.position, norm=m.norm, pooling=m.pooling,
       layer_norm_epsilon=m.layer_norm_epsilon, dtype=DTYPES[m.dtype], dropout_rng=m.dropout_rng)
 

@@ -67,7 +67,7 @@ def _cpu_signature() -> str:
 
 
 def _library_path(compiler: str) -> Path:
-  import jaxlib  # noqa: PLC0415 (only when building)
+  import jaxlib
   version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
                            check=False).stdout.splitlines()[:1]
   key = hashlib.sha256()
@@ -90,7 +90,7 @@ def build() -> Path:
   library = _library_path(compiler)
   if library.exists():
     return library
-  import jax  # noqa: PLC0415
+  import jax
   library.parent.mkdir(parents=True, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=library.stem + ".", suffix=".tmp.so", dir=library.parent)
   os.close(fd)
@@ -121,7 +121,7 @@ def _load_once() -> tuple[ctypes.CDLL | None, NativeUnavailable | None]:
 
 
 def _load() -> ctypes.CDLL:
-  import jax  # noqa: PLC0415
+  import jax
   library = ctypes.cdll.LoadLibrary(str(build()))
   for target, symbol in ((FORWARD_TARGET, library.TextattnSoftmaxAttentionForward),
                          (BACKWARD_TARGET, library.TextattnSoftmaxAttentionBackward)):
