@@ -164,7 +164,8 @@ def test_additive_matches_float64_transcription(scoring):
 
 
 # cuDNN needs an NVIDIA GPU and bf16; everything else runs (and is tested) on the CPU.
-CPU_IMPLEMENTATIONS = [i for i in attention.SOFTMAX_IMPLEMENTATIONS if i != "cudnn"]
+# "auto" is one of the others (test_auto_picks_the_native_kernel_on_this_cpu).
+CPU_IMPLEMENTATIONS = [i for i in attention.SOFTMAX_IMPLEMENTATIONS if i not in ("cudnn", "auto")]
 MODULES = [("softmax", impl, "shared") for impl in CPU_IMPLEMENTATIONS] + [
     ("causal", impl, "shared") for impl in CPU_IMPLEMENTATIONS] + [
     ("additive", "xla", s) for s in attention.ADDITIVE_SCORINGS]
@@ -280,3 +281,14 @@ def test_bad_attention_config_names_field_value_and_choices(field, kwargs, words
     attention.check_attention_config(**args)
   for word in words:
     assert word in str(error.value)
+
+
+def test_auto_picks_the_native_kernel_on_this_cpu():
+  # Where a C++ compiler exists, a broken build would make "auto" fall back silently to the
+  # slower XLA kernel: this fails and says why instead.
+  from textattn import native
+  if native.find_compiler() is None:
+    pytest.skip("no C++ compiler here: 'auto' uses the fused XLA kernel")
+  assert native.unavailable_reason() is None
+  assert attention.resolve_implementation("auto") == "native"
+  assert attention.resolve_implementation("fused") == "fused"

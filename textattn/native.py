@@ -49,7 +49,7 @@ def cache_dir() -> Path:
   return Path(base) / "textattn" / "native"
 
 
-def _compiler() -> str | None:
+def find_compiler() -> str | None:
   for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
     if name and shutil.which(name):
       return shutil.which(name)
@@ -82,7 +82,7 @@ def build() -> Path:
   if sys.platform not in ("linux", "darwin"):
     raise NativeUnavailable(f"native kernels are built for Linux and macOS only, not "
                             f"{sys.platform}; use config.model.attention_impl='fused'.")
-  compiler = _compiler()
+  compiler = find_compiler()
   if compiler is None:
     raise NativeUnavailable("no C++ compiler found ($CXX, c++, g++ or clang++) to build the "
                             "native kernels; install one or use config.model.attention_impl="
