@@ -46,7 +46,7 @@ def seed_step(attention="softmax", kernel="fused", dropout_rng="hash", embedding
   model = models.build_model(config, 2)
   tx = train.make_optimizer(config.optimizer, 1000)
 
-  state = jax.jit(lambda key: train.init_train_state(model, tx, key, 200, embedding_update))(
+  state = jax.jit(lambda key: train.init_train_state(model, tx, key, 200, config.optimizer))(
       jax.random.key(0))
   return jax.jit(train.train_step, donate_argnums=0), state
 

@@ -143,9 +143,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dic
   eval_every = config.eval_every_steps or train_iter.steps_per_epoch
   tx = train.make_optimizer(config.optimizer, total_steps)
   state = jax.jit(lambda rng: train.init_train_state(
-      model, tx, rng, config.max_len, config.optimizer.embedding_update,
-      config.optimizer.ema_decay, config.optimizer.label_smoothing))(
-          jax.random.key(config.seed))
+      model, tx, rng, config.max_len, config.optimizer))(jax.random.key(config.seed))
   step_fn = jax.jit(train.train_step, donate_argnums=0)
   eval_fn = jax.jit(lambda s, b: train.eval_step(s, b, num_classes))
 

@@ -243,7 +243,7 @@ def test_softmax_runs_in_float32_under_bfloat16(name, impl, scoring):
   jaxpr = jax.make_jaxpr(lambda p: module.apply(p, x.astype(jnp.bfloat16), mask))(params)
   text = str(jaxpr)
   if impl == "native":  # the softmax is inside the C++ kernel: its call must be float32
-    exps = [line for line in text.splitlines() if "= custom_partitioning[" in line]
+    exps = [line for line in text.splitlines() if "= ffi_call[" in line]
     assert exps, "no native kernel call found in the attention's jaxpr"
   else:
     exps = [line for line in text.splitlines() if " exp " in f" {line} " or "= exp" in line]

@@ -150,9 +150,9 @@ def _embedding_update_states(vocab_size, batches, embedding_update, return_init=
   config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4)
   config.optimizer.update(name="adamw", weight_decay=0.1, grad_clip_norm=0.5, **optimizer)
   model = models.build_model(config, num_classes=2)
+  config.optimizer.embedding_update = embedding_update
   state = train.init_train_state(model, train.make_optimizer(config.optimizer, 100),
-                                 jax.random.key(0), 12, embedding_update,
-                                 config.optimizer.ema_decay)
+                                 jax.random.key(0), 12, config.optimizer)
   if return_init:
     return state
   step, states = jax.jit(train.train_step), []
@@ -239,7 +239,7 @@ def test_label_smoothing_trains_on_the_smoothed_cross_entropy():
   losses = {}
   for smoothing in (0.0, 0.2):
     state = train.init_train_state(model, optax.sgd(0.1), jax.random.key(0), 12,
-                                   label_smoothing=smoothing)
+                                   {"label_smoothing": smoothing})
     logits = np.asarray(model.apply({"params": state.params}, batch["inputs"]), np.float64)
     _, metrics = jax.jit(train.train_step)(state, batch)
     losses[smoothing] = float(metrics["loss_sum"])

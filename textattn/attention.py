@@ -35,8 +35,6 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-import jax.custom_batching
-import jax.experimental.custom_partitioning
 import jax.numpy as jnp
 
 Array = jax.Array
@@ -201,83 +199,30 @@ def fused_softmax_attention(query: Array, key: Array, value: Array, padding_mask
 
 
 def _native_threads() -> int:
-  """Threads per native call: this process's cores shared among its local devices."""
+  """Threads per native call: the cores this process may use."""
   try:
-    cores = len(os.sched_getaffinity(0))
+    return max(1, len(os.sched_getaffinity(0)))
   except AttributeError:  # macOS
-    cores = os.cpu_count() or 1
-  return max(1, cores // max(1, jax.local_device_count()))
+    return os.cpu_count() or 1
 
 
-def _batch_sharded(mesh, like, shapes):
-  """Shardings for `shapes`: the leading (batch) dim split as `like`'s is, the rest replicated."""
-  spec = like.sharding.spec if isinstance(like.sharding, jax.NamedSharding) else ()
-  batch_axes = spec[0] if len(spec) else None
-  return tuple(jax.NamedSharding(mesh, jax.P(batch_axes, *([None] * (len(x.shape) - 1))))
-               for x in shapes)
-
-
-def _batch_partitioned(rule: str):
-  """custom_partitioning for a kernel whose (batch, ...) slices are independent: each device
-  runs it on its own batch shard instead of XLA gathering the whole batch onto every device."""
-  def wrap(fn):
-    wrapped = jax.experimental.custom_partitioning.custom_partitioning(fn, static_argnums=(0,))
-
-    def infer(causal, mesh, arg_shapes, result_shape):
-      del causal
-      results = result_shape if isinstance(result_shape, (tuple, list)) else (result_shape,)
-      return _batch_sharded(mesh, arg_shapes[0], results)
-
-    def partition(causal, mesh, arg_shapes, result_shape):
-      return (mesh, functools.partial(fn, causal), infer(causal, mesh, arg_shapes, result_shape),
-              _batch_sharded(mesh, arg_shapes[0], arg_shapes))
-
-    # Only the batch may be sharded; Shardy wants the other factors in order of appearance.
-    factors = dict.fromkeys(f for f in rule.replace(",", " ").replace("->", " ").split()
-                            if f != "b")
-    wrapped.def_partition(partition=partition, infer_sharding_from_operands=infer,
-                          sharding_rule=rule, need_replication_factors=tuple(factors))
-
-    @functools.cache
-    def folding_vmap(causal):
-      # custom_partitioning has no batching rule; a vmapped axis is folded into the batch.
-      @jax.custom_batching.custom_vmap
-      def call(*arrays):
-        return wrapped(causal, *arrays)
-
-      @call.def_vmap
-      def _(axis_size, in_batched, *arrays):
-        arrays = [a if batched else jnp.broadcast_to(a, (axis_size, *a.shape))
-                  for a, batched in zip(arrays, in_batched, strict=True)]
-        outs = call(*(a.reshape((-1, *a.shape[2:])) for a in arrays))
-        return (tuple(o.reshape((axis_size, -1, *o.shape[1:])) for o in outs),
-                (True,) * len(outs))
-      return call
-
-    return lambda causal, *arrays: folding_vmap(causal)(*arrays)
-  return wrap
-
-
-@_batch_partitioned("b l h d, b m h d, b m h d, b m -> b l h d, b h l m")
 def _native_forward_call(causal, q, k, v, mask):
-  from textattn import native
+  from textattn import native  # (builds the kernels on first use)
   native.load()
-  return tuple(jax.ffi.ffi_call(
+  return jax.ffi.ffi_call(
       native.FORWARD_TARGET,
       (jax.ShapeDtypeStruct(q.shape, jnp.float32),
        jax.ShapeDtypeStruct((q.shape[0], q.shape[2], q.shape[1], k.shape[1]), jnp.float32)),
-      vmap_method="sequential")(q, k, v, mask, causal=causal, threads=_native_threads()))
+      vmap_method="sequential")(q, k, v, mask, causal=causal, threads=_native_threads())
 
 
-@_batch_partitioned("b l h d, b m h d, b m h d, b m, b l h d, b h l m, b l h d"
-                    " -> b l h d, b m h d, b m h d")
 def _native_backward_call(causal, q, k, v, mask, out, probs, d_out):
   from textattn import native
   native.load()
-  return tuple(jax.ffi.ffi_call(
+  return jax.ffi.ffi_call(
       native.BACKWARD_TARGET, (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 3,
       vmap_method="sequential")(q, k, v, mask, out, probs, d_out, causal=causal,
-                                threads=_native_threads()))
+                                threads=_native_threads())
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -308,9 +253,10 @@ def native_softmax_attention(query: Array, key: Array, value: Array, padding_mas
   NumPy and the reference): each query row's scores are computed, masked, exponentiated,
   normalised and applied to V while they sit in L1, instead of XLA:CPU's skinny batched
   matmuls over the materialised [batch, heads, L, L] scores; the backward is the flash-attention
-  one over the saved weights. Computes in float32 (bfloat16 inputs are upcast). The kernels are
-  compiled on first use by `textattn.native` (needs a C++ compiler); the custom call is
-  batch-partitionable, so a data-parallel step shards it like everything else.
+  one over the saved weights; all-padding key blocks and rows without output gradient (padding
+  positions, which pooling ignores) are skipped exactly. Computes in float32 (bfloat16 inputs are
+  upcast), on every core of the process. The kernels are compiled on first use by
+  `textattn.native` (needs a C++ compiler). One device only (`check_native_devices`).
   """
   dtype = value.dtype
   f32 = jnp.float32
@@ -362,15 +308,26 @@ def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kern
 
 
 def resolve_implementation(implementation: str) -> str:
-  """'auto' -> 'native' on a CPU backend where the native kernels build, else 'fused' (both
-  exact; native measured faster on CPU, experiments/RESULTS.md). Other names are returned as is."""
+  """'auto' -> 'native' when the run has one device and it is a CPU on which the native kernels
+  build, else 'fused' (both exact; native measured faster on CPU, experiments/RESULTS.md; see
+  `check_native_devices` for why not with several devices). Other names are returned as is."""
   if implementation != "auto":
     return implementation
-  if jax.default_backend() == "cpu":
+  if jax.default_backend() == "cpu" and jax.device_count() == 1:
     from textattn import native
     if native.available():
       return "native"
   return "fused"
+
+
+def check_native_devices() -> None:
+  """The native kernel runs with one device only (it uses every core itself). With several CPU
+  devices in one process, XLA's in-process all-reduce was seen to hang around it (one run in
+  about ten here; XLA then aborts the process), so it is refused rather than risked."""
+  if jax.device_count() > 1:
+    raise ValueError(f"config.model.attention_impl='native' needs a single device, and this "
+                     f"run has {jax.device_count()}; use num_cpu_devices=0 or 1 (the kernel "
+                     f"uses every core itself), or attention_impl 'auto' or 'fused'.")
 
 
 def _softmax_kernel(implementation: str) -> Callable[..., Array]:

@@ -336,8 +336,7 @@ def _build(spec: dict, config, implementation: str | None = None):
                                                                 1000))
 
     def init(rng):
-      return train.init_train_state(model, tx, rng, short, config.optimizer.embedding_update,
-                                    config.optimizer.ema_decay, config.optimizer.label_smoothing)
+      return train.init_train_state(model, tx, rng, short, config.optimizer)
 
     # As in training: the batch sharded over all devices (config.num_cpu_devices on a CPU), the
     # state replicated.

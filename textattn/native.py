@@ -126,9 +126,6 @@ def _load() -> ctypes.CDLL:
   for target, symbol in ((FORWARD_TARGET, library.TextattnSoftmaxAttentionForward),
                          (BACKWARD_TARGET, library.TextattnSoftmaxAttentionBackward)):
     jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
-    # Every (batch, head) pair is independent: shard the custom call along the batch like the
-    # rest of the data-parallel step instead of gathering the batch onto every device.
-    jax.ffi.register_ffi_target_as_batch_partitionable(target)
   return library
 
 

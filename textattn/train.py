@@ -99,16 +99,23 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
 
 
 def init_train_state(model: models.Classifier, tx: optax.GradientTransformation, rng: jax.Array,
-                     length: int, embedding_update: str = "dense",
-                     ema_decay: float = 0.0, label_smoothing: float = 0.0) -> TrainState:
-  """Fresh parameters (from a dummy batch of `length` tokens), optimizer state and dropout key,
-  and with ema_decay > 0 a moving average of the parameters that starts at them."""
+                     length: int,
+                     optimizer: ml_collections.ConfigDict | dict | None = None) -> TrainState:
+  """Fresh parameters (from a dummy batch of `length` tokens), optimizer state and dropout key.
+
+  `optimizer` is config.optimizer (missing fields, or None, mean their defaults); the state takes
+  its `embedding_update` ("dense"), `label_smoothing` (0) and `ema_decay` (0; > 0 adds a moving
+  average of the parameters that starts at them). `tx` is built from it by `make_optimizer`."""
+  optimizer = optimizer or {}
+  embedding_update = optimizer.get("embedding_update", "dense")
+  ema_decay = float(optimizer.get("ema_decay", 0.0))
+  label_smoothing = float(optimizer.get("label_smoothing", 0.0))
   params_rng, dropout_rng = jax.random.split(rng)
   params = model.init({"params": params_rng}, jnp.ones((1, length), jnp.int32))["params"]
   return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                            dropout_key=jax.random.key_data(dropout_rng),
-                           embedding_update=embedding_update, ema_decay=float(ema_decay),
-                           label_smoothing=float(label_smoothing),
+                           embedding_update=embedding_update, ema_decay=ema_decay,
+                           label_smoothing=label_smoothing,
                            ema_params=jax.tree.map(jnp.copy, params) if ema_decay else {})
 
 
@@ -445,8 +452,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                      f"eval_split='validation' set config.val_fraction > 0.")
 
   def init(rng):
-    return init_train_state(model, tx, rng, config.max_len, config.optimizer.embedding_update,
-                            config.optimizer.ema_decay, config.optimizer.label_smoothing)
+    return init_train_state(model, tx, rng, config.max_len, config.optimizer)
 
   rng = jax.random.key(config.seed)
   abstract_state = jax.eval_shape(init, rng)
