@@ -189,3 +189,15 @@ def test_cudnn_kernel_is_refused_without_gpu_and_bf16():
     pytest.skip("on a GPU the cudnn kernel is allowed with bfloat16")
   with pytest.raises(ValueError, match="attention_impl='cudnn' needs a GPU"):
     models.build_model(small_config(impl="cudnn"), num_classes=2)
+
+
+def test_native_kernel_is_refused_with_several_devices_or_off_cpu(monkeypatch):
+  monkeypatch.setattr(jax, "device_count", lambda: 2)
+  with pytest.raises(ValueError, match="attention_impl='native' needs a single device, and "
+                                       "this run has 2"):
+    models.build_model(small_config(impl="native"), num_classes=2)
+  # "auto" falls back to the XLA kernel instead of refusing.
+  assert attention.resolve_implementation("auto") == "fused"
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  with pytest.raises(ValueError, match="attention_impl='native' runs on a CPU only"):
+    models.build_model(small_config(impl="native"), num_classes=2)
