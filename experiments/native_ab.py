@@ -1,10 +1,14 @@
 """A/B of the softmax kernels in the seed model's full train step: "fused" (XLA, textattn's
 previous default) against "native" (the C++ XLA FFI kernel, textattn/native/). Interleaved
 rounds of 40 steps (median of 7), so both see the same machine load; batch 32 x length 200 with
-random lengths, float32, the batch sharded over NUM_CPU_DEVICES devices as in training.
-With --profile, also a jax.profiler trace of 20 native steps: the ops by total time.
+random lengths 50..200 (speed_ab.random_batch), float32, one device. With --profile, also a
+jax.profiler trace of 20 native steps: the ops by total time.
 
-    python experiments/native_ab.py [NUM_CPU_DEVICES] [--profile]
+    python experiments/native_ab.py [--profile]
+
+(The 2-device figures in RESULTS.md were taken with `python experiments/native_ab.py 2` before
+textattn refused the native kernel with several devices; that argument now stops with that
+refusal.)
 """
 
 import collections

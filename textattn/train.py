@@ -138,7 +138,15 @@ def data_parallel_shardings() -> tuple[jax.NamedSharding, jax.NamedSharding]:
 
 
 def request_cpu_devices(config: ml_collections.ConfigDict) -> None:
-  """Apply config.num_cpu_devices; call before any JAX operation (the backend reads it once)."""
+  """Apply config.num_cpu_devices and config.xla_flags; call before any JAX operation (the
+  backend reads both once, when it starts)."""
+  flags = config.get("xla_flags", "")
+  if not isinstance(flags, str) or any(not f.startswith("--xla_") for f in flags.split()):
+    raise ValueError(f"config.xla_flags={flags!r} must be a space-separated list of XLA flags "
+                     f"such as '--xla_cpu_experimental_ynn_fusion_type=' (each starting with "
+                     f"--xla_), or empty.")
+  if flags:
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
   n = config.get("num_cpu_devices", 0)
   if not isinstance(n, int) or isinstance(n, bool) or n < 0:
     raise ValueError(f"config.num_cpu_devices={n!r} must be an integer >= 0 (0 = JAX's "
