@@ -100,10 +100,10 @@ def get_config() -> ml_collections.ConfigDict:
   # textattn.main and by textattn.benchmark --mode=train_step before JAX starts; no effect on
   # GPU/TPU devices.
   config.num_cpu_devices = 0
-  # Extra XLA flags ("--xla_name=value ..."), appended to $XLA_FLAGS by textattn.main and the
-  # benchmark before JAX starts (e.g. "--xla_cpu_experimental_ynn_fusion_type=", which turns off
-  # XLA:CPU's YNNPACK fusions: ~8% faster for the seed model with the native kernel, see
-  # experiments/RESULTS.md). Empty = none.
+  # Extra XLA flags ("--xla_name=value ..."), given to the compilation of the train and eval
+  # steps (jax.jit compiler_options; also by the benchmark's train_step mode), e.g.
+  # "--xla_cpu_experimental_ynn_fusion_type=", which turns off XLA:CPU's YNNPACK fusions
+  # (see experiments/RESULTS.md). Empty = none.
   config.xla_flags = ""
   config.eval_batch_size = 256
   config.num_epochs = 2

@@ -347,7 +347,8 @@ def _build(spec: dict, config, implementation: str | None = None):
     state = jax.jit(init, out_shardings=replicated)(key)
     batch = jax.device_put({"inputs": tokens, "labels": labels}, data_sharding)
     return jax.jit(train.train_step, in_shardings=(replicated, data_sharding),
-                   out_shardings=(replicated, replicated), donate_argnums=0), (state, batch)
+                   out_shardings=(replicated, replicated), donate_argnums=0,
+                   compiler_options=train.xla_compiler_options(config) or None), (state, batch)
 
   params = jax.jit(model.init)(key, tokens[:1, :short])["params"]
   if mode == "forward":

@@ -137,16 +137,23 @@ def data_parallel_shardings() -> tuple[jax.NamedSharding, jax.NamedSharding]:
   return jax.NamedSharding(mesh, jax.P("data")), jax.NamedSharding(mesh, jax.P())
 
 
-def request_cpu_devices(config: ml_collections.ConfigDict) -> None:
-  """Apply config.num_cpu_devices and config.xla_flags; call before any JAX operation (the
-  backend reads both once, when it starts)."""
+def xla_compiler_options(config: ml_collections.ConfigDict) -> dict[str, str]:
+  """config.xla_flags ("--xla_name=value ...") as `jax.jit(compiler_options=...)`: XLA reads
+  $XLA_FLAGS when jax is imported, too early for a config, so the flags go to the compilations
+  of the train and eval steps instead."""
   flags = config.get("xla_flags", "")
-  if not isinstance(flags, str) or any(not f.startswith("--xla_") for f in flags.split()):
+  tokens = flags.split() if isinstance(flags, str) else [None]
+  if any(not (t and t.startswith("--xla_") and "=" in t) for t in tokens):
     raise ValueError(f"config.xla_flags={flags!r} must be a space-separated list of XLA flags "
-                     f"such as '--xla_cpu_experimental_ynn_fusion_type=' (each starting with "
-                     f"--xla_), or empty.")
-  if flags:
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+                     f"of the form --xla_name=value (e.g. '--xla_cpu_experimental_ynn_fusion_"
+                     f"type='), or empty.")
+  return dict(t[2:].split("=", 1) for t in tokens)
+
+
+def request_cpu_devices(config: ml_collections.ConfigDict) -> None:
+  """Apply config.num_cpu_devices (and check config.xla_flags); call before any JAX operation
+  (the backend reads the device count once)."""
+  xla_compiler_options(config)
   n = config.get("num_cpu_devices", 0)
   if not isinstance(n, int) or isinstance(n, bool) or n < 0:
     raise ValueError(f"config.num_cpu_devices={n!r} must be an integer >= 0 (0 = JAX's "
@@ -503,10 +510,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
           os.replace(config_path, os.path.join(workdir, f"config.before-step-{start_step}.json"))
     _write_json_atomic(config_path, json.loads(config.to_json_best_effort()))
 
+  options = xla_compiler_options(config) or None
   p_train_step = jax.jit(train_step, in_shardings=(state_sharding, data_sharding),
-                         out_shardings=(state_sharding, replicated), donate_argnums=0)
+                         out_shardings=(state_sharding, replicated), donate_argnums=0,
+                         compiler_options=options)
   p_eval_step = jax.jit(lambda s, b: eval_step(s, b, num_classes),
-                        in_shardings=(state_sharding, data_sharding), out_shardings=replicated)
+                        in_shardings=(state_sharding, data_sharding), out_shardings=replicated,
+                        compiler_options=options)
 
   def to_global(batch):
     return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, x), batch)
