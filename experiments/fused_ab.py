@@ -20,9 +20,14 @@ import jax
 if len(sys.argv) > 1:
   jax.config.update("jax_num_cpu_devices", int(sys.argv[1]))
 
-import numpy as np
 from kernel_ab import forward_augmented_v
-from speed_ab import interleaved_rounds, random_batch, run_steps, seed_step
+from speed_ab import (
+  interleaved_rounds,
+  print_rounds,
+  random_batch,
+  run_steps,
+  seed_step,
+)
 
 from textattn import attention, train
 
@@ -43,10 +48,7 @@ def main():
   attention._fused_core = cores["rowsum"]
   times = interleaved_rounds(entries, batch, 7)
   print(f"{jax.device_count()} device(s), load average {os.getloadavg()[0]:.2f}")
-  for name, values in times.items():
-    t = float(np.median(values))
-    print(f"{name:7s} {t * 1e3:6.2f} ms/step {32 / t:6.0f} examples/s "
-          f"(rounds: {' '.join(f'{v * 1e3:.1f}' for v in values)})")
+  print_rounds(times)
 
 
 if __name__ == "__main__":

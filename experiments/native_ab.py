@@ -11,12 +11,7 @@ textattn refused the native kernel with several devices; that argument now stops
 refusal.)
 """
 
-import collections
-import glob
-import gzip
-import json
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,27 +22,16 @@ args = [a for a in sys.argv[1:] if not a.startswith("--")]
 if args:
   jax.config.update("jax_num_cpu_devices", int(args[0]))
 
-import numpy as np
-from speed_ab import interleaved_rounds, random_batch, run_steps, seed_step
+from profile_step import profile_and_summarize
+from speed_ab import (
+  interleaved_rounds,
+  print_rounds,
+  random_batch,
+  run_steps,
+  seed_step,
+)
 
 from textattn import train
-
-
-def profile(step, state, batch, trace_dir="/tmp/prof/native_ab"):
-  shutil.rmtree(trace_dir, ignore_errors=True)
-  with jax.profiler.trace(trace_dir):
-    for _ in range(20):
-      state, _ = step(state, batch)
-    jax.block_until_ready(state)
-  path = glob.glob(trace_dir + "/**/*.trace.json.gz", recursive=True)[0]
-  totals = collections.Counter()
-  with gzip.open(path) as f:
-    for event in json.load(f)["traceEvents"]:
-      if event.get("ph") == "X":
-        totals[event["name"]] += event["dur"]
-  for name, microseconds in totals.most_common(30):
-    print(f"{microseconds / 20 / 1e3:8.3f} ms  {name[:100]}")
-  return state
 
 
 def main():
@@ -61,12 +45,9 @@ def main():
     entries[kernel] = [step, state]
   times = interleaved_rounds(entries, batch, 7)
   print(f"{jax.device_count()} device(s), load average {os.getloadavg()[0]:.2f}")
-  for name, values in times.items():
-    t = float(np.median(values))
-    print(f"{name:7s} {t * 1e3:6.2f} ms/step {32 / t:6.0f} examples/s "
-          f"(rounds: {' '.join(f'{v * 1e3:.1f}' for v in values)})")
+  print_rounds(times)
   if "--profile" in sys.argv:
-    profile(*entries["native"], batch)
+    profile_and_summarize(*entries["native"], batch, "/tmp/prof/native_ab", top=30)
 
 
 if __name__ == "__main__":

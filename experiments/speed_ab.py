@@ -60,6 +60,14 @@ def run_steps(step, state, batch, count):
   return state, (time.perf_counter() - start) / count
 
 
+def print_rounds(times, batch_size=32):
+  """One line per entry of interleaved_rounds' result: median ms/step, examples/s, the rounds."""
+  for name, values in times.items():
+    t = float(np.median(values))
+    print(f"{name:7s} {t * 1e3:6.2f} ms/step {batch_size / t:6.0f} examples/s "
+          f"(rounds: {' '.join(f'{v * 1e3:.1f}' for v in values)})")
+
+
 def interleaved_rounds(entries, batch, rounds, count=40):
   """{key: [step, state]} (states updated in place) -> {key: [seconds per step of each round]};
   every round runs `count` steps of each entry in turn, so all see the same machine load."""

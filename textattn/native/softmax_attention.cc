@@ -250,6 +250,53 @@ struct Scratch {
 
 inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
 
+// The three products of the blocked kernels, for R rows at once (DV = kDim / 8 vectors a row).
+// acc[r] += a[r] . t[:, j0:j0+8] for 8 keys: t is [kDim, Lp] (keys contiguous).
+template <int kDim, int R>
+inline void add_row_dots(const float (&a)[R][kDim], const float* t, int64_t Lp, int64_t j0,
+                         v8 (&acc)[R]) {
+  for (int d = 0; d < kDim; ++d) {
+    const v8 tv = load8(t + d * Lp + j0);
+    for (int r = 0; r < R; ++r) acc[r] += a[r][d] * tv;
+  }
+}
+
+// out[r] = sum_j w[r * Lp + j] rows[j] over j in [begin, end): rows is [Lp, kDim].
+template <int kDim, int R>
+inline void weighted_row_sums(const float* w, int64_t Lp, const float* rows, int64_t begin,
+                              int64_t end, v8 (&out)[R][kDim / 8]) {
+  constexpr int DV = kDim / 8;
+  for (int r = 0; r < R; ++r)
+    for (int dv = 0; dv < DV; ++dv) out[r][dv] = splat(0.0f);
+  for (int64_t j = begin; j < end; ++j) {
+    v8 x[DV];
+    for (int dv = 0; dv < DV; ++dv) x[dv] = load8(rows + j * kDim + 8 * dv);
+    for (int r = 0; r < R; ++r) {
+      const float wj = w[r * Lp + j];
+      for (int dv = 0; dv < DV; ++dv) out[r][dv] += wj * x[dv];
+    }
+  }
+}
+
+// acc[j] += sum_r w[r * Lp + j] x[r] over j in [begin, end): acc is [Lp, kDim].
+template <int kDim, int R>
+inline void add_weighted_to_rows(const float* w, int64_t Lp, const float (&x)[R][kDim],
+                                 int64_t begin, int64_t end, float* acc) {
+  constexpr int DV = kDim / 8;
+  v8 g[R][DV];
+  for (int r = 0; r < R; ++r)
+    for (int dv = 0; dv < DV; ++dv) g[r][dv] = load8(&x[r][8 * dv]);
+  for (int64_t j = begin; j < end; ++j) {
+    v8 a[DV];
+    for (int dv = 0; dv < DV; ++dv) a[dv] = load8(acc + j * kDim + 8 * dv);
+    for (int r = 0; r < R; ++r) {
+      const float wj = w[r * Lp + j];
+      for (int dv = 0; dv < DV; ++dv) a[dv] += wj * g[r][dv];
+    }
+    for (int dv = 0; dv < DV; ++dv) store8(acc + j * kDim + 8 * dv, a[dv]);
+  }
+}
+
 // [first, last] real key, widened to whole 8-key blocks: the blocks outside get no weight and
 // no gradient, so they are skipped (exactly: their terms are all zero). No real key: empty.
 inline void key_blocks(const int32_t* m, int64_t L, int64_t* begin, int64_t* end) {
@@ -301,10 +348,7 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
       v8 acc[R];
       const v8 bv = load8(bias + j0);
       for (int r = 0; r < R; ++r) acc[r] = bv;
-      for (int d = 0; d < kDim; ++d) {
-        const v8 kv = load8(kt + d * Lp + j0);
-        for (int r = 0; r < R; ++r) acc[r] += qs[r][d] * kv;
-      }
+      add_row_dots<kDim, R>(qs, kt, Lp, j0, acc);
       for (int r = 0; r < R; ++r) store8(S + r * Lp + j0, acc[r]);
     }
     for (int64_t r = 0; r < rows; ++r) {
@@ -331,16 +375,7 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
       for (int64_t j0 = kbeg; j0 < jend; j0 += 8) store8(row + j0, load8(row + j0) * inv);
     }
     v8 o[R][DV];
-    for (int r = 0; r < R; ++r)
-      for (int dv = 0; dv < DV; ++dv) o[r][dv] = splat(0.0f);
-    for (int64_t j = kbeg; j < std::min(jend, L); ++j) {
-      v8 vv[DV];
-      for (int dv = 0; dv < DV; ++dv) vv[dv] = load8(vc + j * kDim + 8 * dv);
-      for (int r = 0; r < R; ++r) {
-        const float p = S[r * Lp + j];
-        for (int dv = 0; dv < DV; ++dv) o[r][dv] += p * vv[dv];
-      }
-    }
+    weighted_row_sums<kDim, R>(S, Lp, vc, kbeg, std::min(jend, L), o);
     for (int64_t r = 0; r < rows; ++r) {
       float* oi = out + s.at(b, i0 + r, h);
       for (int dv = 0; dv < DV; ++dv) store8(oi + 8 * dv, o[r][dv]);
@@ -422,64 +457,26 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
       continue;
     }
     // dV_j += sum_r P_rj dO_r
-    {
-      v8 g[R][DV];
-      for (int r = 0; r < R; ++r)
-        for (int dv = 0; dv < DV; ++dv) g[r][dv] = load8(&dout[r][8 * dv]);
-      for (int64_t j = kbeg; j < jn; ++j) {
-        v8 acc[DV];
-        for (int dv = 0; dv < DV; ++dv) acc[dv] = load8(dv_acc + j * kDim + 8 * dv);
-        for (int r = 0; r < R; ++r) {
-          const float p = P[r * Lp + j];
-          for (int dv = 0; dv < DV; ++dv) acc[dv] += p * g[r][dv];
-        }
-        for (int dv = 0; dv < DV; ++dv) store8(dv_acc + j * kDim + 8 * dv, acc[dv]);
-      }
-    }
+    add_weighted_to_rows<kDim, R>(P, Lp, dout, kbeg, jn, dv_acc);
     // dS_rj = P_rj (dO_r . V_j - delta_r)
     for (int64_t j0 = kbeg; j0 < jend; j0 += 8) {
       v8 acc[R];
       for (int r = 0; r < R; ++r) acc[r] = splat(0.0f);
-      for (int d = 0; d < kDim; ++d) {
-        const v8 vv = load8(vt + d * Lp + j0);
-        for (int r = 0; r < R; ++r) acc[r] += dout[r][d] * vv;
-      }
+      add_row_dots<kDim, R>(dout, vt, Lp, j0, acc);
       for (int r = 0; r < R; ++r)
         store8(dS + r * Lp + j0, load8(P + r * Lp + j0) * (acc[r] - delta[r]));
     }
     // dQ_r = scale sum_j dS_rj K_j
     {
       v8 acc[R][DV];
-      for (int r = 0; r < R; ++r)
-        for (int dv = 0; dv < DV; ++dv) acc[r][dv] = splat(0.0f);
-      for (int64_t j = kbeg; j < jn; ++j) {
-        v8 kv[DV];
-        for (int dv = 0; dv < DV; ++dv) kv[dv] = load8(kc + j * kDim + 8 * dv);
-        for (int r = 0; r < R; ++r) {
-          const float g = dS[r * Lp + j];
-          for (int dv = 0; dv < DV; ++dv) acc[r][dv] += g * kv[dv];
-        }
-      }
+      weighted_row_sums<kDim, R>(dS, Lp, kc, kbeg, jn, acc);
       for (int64_t r = 0; r < rows; ++r) {
         float* dqi = d_q + s.at(b, i0 + r, h);
         for (int dv = 0; dv < DV; ++dv) store8(dqi + 8 * dv, acc[r][dv] * scale);
       }
     }
     // dK_j += sum_r dS_rj (scale Q_r)
-    {
-      v8 g[R][DV];
-      for (int r = 0; r < R; ++r)
-        for (int dv = 0; dv < DV; ++dv) g[r][dv] = load8(&qq[r][8 * dv]);
-      for (int64_t j = kbeg; j < jn; ++j) {
-        v8 acc[DV];
-        for (int dv = 0; dv < DV; ++dv) acc[dv] = load8(dk + j * kDim + 8 * dv);
-        for (int r = 0; r < R; ++r) {
-          const float x = dS[r * Lp + j];
-          for (int dv = 0; dv < DV; ++dv) acc[dv] += x * g[r][dv];
-        }
-        for (int dv = 0; dv < DV; ++dv) store8(dk + j * kDim + 8 * dv, acc[dv]);
-      }
-    }
+    add_weighted_to_rows<kDim, R>(dS, Lp, qq, kbeg, jn, dk);
   }
   for (int64_t j = 0; j < L; ++j) {
     std::memcpy(d_k + s.at(b, j, h), dk + j * kDim, kDim * sizeof(float));
