@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -514,10 +515,16 @@ void backward_all(const Shape& s, bool causal, int64_t threads, const float* q, 
   });
 }
 
+// Self-attention only: every [batch, length, heads, dim] operand has q's shape.
 ffi::Error shape_of(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::S32>& mask,
-                    Shape* s) {
+                    std::initializer_list<const ffi::Buffer<ffi::F32>*> same_as_q, Shape* s) {
   auto dims = q.dimensions();
   if (dims.size() != 4) return ffi::Error::InvalidArgument("q must be [batch, length, heads, dim]");
+  for (const auto* other : same_as_q) {
+    auto od = other->dimensions();
+    if (od.size() != 4 || !std::equal(od.begin(), od.end(), dims.begin()))
+      return ffi::Error::InvalidArgument("k, v, out and d_out must have q's shape");
+  }
   *s = Shape{dims[0], dims[1], dims[2], dims[3]};
   auto md = mask.dimensions();
   if (md.size() != 2 || md[0] != s->batch || md[1] != s->length)
@@ -539,7 +546,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer
                    ffi::Buffer<ffi::S32> mask, bool causal, int64_t threads,
                    ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> probs) {
   Shape s;
-  if (auto err = shape_of(q, mask, &s); err.failure()) return err;
+  if (auto err = shape_of(q, mask, {&k, &v}, &s); err.failure()) return err;
   TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, causal, threads, q.typed_data(), k.typed_data(),
                         v.typed_data(), mask.typed_data(), out->typed_data(),
                         probs->typed_data());
@@ -552,7 +559,11 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffe
                     int64_t threads, ffi::ResultBuffer<ffi::F32> d_q,
                     ffi::ResultBuffer<ffi::F32> d_k, ffi::ResultBuffer<ffi::F32> d_v) {
   Shape s;
-  if (auto err = shape_of(q, mask, &s); err.failure()) return err;
+  if (auto err = shape_of(q, mask, {&k, &v, &out, &d_out}, &s); err.failure()) return err;
+  auto pd = probs.dimensions();
+  if (pd.size() != 4 || pd[0] != s.batch || pd[1] != s.heads || pd[2] != s.length ||
+      pd[3] != s.length)
+    return ffi::Error::InvalidArgument("probs must be [batch, heads, length, length]");
   TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, causal, threads, q.typed_data(), k.typed_data(),
                         v.typed_data(), mask.typed_data(), out.typed_data(), probs.typed_data(),
                         d_out.typed_data(), d_q->typed_data(), d_k->typed_data(),
