@@ -63,9 +63,11 @@ def test_softmax_kernels_match_float64_reference(shape, impl, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["softmax", "causal"])
-@pytest.mark.parametrize("head_dim", [16, 12], ids=["blocked", "generic"])
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 12],
+                         ids=["blocked16", "blocked32", "blocked64", "generic"])
 def test_native_kernel_matches_float64_reference_with_skipped_blocks(head_dim, causal):
-  # The native kernel's register-blocked path (head_dim % 8 == 0) and its generic path, at a
+  # The native kernel's register-blocked path (head_dim 8/16/32/64: 4, 2 and 1 rows per block
+  # here) and its generic path, at a
   # length that is a multiple of neither 8 nor the row block, with right padding, left padding,
   # a fully padded row and scattered padding; the loss ignores padding positions (as pooling
   # does), so the backward's skipping of zero-gradient rows and all-padding key blocks runs.
@@ -233,6 +235,19 @@ def test_causal_is_really_different_from_softmax():
   assert not np.allclose(soft.apply(params, x, mask), causal.apply(params, x, mask))
 
 
+def _ffi_operand_dtypes(jaxpr):
+  """dtypes of the operands of every ffi_call in a jaxpr, nested jaxprs included."""
+  dtypes = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "ffi_call":
+      dtypes += [v.aval.dtype for v in eqn.invars]
+    for param in eqn.params.values():
+      sub = getattr(param, "jaxpr", param)
+      if hasattr(sub, "eqns"):
+        dtypes += _ffi_operand_dtypes(sub)
+  return dtypes
+
+
 @pytest.mark.parametrize("name,impl,scoring", MODULES)
 def test_softmax_runs_in_float32_under_bfloat16(name, impl, scoring):
   x = np.random.default_rng(4).standard_normal((2, 8, 8)).astype(np.float32)
@@ -242,9 +257,12 @@ def test_softmax_runs_in_float32_under_bfloat16(name, impl, scoring):
   params = module.init(jax.random.key(0), x, mask)
   jaxpr = jax.make_jaxpr(lambda p: module.apply(p, x.astype(jnp.bfloat16), mask))(params)
   text = str(jaxpr)
-  if impl == "native":  # the softmax is inside the C++ kernel: its call must be float32
-    exps = [line for line in text.splitlines() if "= ffi_call[" in line]
-    assert exps, "no native kernel call found in the attention's jaxpr"
+  if impl == "native":  # the softmax is inside the C++ kernel: its operands must be float32
+    dtypes = _ffi_operand_dtypes(jax.make_jaxpr(
+        lambda p: module.apply(p, x.astype(jnp.bfloat16), mask))(params).jaxpr)
+    assert dtypes, "no native kernel call found in the attention's jaxpr"
+    assert all(d in (jnp.float32, jnp.int32) for d in dtypes), dtypes
+    exps = []
   else:
     exps = [line for line in text.splitlines() if " exp " in f" {line} " or "= exp" in line]
     assert exps, "no exp found in the attention's jaxpr"

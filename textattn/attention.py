@@ -17,7 +17,8 @@ Kernels (pure functions over projected tensors laid out [batch, length, heads, h
                                 bias, hand-written flash-style backward (see experiments/).
   * `native_softmax_attention` the same maths as two C++ XLA FFI kernels (CPU; built on first
                                 use by textattn.native), each query row's scores kept in L1.
-  "auto" (the default) picks native on a CPU where it builds, else fused: `resolve_implementation`.
+  "auto" (the configs' default) picks native on a one-device CPU run where it builds, else fused:
+  `resolve_implementation`.
   * `additive_attention`       Fastformer (arXiv 2108.09084), linear in length.
 
 Invariants every kernel keeps (tests/test_attention.py checks them):
@@ -250,11 +251,12 @@ def native_softmax_attention(query: Array, key: Array, value: Array, padding_mas
   """Exact softmax attention as one hand-written C++ kernel per pass (XLA FFI, CPU only).
 
   The same function as `softmax_attention` (tests check values and gradients against float64
-  NumPy and the reference): each query row's scores are computed, masked, exponentiated,
-  normalised and applied to V while they sit in L1, instead of XLA:CPU's skinny batched
-  matmuls over the materialised [batch, heads, L, L] scores; the backward is the flash-attention
-  one over the saved weights; all-padding key blocks and rows without output gradient (padding
-  positions, which pooling ignores) are skipped exactly. Computes in float32 (bfloat16 inputs are
+  NumPy and the reference): a block of query rows is scored, masked, exponentiated, normalised
+  and applied to V in a small scratch buffer, instead of XLA:CPU's skinny batched matmuls over
+  scores materialised several times; only the weights ([batch, heads, L, L]) are written, for
+  the backward, which is the flash-attention one over them. For head_dim 8, 16, 32 or 64,
+  all-padding key blocks and rows without output gradient (padding positions, which pooling
+  ignores) are skipped exactly. First-order reverse-mode gradients only (custom VJP). Computes in float32 (bfloat16 inputs are
   upcast), on every core of the process. The kernels are compiled on first use by
   `textattn.native` (needs a C++ compiler). One device only (`check_native_devices`).
   """

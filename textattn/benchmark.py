@@ -436,7 +436,7 @@ def _measure(spec: dict, result: dict, save) -> None:
     time.sleep(10 * 24 * 3600)
   start = time.perf_counter()
   function, args = _build(spec, config)
-  if spec["implementation"] == "auto":  # report what it resolved to on this machine
+  if spec["implementation"] == "auto" and spec["attention"] != "additive":  # what it resolved to
     from textattn import attention as attention_lib
     result["implementation"] = attention_lib.resolve_implementation("auto")
   jax.block_until_ready(args)

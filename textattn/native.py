@@ -11,9 +11,10 @@ and the CPU's feature flags, so a changed source or machine builds a new library
 loading a stale one; it is written under a temporary name and renamed into place, so concurrent
 processes (several hosts on one machine, pytest-xdist) never load a half-written file.
 
-`load()` raises `NativeUnavailable` with one sentence saying why (no compiler, compile error, not
-an x86-64/ARM Linux or macOS host...); `available()` answers without raising. Nothing here runs
-at import time.
+`load()` raises `NativeUnavailable` with one sentence saying why (no compiler, compile error, an
+unwritable or noexec cache directory, not a Linux or macOS host...); `available()` answers
+without raising, so `attention_impl='auto'` falls back to the XLA kernel. Nothing here runs at
+import time.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -49,10 +51,12 @@ def cache_dir() -> Path:
   return Path(base) / "textattn" / "native"
 
 
-def find_compiler() -> str | None:
-  for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-    if name and shutil.which(name):
-      return shutil.which(name)
+def find_compiler() -> list[str] | None:
+  """The compiler command ($CXX may carry arguments, e.g. "ccache g++"), or None."""
+  for command in (os.environ.get("CXX", ""), "c++", "g++", "clang++"):
+    words = shlex.split(command)
+    if words and shutil.which(words[0]):
+      return [shutil.which(words[0]), *words[1:]]
   return None
 
 
@@ -66,9 +70,9 @@ def _cpu_signature() -> str:
   return platform.machine() + platform.processor()
 
 
-def _library_path(compiler: str) -> Path:
+def _library_path(compiler: list[str]) -> Path:
   import jaxlib
-  version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+  version = subprocess.run([*compiler, "--version"], capture_output=True, text=True,
                            check=False).stdout.splitlines()[:1]
   key = hashlib.sha256()
   for part in (SOURCE.read_bytes(), repr(version).encode(), repr(_FLAGS).encode(),
@@ -87,20 +91,30 @@ def build() -> Path:
     raise NativeUnavailable("no C++ compiler found ($CXX, c++, g++ or clang++) to build the "
                             "native kernels; install one or use config.model.attention_impl="
                             "'fused'.")
-  library = _library_path(compiler)
-  if library.exists():
-    return library
-  import jax
-  library.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=library.stem + ".", suffix=".tmp.so", dir=library.parent)
-  os.close(fd)
-  command = [compiler, *_FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
-  result = subprocess.run(command, capture_output=True, text=True, check=False)
-  if result.returncode != 0:
-    Path(tmp).unlink(missing_ok=True)
-    tail = " ".join(result.stderr.strip().splitlines()[-3:])
-    raise NativeUnavailable(f"compiling {SOURCE.name} failed ({' '.join(command)}): {tail}")
-  os.replace(tmp, library)
+  try:
+    library = _library_path(compiler)
+    if library.exists():
+      return library
+    import jax
+    library.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=library.stem + ".", suffix=".tmp.so", dir=library.parent)
+    os.close(fd)
+    try:
+      command = [*compiler, *_FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
+      result = subprocess.run(command, capture_output=True, text=True, check=False)
+      if result.returncode != 0:
+        tail = " ".join(result.stderr.strip().splitlines()[-3:])
+        raise NativeUnavailable(f"compiling {SOURCE.name} failed ({' '.join(command)}): {tail}")
+      os.chmod(tmp, 0o755)  # mkstemp makes it private; a shared cache must be loadable by all
+      os.replace(tmp, library)
+    finally:
+      Path(tmp).unlink(missing_ok=True)  # gone already after a successful rename
+  except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+    if isinstance(error, NativeUnavailable):
+      raise
+    raise NativeUnavailable(f"building the native kernels failed ({type(error).__name__}: "
+                            f"{error}); set TEXTATTN_NATIVE_CACHE to a writable directory or use "
+                            f"config.model.attention_impl='fused'.") from error
   return library
 
 
@@ -122,7 +136,13 @@ def _load_once() -> tuple[ctypes.CDLL | None, NativeUnavailable | None]:
 
 def _load() -> ctypes.CDLL:
   import jax
-  library = ctypes.cdll.LoadLibrary(str(build()))
+  path = build()
+  try:
+    library = ctypes.cdll.LoadLibrary(str(path))
+  except OSError as error:  # e.g. a noexec cache directory
+    raise NativeUnavailable(f"loading the native kernels from {path} failed ({error}); set "
+                            f"TEXTATTN_NATIVE_CACHE elsewhere or use config.model.attention_impl="
+                            f"'fused'.") from error
   for target, symbol in ((FORWARD_TARGET, library.TextattnSoftmaxAttentionForward),
                          (BACKWARD_TARGET, library.TextattnSoftmaxAttentionBackward)):
     jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")

@@ -17,14 +17,18 @@
 //
 // Why by hand: XLA:CPU runs the four L x L products of this model (head_dim 16) as skinny
 // batched matmuls at a fraction of the machine's speed and materialises the scores several
-// times (experiments/RESULTS.md, "Training speed"); here each query row's scores live in L1.
+// times (experiments/RESULTS.md, "Training speed"); here a block of query rows is scored,
+// exponentiated and applied to V in a small scratch buffer, and only the final weights
+// ([batch, heads, L, L], for the backward) are written out.
 
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -199,7 +203,8 @@ void backward_pair(const Shape& s, int64_t b, int64_t h, bool causal, const floa
 }
 
 // ---------------------------------------------------------------------------------------------
-// Register-blocked versions for head_dim a multiple of 8 (the common case): R query rows at a
+// Register-blocked versions for head_dim 8, 16, 32 or 64 (other sizes take the plain loops above,
+// without the skipping of padding blocks and zero-gradient rows): R query rows at a
 // time, 8 keys per vector, so every loaded key/value vector feeds R multiply-adds and the row
 // accumulators stay in registers. GCC/Clang vector extensions: 256-bit on AVX2, split in two on
 // 128-bit units (Zen 1, NEON).
@@ -547,9 +552,13 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer
                    ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> probs) {
   Shape s;
   if (auto err = shape_of(q, mask, {&k, &v}, &s); err.failure()) return err;
-  TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, causal, threads, q.typed_data(), k.typed_data(),
-                        v.typed_data(), mask.typed_data(), out->typed_data(),
-                        probs->typed_data());
+  try {  // (std::thread or an allocation may throw; exceptions must not cross into XLA)
+    TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, causal, threads, q.typed_data(), k.typed_data(),
+                          v.typed_data(), mask.typed_data(), out->typed_data(),
+                          probs->typed_data());
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("textattn native attention forward: ") + e.what());
+  }
   return ffi::Error::Success();
 }
 
@@ -564,10 +573,14 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffe
   if (pd.size() != 4 || pd[0] != s.batch || pd[1] != s.heads || pd[2] != s.length ||
       pd[3] != s.length)
     return ffi::Error::InvalidArgument("probs must be [batch, heads, length, length]");
-  TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, causal, threads, q.typed_data(), k.typed_data(),
-                        v.typed_data(), mask.typed_data(), out.typed_data(), probs.typed_data(),
-                        d_out.typed_data(), d_q->typed_data(), d_k->typed_data(),
-                        d_v->typed_data());
+  try {
+    TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, causal, threads, q.typed_data(),
+                          k.typed_data(), v.typed_data(), mask.typed_data(), out.typed_data(),
+                          probs.typed_data(), d_out.typed_data(), d_q->typed_data(),
+                          d_k->typed_data(), d_v->typed_data());
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("textattn native attention backward: ") + e.what());
+  }
   return ffi::Error::Success();
 }
 
