@@ -40,8 +40,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Softmax/causal kernel: xla (reference einsum) | dot_product (jax.nn.dot_product_attention's
   # default, the XLA path) | cudnn (its cuDNN flash attention: GPU + bfloat16 only) | chunked
   # (memory-efficient, exact) | fused (exact, hand-written backward, XLA) | native (exact, C++
-  # XLA FFI kernel compiled on first use; CPU only, the fastest there) | auto (native on a CPU
-  # where it builds, else fused).
+  # XLA FFI kernel compiled on first use; CPU and one device only, the fastest there) | auto
+  # (native on a one-device CPU run where it builds, else fused).
   config.model.attention_impl = "auto"
   config.model.additive_scoring = "shared"  # shared (authors' code) | per_head (paper)
   config.model.embed_dim = 32

@@ -33,7 +33,8 @@ def get_config():
   config.num_epochs = 2
   config.model.attention = "softmax"
   config.model.pooling = "mean"
-  # With the native softmax kernel (the default on a one-device CPU run), XLA:CPU's own ops run
-  # ~8% faster without its YNNPACK fusions here (experiments/RESULTS.md, third round).
+  # With the native softmax kernel (the default on a one-device CPU run), XLA:CPU's own ops ran
+  # faster here without its YNNPACK fusions: ~8% (step A/B) and ~12% (real training loop); within
+  # noise through the benchmark command (experiments/RESULTS.md, third round).
   config.xla_flags = "--xla_cpu_experimental_ynn_fusion_type="
   return config

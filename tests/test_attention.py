@@ -66,11 +66,11 @@ def test_softmax_kernels_match_float64_reference(shape, impl, causal):
 @pytest.mark.parametrize("head_dim", [16, 32, 64, 12],
                          ids=["blocked16", "blocked32", "blocked64", "generic"])
 def test_native_kernel_matches_float64_reference_with_skipped_blocks(head_dim, causal):
-  # The native kernel's register-blocked path (head_dim 8/16/32/64: 4, 2 and 1 rows per block
-  # here) and its generic path, at a
-  # length that is a multiple of neither 8 nor the row block, with right padding, left padding,
-  # a fully padded row and scattered padding; the loss ignores padding positions (as pooling
-  # does), so the backward's skipping of zero-gradient rows and all-padding key blocks runs.
+  # The native kernel's register-blocked path (head_dim 16, 32, 64: 4, 2 and 1 rows per block)
+  # and its generic path, at a length that is a multiple of neither 8 nor the row block, with
+  # right padding, left padding, a fully padded row and scattered padding; the loss ignores
+  # padding positions (as pooling does), so the backward's skipping of zero-gradient rows and
+  # all-padding key blocks runs.
   batch, length = 5, 45
   q, k, v = random_qkv((batch, length, 2, head_dim), seed=7)
   mask = np.ones((batch, length), bool)
@@ -256,17 +256,15 @@ def test_softmax_runs_in_float32_under_bfloat16(name, impl, scoring):
                                     dtype=jnp.bfloat16)
   params = module.init(jax.random.key(0), x, mask)
   jaxpr = jax.make_jaxpr(lambda p: module.apply(p, x.astype(jnp.bfloat16), mask))(params)
-  text = str(jaxpr)
   if impl == "native":  # the softmax is inside the C++ kernel: its operands must be float32
-    dtypes = _ffi_operand_dtypes(jax.make_jaxpr(
-        lambda p: module.apply(p, x.astype(jnp.bfloat16), mask))(params).jaxpr)
+    dtypes = _ffi_operand_dtypes(jaxpr.jaxpr)
     assert dtypes, "no native kernel call found in the attention's jaxpr"
     assert all(d in (jnp.float32, jnp.int32) for d in dtypes), dtypes
-    exps = []
   else:
-    exps = [line for line in text.splitlines() if " exp " in f" {line} " or "= exp" in line]
+    exps = [line for line in str(jaxpr).splitlines()
+            if " exp " in f" {line} " or "= exp" in line]
     assert exps, "no exp found in the attention's jaxpr"
-  assert all("f32" in line and "bf16" not in line.split("=")[0] for line in exps), exps
+    assert all("f32" in line and "bf16" not in line.split("=")[0] for line in exps), exps
   f32 = attention.make_attention(name, num_heads=2, implementation=impl, scoring=scoring)
   np.testing.assert_allclose(
       np.asarray(module.apply(params, x.astype(jnp.bfloat16), mask), np.float32),

@@ -476,7 +476,7 @@ def test_bad_cpu_device_count_is_refused_before_jax_starts():
 
 @pytest.mark.parametrize("field,value", [("ema_decay", 1.0), ("label_smoothing", -0.1)])
 def test_bad_optimizer_extras_are_one_clear_sentence(field, value):
-  # (In-process: the exit-code path is covered by the command-line cases above.)
+  # (In-process: the exit-code path is covered by the command-line case above.)
   config = default.get_config()
   config.optimizer[field] = value
   with pytest.raises(ValueError, match=rf"config\.optimizer\.{field}={value} must be in \[0, 1\)"):

@@ -15,11 +15,11 @@ Kernels (pure functions over projected tensors laid out [batch, length, heads, h
                                 full L x L score matrix is never materialised (memory ~ L * chunk).
   * `fused_softmax_attention`  the CPU fast path: batched-matmul layout, mask as one additive
                                 bias, hand-written flash-style backward (see experiments/).
-  * `native_softmax_attention` the same maths as two C++ XLA FFI kernels (CPU; built on first
-                                use by textattn.native), each query row's scores kept in L1.
-  "auto" (the configs' default) picks native on a one-device CPU run where it builds, else fused:
-  `resolve_implementation`.
+  * `native_softmax_attention` the same maths as two C++ XLA FFI kernels (CPU, one device;
+                                built on first use by textattn.native).
   * `additive_attention`       Fastformer (arXiv 2108.09084), linear in length.
+"auto" (the configs' default) picks native on a one-device CPU run where it builds, else fused
+(`resolve_implementation`).
 
 Invariants every kernel keeps (tests/test_attention.py checks them):
   * padding keys never receive weight; a query with no valid key at all (a fully padded row, or
@@ -256,9 +256,10 @@ def native_softmax_attention(query: Array, key: Array, value: Array, padding_mas
   scores materialised several times; only the weights ([batch, heads, L, L]) are written, for
   the backward, which is the flash-attention one over them. For head_dim 8, 16, 32 or 64,
   all-padding key blocks and rows without output gradient (padding positions, which pooling
-  ignores) are skipped exactly. First-order reverse-mode gradients only (custom VJP). Computes in float32 (bfloat16 inputs are
-  upcast), on every core of the process. The kernels are compiled on first use by
-  `textattn.native` (needs a C++ compiler). One device only (`check_native_devices`).
+  ignores) are skipped exactly. First-order reverse-mode gradients only (custom VJP). Computes
+  in float32 (bfloat16 inputs are upcast), on every core of the process. The kernels are
+  compiled on first use by `textattn.native` (needs a C++ compiler). One device only
+  (`check_native_devices`).
   """
   dtype = value.dtype
   f32 = jnp.float32

@@ -25,7 +25,7 @@ _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", os.environ.get("JAX_COORDINATOR_ADDRESS"),
     "host:port of process 0, for multi-process runs.")
 _NUM_PROCESSES = flags.DEFINE_integer(
-    "num_processes", int(os.environ.get("JAX_NUM_PROCESSES", 0)) or None,
+    "num_processes", int(os.environ.get("JAX_NUM_PROCESSES", "0")) or None,
     "Number of processes in a multi-process run.")
 _PROCESS_ID = flags.DEFINE_integer(
     "process_id", int(os.environ["JAX_PROCESS_ID"]) if "JAX_PROCESS_ID" in os.environ else None,
