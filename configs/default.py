@@ -105,6 +105,12 @@ def get_config() -> ml_collections.ConfigDict:
   # "--xla_cpu_experimental_ynn_fusion_type=", which turns off XLA:CPU's YNNPACK fusions
   # (see experiments/RESULTS.md). Empty = none.
   config.xla_flags = ""
+  # Bit-for-bit reproducible steps on every backend (what exact resume promises). CPUs are
+  # deterministic already; on GPUs this compiles the steps with --xla_gpu_deterministic_ops,
+  # without which two runs of the same config differed in almost every parameter after 60
+  # steps (atomic scatter-adds), at a cost of 1.4-1.8x in train-step time on an H100
+  # (experiments/RESULTS.md, "On a GPU"). False = XLA's faster default on GPUs.
+  config.deterministic = True
   config.eval_batch_size = 256
   config.num_epochs = 2
   config.num_train_steps = -1  # > 0 overrides num_epochs

@@ -62,6 +62,7 @@ def test_softmax_kernels_match_float64_reference(shape, impl, causal):
   np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.cpu_only
 @pytest.mark.parametrize("causal", [False, True], ids=["softmax", "causal"])
 @pytest.mark.parametrize("head_dim", [16, 32, 64, 12],
                          ids=["blocked16", "blocked32", "blocked64", "generic"])
@@ -299,6 +300,7 @@ def test_bad_attention_config_names_field_value_and_choices(field, kwargs, words
     assert word in str(error.value)
 
 
+@pytest.mark.cpu_only
 def test_auto_picks_the_native_kernel_on_this_cpu():
   # Where a C++ compiler exists, a broken build would make "auto" fall back silently to the
   # slower XLA kernel: this fails and says why instead.

@@ -158,6 +158,7 @@ def test_a_hanging_point_is_killed_and_recorded_as_timeout(points):
   assert "median_ms" not in result
 
 
+@pytest.mark.cpu_only  # the limit applies to CPU points only
 def test_a_point_over_the_memory_limit_is_recorded_as_oom_without_running(points):
   result = points("memory_limit")
   assert result["status"] == "oom" and "memory_analysis" in result["message"]
@@ -165,13 +166,20 @@ def test_a_point_over_the_memory_limit_is_recorded_as_oom_without_running(points
   assert "median_ms" not in result
 
 
-def test_unknown_variant_fails_with_one_sentence():
+@pytest.mark.parametrize("bad,message", [
+    ("--variants=softmax,softmax_flash", "error: --variants: 'softmax_flash' is not a known variant"),
+    ("--out_dir={file}", "error: --out_dir={file} exists and is not a directory"),
+], ids=["variant", "out_dir"])
+def test_bad_flags_fail_with_one_sentence_and_touch_nothing(tmp_path, bad, message):
+  a_file = tmp_path / "results.csv"
+  a_file.write_text("kept\n")
   result = subprocess.run(
-      [sys.executable, "-m", "textattn.benchmark", "--variants=softmax,softmax_flash"],
-      cwd=ROOT, capture_output=True, text=True, timeout=120)
+      [sys.executable, "-m", "textattn.benchmark", bad.format(file=a_file)],
+      cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
   assert result.returncode == 1
   (line,) = result.stderr.strip().splitlines()
-  assert line.startswith("error: --variants: 'softmax_flash' is not a known variant")
+  assert line.startswith(message.format(file=a_file)), line
+  assert a_file.read_text() == "kept\n"
 
 
 @pytest.mark.parametrize("name,expected", [

@@ -10,6 +10,7 @@ from textattn import attention, models
 
 VARIANTS = [("softmax", "xla", "shared"), ("softmax", "dot_product", "shared"),
             ("softmax", "chunked", "shared"), ("softmax", "fused", "shared"),
+            ("softmax", "native", "shared"),
             ("causal", "xla", "shared"), ("additive", "xla", "shared"),
             ("additive", "xla", "per_head")]
 
@@ -30,11 +31,20 @@ def test_seed_configuration_has_the_keras_parameter_count():
   assert "653,566" in models.parameter_table(params)
 
 
-# causal + cls is rejected by validation (test_causal_with_cls_pooling_is_rejected).
-@pytest.mark.parametrize("attention_name,impl,scoring,pooling", [
-    variant + (pooling,) for variant in VARIANTS for pooling in models.POOLINGS
-    if (variant[0], pooling) != ("causal", "cls")])
+# Every variant with mean pooling, every pooling with the fused softmax, and causal attention
+# with each pooling it allows (causal + cls is rejected: test_causal_with_cls_pooling_is_rejected):
+# padding handling is the attention's and the pooling's separately, so the full cross product
+# would only repeat these cases.
+LOGIT_CASES = sorted(
+    {variant + ("mean",) for variant in VARIANTS}
+    | {("softmax", "fused", "shared", pooling) for pooling in models.POOLINGS}
+    | {("causal", "xla", "shared", pooling) for pooling in models.POOLINGS if pooling != "cls"})
+
+
+@pytest.mark.parametrize("attention_name,impl,scoring,pooling", LOGIT_CASES)
 def test_logits_ignore_padding(attention_name, impl, scoring, pooling):
+  if impl == "native" and jax.default_backend() != "cpu":
+    pytest.skip("the native kernel runs on a CPU only")
   config = small_config(attention_name, impl, scoring, pooling)
   model = models.build_model(config, num_classes=3)
   rng = np.random.default_rng(0)
@@ -192,6 +202,7 @@ def test_cudnn_kernel_is_refused_without_gpu_and_bf16():
 
 
 def test_native_kernel_is_refused_with_several_devices_or_off_cpu(monkeypatch):
+  monkeypatch.setattr(jax, "default_backend", lambda: "cpu")  # whatever runs the test
   monkeypatch.setattr(jax, "device_count", lambda: 2)
   with pytest.raises(ValueError, match="attention_impl='native' needs a single device, and "
                                        "this run has 2"):

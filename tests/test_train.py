@@ -70,8 +70,16 @@ def cli_args(data_path, cache_dir, **overrides):
       f"--config.{k}={v}" for k, v in values.items()]
 
 
-def run_main(args, workdir, env_extra=None, wait=True, **popen):
+def run_main(args, workdir, env_extra=None, wait=True, block_tensorflow=None, **popen):
+  """textattn.main in a subprocess on the CPU. block_tensorflow=DIR: a stub package in DIR makes
+  `import tensorflow` fail there."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", **(env_extra or {}))
+  if block_tensorflow is not None:
+    stub = pathlib.Path(block_tensorflow) / "no_tensorflow" / "tensorflow"
+    stub.mkdir(parents=True, exist_ok=True)
+    (stub / "__init__.py").write_text("raise ImportError('tensorflow is blocked by the test')\n")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(stub.parent), str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
   command = [sys.executable, "-m", "textattn.main", f"--workdir={workdir}"] + args
   if not wait:
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -156,7 +164,8 @@ def _embedding_update_states(vocab_size, batches, embedding_update, return_init=
                                  jax.random.key(0), 12, config.optimizer)
   if return_init:
     return state
-  step, states = jax.jit(train.train_step), []
+  step = jax.jit(train.train_step, compiler_options=train.step_compiler_options(config))
+  states = []
   for batch in batches:
     state, _ = step(state, batch)
     states.append(state)
@@ -414,33 +423,43 @@ def assert_rows_close(a, b, tol=1e-5):
       assert row_a[key] == pytest.approx(row_b[key], abs=tol), key
 
 
-@pytest.mark.parametrize("how", ["xla_flags", "config", "config_lazy"])
-def test_several_devices_match_one_device(tmp_path, data_file, how):
-  overrides = {"optimizer.embedding_update": "lazy"} if how == "config_lazy" else {}
-  args = cli_args(data_file, tmp_path / "cache", num_train_steps=20, **overrides)
-  one = run_main(args, tmp_path / "one")
-  if how == "xla_flags":
-    n, many = 4, run_main(args, tmp_path / "many",
-                          {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
-  else:  # config.num_cpu_devices splits the CPU into devices before JAX starts
-    n, many = 2, run_main(args + ["--config.num_cpu_devices=2"], tmp_path / "many")
-  assert one.returncode == 0 and many.returncode == 0, many.stdout + many.stderr
-  assert "1 global devices" in one.stderr + one.stdout
-  assert f"{n} global devices" in many.stderr + many.stdout
-  assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "many"))
-
-
-def test_two_processes_match_one_process(tmp_path, data_file):
+def test_several_devices_and_two_processes_match_one_device(tmp_path, data_file):
+  """One baseline run, compared with 4 devices (XLA_FLAGS), 2 devices (config.num_cpu_devices,
+  set before JAX starts) and 2 processes (jax.distributed over gloo). The baseline runs with
+  TensorFlow unimportable: training on a local file must not need it (it costs seconds)."""
   args = cli_args(data_file, tmp_path / "cache", num_train_steps=20)
-  one = run_main(args, tmp_path / "one")
+  one = run_main(args, tmp_path / "one", block_tensorflow=tmp_path)
   assert one.returncode == 0, one.stdout + one.stderr
+  assert "1 global devices" in one.stderr + one.stdout
+  baseline = eval_rows(tmp_path / "one")
+
+  four = run_main(args, tmp_path / "four", {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+  assert four.returncode == 0, four.stdout + four.stderr
+  assert "4 global devices" in four.stderr + four.stdout
+  assert_rows_close(baseline, eval_rows(tmp_path / "four"))
+
+  two = run_main(args + ["--config.num_cpu_devices=2"], tmp_path / "two")
+  assert two.returncode == 0, two.stdout + two.stderr
+  assert "2 global devices" in two.stderr + two.stdout
+  assert_rows_close(baseline, eval_rows(tmp_path / "two"))
+
   address = f"127.0.0.1:{free_port()}"
   procs = [run_main(args + [f"--coordinator_address={address}", "--num_processes=2",
-                            f"--process_id={i}"], tmp_path / "two", wait=False)
+                            f"--process_id={i}"], tmp_path / "procs", wait=False)
            for i in range(2)]
   outputs = [p.communicate(timeout=300)[0] for p in procs]
   assert all(p.returncode == 0 for p in procs), outputs
   assert "process 1/2" in outputs[1] or "process 1/2" in outputs[0]
+  assert_rows_close(baseline, eval_rows(tmp_path / "procs"))
+
+
+def test_several_devices_match_one_device_with_the_lazy_embedding_update(tmp_path, data_file):
+  args = cli_args(data_file, tmp_path / "cache", num_train_steps=20,
+                  **{"optimizer.embedding_update": "lazy"})
+  one = run_main(args, tmp_path / "one")
+  two = run_main(args + ["--config.num_cpu_devices=2"], tmp_path / "two")
+  assert one.returncode == 0 and two.returncode == 0, two.stdout + two.stderr
+  assert "2 global devices" in two.stderr + two.stdout
   assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "two"))
 
 
@@ -502,6 +521,11 @@ def test_xla_flags_reach_the_step_compilation_and_bad_ones_are_refused():
   config.xla_flags = "--xla_cpu_experimental_ynn_fusion_type="
   options = train.xla_compiler_options(config)
   assert options == {"xla_cpu_experimental_ynn_fusion_type": ""}
+  # Typed values: XLA refuses the string 'true' for a bool flag, so these must compile.
+  config.xla_flags = "--xla_gpu_deterministic_ops=true --xla_cpu_enable_fast_math=false"
+  typed = train.xla_compiler_options(config)
+  assert typed == {"xla_gpu_deterministic_ops": True, "xla_cpu_enable_fast_math": False}
+  jax.jit(lambda a: a + 1, compiler_options=typed).lower(jnp.ones(3)).compile()
   bad = default.get_config()
   bad.xla_flags = "ynn_off"
   with pytest.raises(ValueError, match=r"config.xla_flags='ynn_off' must be a space-separated"):
@@ -511,3 +535,16 @@ def test_xla_flags_reach_the_step_compilation_and_bad_ones_are_refused():
   if "ynn" not in hlo():
     pytest.skip("this XLA build does not use YNNPACK fusions here: nothing to turn off")
   assert "ynn" not in hlo(compiler_options=options)  # the flag reaches the compilation
+
+
+def test_steps_are_compiled_deterministically_on_a_gpu_unless_told_otherwise(monkeypatch):
+  config = default.get_config()
+  assert config.deterministic
+  monkeypatch.setattr(jax, "default_backend", lambda: "cpu")  # whatever runs the test
+  assert train.step_compiler_options(config) is None  # CPU: deterministic already
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert train.step_compiler_options(config) == {"xla_gpu_deterministic_ops": True}
+  config.xla_flags = "--xla_gpu_deterministic_ops=false"  # an explicit flag wins
+  assert train.step_compiler_options(config) == {"xla_gpu_deterministic_ops": False}
+  config.xla_flags, config.deterministic = "", False
+  assert train.step_compiler_options(config) is None

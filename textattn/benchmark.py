@@ -348,7 +348,7 @@ def _build(spec: dict, config, implementation: str | None = None):
     batch = jax.device_put({"inputs": tokens, "labels": labels}, data_sharding)
     return jax.jit(train.train_step, in_shardings=(replicated, data_sharding),
                    out_shardings=(replicated, replicated), donate_argnums=0,
-                   compiler_options=train.xla_compiler_options(config) or None), (state, batch)
+                   compiler_options=train.step_compiler_options(config)), (state, batch)
 
   params = jax.jit(model.init)(key, tokens[:1, :short])["params"]
   if mode == "forward":
@@ -849,6 +849,9 @@ def main(argv):
            "num_heads": _NUM_HEADS.value, "num_layers": _NUM_LAYERS.value,
            "dtype": _DTYPE.value, "vocab_size": _VOCAB_SIZE.value}
   try:
+    if os.path.exists(_OUT_DIR.value) and not os.path.isdir(_OUT_DIR.value):
+      raise ValueError(f"--out_dir={_OUT_DIR.value} exists and is not a directory; give a new "
+                       f"or an existing directory.")
     if _WARMUP.value < 0 or _REPEATS.value < 1:
       raise ValueError(f"--warmup={_WARMUP.value} must be >= 0 and --repeats={_REPEATS.value} "
                        ">= 1.")

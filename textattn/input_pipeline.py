@@ -138,6 +138,16 @@ def _file_identity(path: str) -> list:
   return [os.path.realpath(path), stat.st_size, stat.st_mtime_ns]
 
 
+def _keep_tensorflow_off_accelerators() -> None:
+  """TFDS reads through TensorFlow; without this TF would claim the GPU memory JAX trains in.
+  Only the TFDS read path imports TensorFlow (seconds of start-up), so only it pays for this."""
+  try:
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")
+  except (ImportError, RuntimeError):  # No TF, or its devices are already initialised.
+    pass
+
+
 class _TfdsSource:
   """A TFDS dataset; its identity is cheap (file stats) so a cache hit never imports TFDS."""
 
@@ -188,6 +198,7 @@ class _TfdsSource:
 
   def read(self, val_fraction: float, data_seed: int) -> _Raw:
     import tensorflow_datasets as tfds  # Slow import; only needed on a cache miss.
+    _keep_tensorflow_off_accelerators()
     where = self.data_dir or "TFDS's default data dir (~/tensorflow_datasets)"
     supply = ("prepare it there (run once with internet access) or point to a prepared copy "
               "with TFDS_DATA_DIR=DIR or --config.data_dir=DIR")

@@ -46,10 +46,6 @@ def main(argv):
     print(f"error: {error}", file=sys.stderr)
     sys.exit(1)
 
-  # TF is only used for reading data and writing TensorBoard events: keep it off accelerators.
-  import tensorflow as tf
-  tf.config.set_visible_devices([], "GPU")
-
   if not _COORDINATOR.value and (_NUM_PROCESSES.value or _PROCESS_ID.value is not None):
     print("error: --num_processes/--process_id (or JAX_NUM_PROCESSES/JAX_PROCESS_ID) need "
           "--coordinator_address=HOST:PORT (or JAX_COORDINATOR_ADDRESS) too.", file=sys.stderr)

@@ -80,6 +80,10 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
   for field in ("eval_every_steps", "checkpoint_every_steps", "log_every_steps"):
     if config[field] < 0:
       raise ValueError(f"config.{field}={config[field]} must be >= 0.")
+  deterministic = config.get("deterministic", True)
+  if not isinstance(deterministic, bool):  # ValueError: main reports those in one sentence.
+    message = f"config.deterministic={deterministic!r} must be True or False."
+    raise ValueError(message)  # noqa: TRY004
   if config.keep_checkpoints < 1:
     raise ValueError(f"config.keep_checkpoints={config.keep_checkpoints} must be >= 1.")
   opt = config.optimizer
@@ -137,7 +141,23 @@ def data_parallel_shardings() -> tuple[jax.NamedSharding, jax.NamedSharding]:
   return jax.NamedSharding(mesh, jax.P("data")), jax.NamedSharding(mesh, jax.P())
 
 
-def xla_compiler_options(config: ml_collections.ConfigDict) -> dict[str, str]:
+XlaOptionValue = str | bool | int | float
+
+
+def _xla_option_value(text: str) -> XlaOptionValue:
+  """XLA takes typed option values: 'true'/'false' for its bool flags, numbers for its numeric
+  ones; everything else stays a string (e.g. the empty list of --xla_cpu_experimental_ynn_...)."""
+  if text.lower() in ("true", "false"):
+    return text.lower() == "true"
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return text
+
+
+def xla_compiler_options(config: ml_collections.ConfigDict) -> dict[str, XlaOptionValue]:
   """config.xla_flags ("--xla_name=value ...") as `jax.jit(compiler_options=...)`: XLA reads
   $XLA_FLAGS when jax is imported, too early for a config, so the flags go to the compilations
   of the train and eval steps instead."""
@@ -147,7 +167,19 @@ def xla_compiler_options(config: ml_collections.ConfigDict) -> dict[str, str]:
     raise ValueError(f"config.xla_flags={flags!r} must be a space-separated list of XLA flags "
                      f"of the form --xla_name=value (e.g. '--xla_cpu_experimental_ynn_fusion_"
                      f"type='), or empty.")
-  return dict(t[2:].split("=", 1) for t in tokens)
+  return {name: _xla_option_value(value)
+          for name, value in (t[2:].split("=", 1) for t in tokens)}
+
+
+def step_compiler_options(
+    config: ml_collections.ConfigDict) -> dict[str, XlaOptionValue] | None:
+  """What the train and eval steps are compiled with: config.xla_flags, plus XLA's deterministic
+  GPU ops when config.deterministic (the default) and the run is on a GPU. Call after JAX has
+  started (it asks for the backend); an explicit --xla_gpu_deterministic_ops in xla_flags wins."""
+  options = xla_compiler_options(config)
+  if config.get("deterministic", True) and jax.default_backend() == "gpu":
+    options.setdefault("xla_gpu_deterministic_ops", True)
+  return options or None
 
 
 def request_cpu_devices(config: ml_collections.ConfigDict) -> None:
@@ -510,7 +542,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
           os.replace(config_path, os.path.join(workdir, f"config.before-step-{start_step}.json"))
     _write_json_atomic(config_path, json.loads(config.to_json_best_effort()))
 
-  options = xla_compiler_options(config) or None
+  options = step_compiler_options(config)
   p_train_step = jax.jit(train_step, in_shardings=(state_sharding, data_sharding),
                          out_shardings=(state_sharding, replicated), donate_argnums=0,
                          compiler_options=options)

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# GPU checks on a lent machine (the `device` tool; see experiments/RESULTS.md, "On a GPU").
+#
+# The machine has JAX with CUDA but none of our pinned flax/optax/orbax, ml_collections or
+# tensorboardX, and no package index: those travel as wheels in .whl/ (gitignored):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 -d .whl ml-collections==1.1.0 \
+#     tensorboardX==2.6.5
+#   ... -d .whl/pinned flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8
+# Run (device tool): carry [".whl"], command "bash experiments/gpu/check.sh".
+# It has no TensorFlow/TFDS either, so test_input_pipeline.py (mock TFDS data) is not run.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+  .whl/*.whl .whl/pinned/*.whl 2>&1 | tail -2
+export PYTHONPATH=/tmp/site:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=3 \
+  PYTHONUNBUFFERED=1 JAX_PLATFORMS=cuda
+OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import jax, flax, optax, orbax.checkpoint as o; \
+print('jax', jax.__version__, jax.devices(), 'flax', flax.__version__, 'optax', optax.__version__)"
+
+# 1. The suite's GPU-relevant files on the GPU (the CPU-only tests -- native kernel, fake CPU
+#    devices -- are expected to skip or be refused there; the log says which).
+timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --timeout=240 \
+  ${TESTS:-tests/test_attention.py tests/test_models.py tests/test_train.py \
+  tests/test_benchmark.py tests/test_configs.py tests/test_tokenizer.py} \
+  > "$OUT/pytest_gpu.log" 2>&1
+echo "pytest exit $?"; tail -30 "$OUT/pytest_gpu.log"
+
+# 2. Run-to-run determinism and exact resume on the GPU, with config.deterministic off and on
+#    (experiments/gpu/determinism.py).
+timeout 240 python3 experiments/gpu/determinism.py 2>&1 | grep -v "^W0000\|^I0000" | tail -12
+
+# 3. The seed model's full train step (forward, backward, Adam) on the GPU, with the default
+#    config.deterministic=True and with it off. float32 matrix products are JAX's GPU default
+#    (TF32).
+bench() {
+  python3 -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py \
+    --warmup=5 --repeats=50 --out_dir=/tmp/bench "$@" 2>&1 | grep -E "^train_step|rror" | head -3
+}
+for batch in ${BATCHES:-32 256}; do
+  for attention in softmax additive; do
+    for deterministic in True False; do
+      echo "batch=$batch $attention deterministic=$deterministic"
+      bench --batch_size=$batch --config.model.attention=$attention \
+        --config.deterministic=$deterministic
+    done
+  done
+done
+echo "native off the CPU (must be refused in one sentence):"
+bench --config.model.attention_impl=native
