@@ -286,13 +286,14 @@ def test_chunked_never_materialises_the_full_score_matrix():
 
 
 @pytest.mark.parametrize("field,kwargs,words", [
-    ("attention", dict(name="linear"), ["config.model.attention", "'linear'", "softmax"]),
-    ("attention_impl", dict(implementation="flash"), ["config.model.attention_impl", "flash"]),
-    ("additive_scoring", dict(scoring="x"), ["config.model.additive_scoring", "per_head"]),
-    ("num_heads", dict(num_heads=3), ["config.model.num_heads=3", "embed_dim=32"]),
+    ("attention", {"name": "linear"}, ["config.model.attention", "'linear'", "softmax"]),
+    ("attention_impl", {"implementation": "flash"}, ["config.model.attention_impl", "flash"]),
+    ("additive_scoring", {"scoring": "x"}, ["config.model.additive_scoring", "per_head"]),
+    ("num_heads", {"num_heads": 3}, ["config.model.num_heads=3", "embed_dim=32"]),
 ])
 def test_bad_attention_config_names_field_value_and_choices(field, kwargs, words):
-  args = dict(name="softmax", implementation="xla", scoring="shared", embed_dim=32, num_heads=2)
+  args = {"name": "softmax", "implementation": "xla", "scoring": "shared", "embed_dim": 32,
+          "num_heads": 2}
   args.update(kwargs)
   with pytest.raises(ValueError) as error:
     attention.check_attention_config(**args)

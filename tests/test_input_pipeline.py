@@ -1,5 +1,6 @@
 """Input pipeline: sources, train-only vocabulary, caching, workdir reuse, batches, bad input."""
 
+import itertools
 import json
 import os
 import pathlib
@@ -103,9 +104,9 @@ def test_tfds_cache_round_trip_including_an_empty_validation_split(tmp_path, mon
 
 def test_tfds_invalid_utf8_names_split_and_example(tmp_path):
   train = [(b"fine text", 0)] * 5 + [(b"bad \xff byte", 1)]
-  with fake_tfds({"train": train, "test": train}):
-    with pytest.raises(ip.DataError, match=r"split 'train', example 5.*invalid UTF-8"):
-      ip.load_dataset(make_config(tmp_path), None)
+  with (fake_tfds({"train": train, "test": train}),
+        pytest.raises(ip.DataError, match=r"split 'train', example 5.*invalid UTF-8")):
+    ip.load_dataset(make_config(tmp_path), None)
 
 
 def test_tfds_empty_texts_are_skipped_and_counted(tmp_path):
@@ -405,14 +406,14 @@ def take(iterator, count):
 def test_train_epochs_are_full_batch_permutations_drawn_from_seed_and_epoch():
   iterator = ip.TrainIterator(numbered_split(23), global_batch_size=5, seed=7)
   assert iterator.steps_per_epoch == 4
-  epochs = [sum(take(iterator, 4), []) for _ in range(3)]
+  epochs = [list(itertools.chain.from_iterable(take(iterator, 4))) for _ in range(3)]
   for epoch in epochs:
     assert len(epoch) == 20 and len(set(epoch)) == 20  # Remainder of 3 dropped, no repeats.
   assert epochs[0] != epochs[1]
   again = ip.TrainIterator(numbered_split(23), global_batch_size=5, seed=7)
-  assert sum(take(again, 4), []) == epochs[0]
+  assert list(itertools.chain.from_iterable(take(again, 4))) == epochs[0]
   other_seed = ip.TrainIterator(numbered_split(23), global_batch_size=5, seed=8)
-  assert sum(take(other_seed, 4), []) != epochs[0]
+  assert list(itertools.chain.from_iterable(take(other_seed, 4))) != epochs[0]
 
 
 @pytest.mark.parametrize("stop_after", [0, 3, 4, 5, 9])  # 4 steps per epoch: 4 and 9 cross.

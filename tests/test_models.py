@@ -43,8 +43,6 @@ LOGIT_CASES = sorted(
 
 @pytest.mark.parametrize("attention_name,impl,scoring,pooling", LOGIT_CASES)
 def test_logits_ignore_padding(attention_name, impl, scoring, pooling):
-  if impl == "native" and jax.default_backend() != "cpu":
-    pytest.skip("the native kernel runs on a CPU only")
   config = small_config(attention_name, impl, scoring, pooling)
   model = models.build_model(config, num_classes=3)
   rng = np.random.default_rng(0)

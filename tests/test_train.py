@@ -84,7 +84,8 @@ def run_main(args, workdir, env_extra=None, wait=True, block_tensorflow=None, **
   if not wait:
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, **popen)
-  return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+                        check=False)
 
 
 def read_metrics(workdir):
@@ -472,6 +473,8 @@ def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file):
     ("batch_size", 0, "config.batch_size=0 must be a positive multiple"),
     ("eval_split", "train", "config.eval_split='train' is not allowed"),
     ("optimizer.name", "sgd", "config.optimizer.name='sgd' is not allowed"),
+    # None is the one non-bool ConfigDict lets through; it must not silently mean False.
+    ("deterministic", None, "config.deterministic=None must be True or False"),
 ])
 def test_bad_config_values_are_one_clear_sentence(field, value, message):
   # In-process (suite time): main turns these ValueErrors into the one line and exit code 1

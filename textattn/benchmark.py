@@ -404,7 +404,7 @@ def run_point(spec: dict, result_path: str) -> None:
   save()
   try:
     _measure(spec, result, save)
-  except BaseException as error:  # recorded, not raised: the parent reads the status
+  except BaseException as error:  # noqa: BLE001 -- recorded, not raised: the parent reads it
     result["status"] = "oom" if _is_oom(error) else "error"
     message = " ".join(f"{type(error).__name__}: {error}".split())[:400]
     if result["status"] == "oom":
@@ -743,8 +743,8 @@ def write_markdown(rows: Sequence[dict], path: str, command: str, sweep_settings
            "## Median step time (ms)", "", *_pivot(rows, "median_ms", "ms"), "",
            "## Peak memory (MiB)", "", *_pivot(rows, "peak_bytes", "mib"), "",
            "## All points", "",
-           "| variant | L | status | compile s | calls | median ms | p90 ms | first ms | tokens/s "
-           "| examples/s | peak MiB | RSS MiB | GFLOP | max abs diff | load | message |",
+           ("| variant | L | status | compile s | calls | median ms | p90 ms | first ms | tokens/s "
+            "| examples/s | peak MiB | RSS MiB | GFLOP | max abs diff | load | message |"),
            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
   for row in rows:
     message = str(row.get("message", "")).replace("|", "/")

@@ -204,7 +204,8 @@ class _TfdsSource:
               "with TFDS_DATA_DIR=DIR or --config.data_dir=DIR")
     try:
       builder = tfds.builder(self.name, data_dir=self.data_dir)
-    except Exception as e:  # DatasetNotFoundError and friends.
+    except Exception as e:  # noqa: BLE001 -- any TFDS failure here is one sentence for the user
+      # (DatasetNotFoundError, registry and config errors differ across TFDS versions).
       first_line = str(e).strip().split("\n")[0]  # TFDS appends every dataset's name.
       raise DataError(f"config.dataset={self.name!r} is neither an existing local file nor a "
                       f"known TFDS dataset ({type(e).__name__}: {first_line}).") from None
@@ -219,7 +220,7 @@ class _TfdsSource:
     # Read first: prepared data (or a mocked TFDS) needs no download_and_prepare.
     try:
       columns = self._read_columns(tfds, builder)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- not prepared (or unreadable): decided just below
       if builder.is_prepared():
         raise DataError(f"{self.description}: reading {builder.data_dir} failed "
                         f"({type(e).__name__}: {e}).") from None
@@ -232,7 +233,7 @@ class _TfdsSource:
       try:
         builder.download_and_prepare()
         columns = self._read_columns(tfds, builder)
-      except Exception as e:
+      except Exception as e:  # noqa: BLE001 -- any download failure: one sentence, no traceback
         raise DataError(f"{self.description} is not prepared in {where} and could not be "
                         f"downloaded ({type(e).__name__}); {supply}.") from None
     self._read_from = builder.data_dir
@@ -465,7 +466,7 @@ def _carve(n: int, fraction: float, seed: int, parts: int, where: str) -> list[n
 
   With parts=2 the order is train, validation, test. fraction=0 gives empty held-out parts.
   """
-  size = int(round(n * fraction))
+  size = round(n * fraction)
   names = ["validation", "test"][:parts]
   if (size == 0 and fraction > 0) or n - parts * size <= 0:
     raise DataError(f"{where}: {n} example(s) are too few to carve {' and '.join(names)} "
@@ -601,7 +602,7 @@ class _Cache:
         return tokenizer_lib.WordTokenizer.from_json(f.read())
     except FileNotFoundError:
       return None
-    except Exception as e:  # Corrupt or unreadable: rebuild.
+    except Exception as e:  # noqa: BLE001 -- a cache must never stop a run: corrupt = rebuild
       logging.warning("Ignoring unreadable vocabulary cache %s (%s: %s).", path,
                       type(e).__name__, e)
       return None
@@ -632,7 +633,7 @@ class _Cache:
       return splits, class_names, {str(k): int(v) for k, v in meta["skipped"].items()}
     except FileNotFoundError:
       return None
-    except Exception as e:  # Corrupt, truncated, or from an incompatible version: rebuild.
+    except Exception as e:  # noqa: BLE001 -- corrupt, truncated or another version's: rebuild
       logging.warning("Ignoring unreadable data cache %s (%s: %s).", path, type(e).__name__, e)
       return None
 
