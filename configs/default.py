@@ -62,6 +62,26 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.pooling = "mean"  # mean | max | attention | cls | last
   config.model.layer_norm_epsilon = 1e-6
   config.model.dtype = "float32"  # float32 | bfloat16 (compute dtype; parameters stay float32)
+  # Token-embedding initialisation: "random" (Keras' uniform(-0.05, 0.05), as the seeds) or
+  # "word2vec" (skip-gram vectors trained with gensim on the training split's text, validation
+  # carved out, plus config.word2vec.unlabeled_split; textattn/word_vectors.py). Word tokenizer
+  # only; built once per data + settings and cached in cache_dir.
+  config.model.embedding_init = "random"
+
+  # ---- word2vec (only with model.embedding_init="word2vec") ----------------------------------
+  config.word2vec = ml_collections.ConfigDict()
+  # A TFDS split of unlabelled text added to the corpus ("unsupervised" for imdb_reviews: 50,000
+  # reviews without labels); "" = the training split's text only (always for local files).
+  # Labelled splits are refused: validation and test text never reach the vectors.
+  config.word2vec.unlabeled_split = ""
+  config.word2vec.epochs = 5
+  config.word2vec.window = 5
+  config.word2vec.min_count = 2
+  config.word2vec.negative = 5
+  config.word2vec.seed = 0
+  # "init": rescale the pretrained rows to the random initialiser's standard deviation (so only
+  # their directions are new); "raw": word2vec's own scale (about 10x larger).
+  config.word2vec.scale = "init"
 
   # ---- Optimiser --------------------------------------------------------------
   config.optimizer = ml_collections.ConfigDict()

@@ -74,6 +74,7 @@ class Dataset:
   vocab_size: int  # Ids in use: <= config.vocab_size for "word", 258 for "byte".
   # Examples skipped (empty text) per source split, e.g. {"train": 3}.
   skipped: dict[str, int] = dataclasses.field(default_factory=dict)
+  tokenizer: Any = None  # The run's WordTokenizer or ByteTokenizer (ids -> the arrays above).
 
 
 # ---- Config -------------------------------------------------------------------------------
@@ -97,7 +98,7 @@ def _validate_config(config) -> None:
           "vocab_size", "it must be an integer > 2 (ids 0 and 1 are reserved)")
   check(isinstance(config.val_fraction, (int, float)) and 0 <= config.val_fraction < 0.5,
         "val_fraction", "it must be in [0, 0.5)")
-  check(config.val_fraction > 0 or not _is_local_file(config.dataset), "val_fraction",
+  check(config.val_fraction > 0 or not is_local_file(config.dataset), "val_fraction",
         "a local file needs val_fraction > 0 to carve its validation and test splits")
   check(is_int(config.data_seed) and config.data_seed >= 0, "data_seed",
         "it must be an integer >= 0")
@@ -110,7 +111,7 @@ def _text_fields(config) -> list[str]:
   return [f.strip() for f in str(config.text_fields).split(",") if f.strip()]
 
 
-def _is_local_file(dataset: str) -> bool:
+def is_local_file(dataset: str) -> bool:
   # TFDS names may contain "/" ("imdb_reviews/plain_text:1.0.0"), so a path is recognised
   # by its extension or by existing.
   return os.path.splitext(dataset)[1].lower() in LOCAL_FORMATS or os.path.isfile(dataset)
@@ -195,6 +196,33 @@ class _TfdsSource:
         for field, values in columns[split].items():
           values.extend(batch[field].tolist())
     return columns
+
+  def read_unlabeled(self, split: str) -> list[str]:
+    """The texts of a split read for its text only (e.g. IMDB's "unsupervised"); call after
+    read(), which makes sure the data set is prepared. Empty texts are skipped."""
+    import tensorflow_datasets as tfds
+    if split in ("train", "validation", "test"):
+      raise DataError(f"config.word2vec.unlabeled_split={split!r} is a labelled split (its "
+                      f"held-out part would leak into the word vectors; the training part is "
+                      f"used anyway); name a split of unlabelled text such as 'unsupervised', "
+                      f"or ''.")
+    builder = tfds.builder(self.name, data_dir=self.data_dir)
+    texts, index = [], 0
+    try:
+      dataset = builder.as_dataset(split=split, batch_size=_READ_BATCH, shuffle_files=False)
+    except Exception as e:  # noqa: BLE001 -- unknown split names differ by TFDS version: one sentence
+      raise DataError(f"config.word2vec.unlabeled_split={split!r} is not a split of "
+                      f"{self.description} (it has {sorted(builder.info.splits)}; "
+                      f"{type(e).__name__}); set it to '' to use the training split's text "
+                      f"only.") from None
+    for batch in tfds.as_numpy(dataset):
+      for values in zip(*(batch[f] for f in self.text_fields)):
+        where = f"{self.description}, split {split!r}, example {index}"
+        text = _join_fields([_decode(v, where) for v in values])
+        index += 1
+        if text.strip():
+          texts.append(text)
+    return texts
 
   def read(self, val_fraction: float, data_seed: int) -> _Raw:
     import tensorflow_datasets as tfds  # Slow import; only needed on a cache miss.
@@ -480,7 +508,7 @@ def _carve(n: int, fraction: float, seed: int, parts: int, where: str) -> list[n
 # ---- Workdir and cache --------------------------------------------------------------------
 
 
-def _atomic_write(path: str, write_fn, mode: str = "w") -> None:
+def atomic_write(path: str, write_fn, mode: str = "w") -> None:
   """Writes via a temporary file in the same directory, then os.replace: never half a file."""
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
@@ -536,7 +564,7 @@ def load_tokenizer(workdir: str, config=None):
 
 def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> None:
   if tokenizer.kind == "word":
-    _atomic_write(os.path.join(workdir, TOKENIZER_FILE),
+    atomic_write(os.path.join(workdir, TOKENIZER_FILE),
                   lambda f: f.write(tokenizer.to_json()))
   info = {
       "tokenizer": tokenizer.kind,
@@ -549,7 +577,7 @@ def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> No
       "truncation": config.truncation,
   }
   # Written last: its presence marks the workdir's vocabulary as complete.
-  _atomic_write(os.path.join(workdir, DATA_INFO_FILE),
+  atomic_write(os.path.join(workdir, DATA_INFO_FILE),
                 lambda f: json.dump(info, f, indent=2, ensure_ascii=False))
 
 
@@ -565,6 +593,36 @@ def _slug(config) -> str:
   name = os.path.splitext(os.path.basename(config.dataset.rstrip("/\\")))[0]
   safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:40]
   return safe or "data"
+
+
+def source_cache_path(config, what: str, key_parts: dict[str, Any], extension: str) -> str | None:
+  """A path in cache_dir for something derived from the config's data source (not yet read),
+  its train/validation carve and `key_parts`; None when the source has no identity yet (TFDS
+  data not prepared, or a file that does not exist), so nothing is cached."""
+  source = _FileSource(config) if is_local_file(config.dataset) else _TfdsSource(config)
+  identity = source.identity()
+  if identity is None:
+    return None
+  key = _key({"version": _CACHE_VERSION, "source": identity, "what": what,
+              "val_fraction": float(config.val_fraction), "data_seed": int(config.data_seed),
+              **key_parts})
+  return os.path.join(_cache_dir(config), f"{_slug(config)}-{what}-{key}{extension}")
+
+
+def word2vec_texts(config, unlabeled_split: str) -> tuple[list[list[str]], bool]:
+  """The standardised, whitespace-split texts word vectors may be trained on: the training
+  split (validation carved out exactly as load_dataset does) plus TFDS split `unlabeled_split`
+  if not "". Never the validation or test split. Also whether the texts came from the source's
+  own files (False for mocked TFDS data), i.e. whether what is derived from them may be cached."""
+  source = _FileSource(config) if is_local_file(config.dataset) else _TfdsSource(config)
+  if unlabeled_split and isinstance(source, _FileSource):
+    raise DataError(f"config.word2vec.unlabeled_split={unlabeled_split!r} names a TFDS split, "
+                    f"but config.dataset is a local file; set it to ''.")
+  raw = source.read(config.val_fraction, config.data_seed)
+  texts = list(raw.texts["train"])
+  if unlabeled_split:
+    texts.extend(source.read_unlabeled(unlabeled_split))
+  return [tokenizer_lib.standardize(text).split() for text in texts], source.cacheable()
 
 
 class _Cache:
@@ -650,7 +708,7 @@ class _Cache:
 
   def _try_write(self, path: str, write_fn, mode: str) -> None:
     try:
-      _atomic_write(path, write_fn, mode)
+      atomic_write(path, write_fn, mode)
     except OSError as e:  # A read-only or full cache dir must not stop training.
       logging.warning("Could not write cache file %s (%s).", path, e)
 
@@ -670,7 +728,7 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
       is read from the workdir if process 0 saved it, else built identically in memory.
   """
   _validate_config(config)
-  source = _FileSource(config) if _is_local_file(config.dataset) else _TfdsSource(config)
+  source = _FileSource(config) if is_local_file(config.dataset) else _TfdsSource(config)
   saved_tokenizer, saved_class_names = (load_tokenizer(workdir, config) if workdir
                                         else (None, None))
 
@@ -710,7 +768,7 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
     _save_workdir(workdir, config, tokenizer, class_names)
   return Dataset(train=splits["train"], validation=splits["validation"], test=splits["test"],
                  class_names=list(class_names), vocab_size=tokenizer.vocab_size,
-                 skipped=dict(skipped))
+                 skipped=dict(skipped), tokenizer=tokenizer)
 
 
 def _remap_labels(splits: dict[str, Split], names: list[str], saved: list[str],

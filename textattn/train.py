@@ -25,7 +25,7 @@ from flax import struct
 from flax.training import train_state as train_state_lib
 from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 
-from textattn import input_pipeline, models
+from textattn import input_pipeline, models, word_vectors
 
 EVAL_SPLITS = ("validation", "test")
 OPTIMIZERS = ("adam", "adamw", "rmsprop")
@@ -64,6 +64,7 @@ class NonFiniteLossError(RuntimeError):
 
 def validate_config(config: ml_collections.ConfigDict, device_count: int) -> None:
   models.validate_model_config(config)
+  word_vectors.validate_config(config)
   models.check_choice("eval_split", config.eval_split, EVAL_SPLITS)
   models.check_choice("final_params", config.final_params, FINAL_PARAMS)
   if config.final_params == "best" and config.eval_split == "test":
@@ -104,18 +105,30 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
 
 def init_train_state(model: models.Classifier, tx: optax.GradientTransformation, rng: jax.Array,
                      length: int,
-                     optimizer: ml_collections.ConfigDict | dict | None = None) -> TrainState:
+                     optimizer: ml_collections.ConfigDict | dict | None = None,
+                     pretrained_tokens: tuple[jax.Array, jax.Array] | None = None) -> TrainState:
   """Fresh parameters (from a dummy batch of `length` tokens), optimizer state and dropout key.
 
   `optimizer` is config.optimizer (missing fields, or None, mean their defaults); the state takes
   its `embedding_update` ("dense"), `label_smoothing` (0) and `ema_decay` (0; > 0 adds a moving
-  average of the parameters that starts at them). `tx` is built from it by `make_optimizer`."""
+  average of the parameters that starts at them). `tx` is built from it by `make_optimizer`.
+  `pretrained_tokens`: (table [vocab, embed], found bool [vocab]) from word_vectors; rows where
+  `found` is True replace the random token embeddings, the others keep them."""
   optimizer = optimizer or {}
   embedding_update = optimizer.get("embedding_update", "dense")
   ema_decay = float(optimizer.get("ema_decay", 0.0))
   label_smoothing = float(optimizer.get("label_smoothing", 0.0))
   params_rng, dropout_rng = jax.random.split(rng)
   params = model.init({"params": params_rng}, jnp.ones((1, length), jnp.int32))["params"]
+  if pretrained_tokens is not None:
+    table, found = pretrained_tokens
+    random_table = _token_table(params)
+    if table.shape != random_table.shape:
+      raise ValueError(f"The pretrained token table has shape {table.shape}; the model's is "
+                       f"{random_table.shape}.")
+    merged = jnp.where(found[:, None], table.astype(random_table.dtype), random_table)
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, leaf: merged if _is_token_table(path, leaf, merged.shape) else leaf, params)
   return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                            dropout_key=jax.random.key_data(dropout_rng),
                            embedding_update=embedding_update, ema_decay=ema_decay,
@@ -498,8 +511,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise ValueError(f"config.eval_split={config.eval_split!r} selects an empty split; with "
                      f"eval_split='validation' set config.val_fraction > 0.")
 
-  def init(rng):
-    return init_train_state(model, tx, rng, config.max_len, config.optimizer)
+  def init(rng, pretrained_tokens=None):
+    return init_train_state(model, tx, rng, config.max_len, config.optimizer, pretrained_tokens)
 
   rng = jax.random.key(config.seed)
   abstract_state = jax.eval_shape(init, rng)
@@ -530,7 +543,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if is_main:
       print(f"Resuming from checkpoint at step {start_step}.", flush=True)
   else:
-    state = jax.jit(init, out_shardings=state_sharding)(rng)
+    pretrained_tokens = None
+    if config.model.embedding_init == "word2vec":  # Only a fresh run: a resume restores them.
+      pretrained_tokens = word_vectors.pretrained_token_table(
+          config, data.tokenizer, data.vocab_size, write=is_main)
+    state = jax.jit(init, out_shardings=state_sharding)(rng, pretrained_tokens)
 
   writer = MetricWriter(workdir, is_main, start_step)
   writer.drop_after(start_step)

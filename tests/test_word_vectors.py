@@ -1,0 +1,181 @@
+"""word2vec token-embedding initialisation: which text it sees, where vectors land, that it is
+reproducible across processes, cached, applied only to a fresh run, and refused when misused."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from configs import default
+from tests.test_input_pipeline import fake_tfds, make_config, write_csv
+from tests.test_train import cli_args, read_metrics, run_main, write_sentiment_jsonl
+from textattn import input_pipeline as ip
+from textattn import models, train, word_vectors
+from textattn import tokenizer as tokenizer_lib
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def marker_rows(n):
+  return [f"row{i} shared words here,{'pos' if i % 2 else 'neg'}" for i in range(n)]
+
+
+def test_corpus_is_the_training_split_only_never_validation_or_test(tmp_path):
+  config = make_config(tmp_path, tmp_path / "data.csv", val_fraction=0.2)
+  write_csv(tmp_path / "data.csv", marker_rows(50))
+  texts, cacheable = ip.word2vec_texts(config, "")
+  markers = {words[0] for words in texts}
+  raw = ip._FileSource(config).read(config.val_fraction, config.data_seed)
+  held_out = {tokenizer_lib.standardize(t).split()[0]
+              for split in ("validation", "test") for t in raw.texts[split]}
+  assert len(held_out) == 20 and len(markers) == len(texts) == 30
+  assert not markers & held_out
+  assert cacheable
+
+
+def test_tfds_corpus_adds_the_unlabeled_split_and_refuses_labelled_ones(tmp_path):
+  train_rows = [(f"trainrow{i} shared".encode(), i % 2) for i in range(20)]
+  splits = {"train": train_rows, "test": [(b"testrow shared", 0)] * 5,
+            "unsupervised": [(f"unsuprow{i} shared".encode(), -1) for i in range(7)]
+            + [(b"   ", -1)]}
+  config = make_config(tmp_path, val_fraction=0.1)
+  with fake_tfds(splits):
+    texts, cacheable = ip.word2vec_texts(config, "unsupervised")
+    markers = [words[0] for words in texts]
+    assert len(markers) == 18 + 7  # train minus 2 validation rows, 7 non-empty unlabelled
+    assert sum(m.startswith("unsuprow") for m in markers) == 7
+    assert not any(m.startswith("testrow") for m in markers)
+    assert not cacheable  # mocked TFDS data is never cached
+    for split in ("test", "train"):
+      with pytest.raises(ip.DataError, match=re.escape(
+          f"config.word2vec.unlabeled_split={split!r} is a labelled split")):
+        ip.word2vec_texts(config, split)
+    with pytest.raises(ip.DataError, match=r"'nosuchsplit' is not a split of"):
+      ip.word2vec_texts(config, "nosuchsplit")
+
+
+class FakeVectors:
+  def __init__(self, vectors):
+    self._vectors = vectors
+    self.key_to_index = {w: i for i, w in enumerate(vectors)}
+
+  def __getitem__(self, word):
+    return self._vectors[word]
+
+
+def test_vectors_land_on_their_words_rows_and_are_rescaled_to_the_init_scale():
+  tokenizer = tokenizer_lib.WordTokenizer(["alpha", "beta", "gamma"])
+  vectors = FakeVectors({"gamma": np.full(4, 3.0), "alpha": np.arange(4.0), "other": np.ones(4)})
+  table, found = word_vectors.table_from_vectors(tokenizer, vectors, 6, 4)
+  ids = {w: int(tokenizer.encode([w], 1, "pre")[0, 0]) for w in ("alpha", "beta", "gamma")}
+  np.testing.assert_array_equal(table[ids["alpha"]], np.arange(4.0))
+  np.testing.assert_array_equal(table[ids["gamma"]], np.full(4, 3.0))
+  assert found.tolist() == [i in (ids["alpha"], ids["gamma"]) for i in range(6)]
+  scaled = word_vectors.rescale(table, found, "init")
+  np.testing.assert_allclose(scaled[found].std(), word_vectors.INIT_STD, rtol=1e-5)
+  np.testing.assert_allclose(scaled[ids["alpha"]] / scaled[ids["gamma"]],
+                             table[ids["alpha"]] / table[ids["gamma"]], rtol=1e-6)
+  np.testing.assert_array_equal(word_vectors.rescale(table, found, "raw"), table)
+
+
+def test_pretrained_rows_replace_the_random_ones_and_nothing_else_changes():
+  config = default.get_config()
+  config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4)
+  model = models.build_model(config, 2, vocab_size=10)
+  tx = train.make_optimizer(config.optimizer, 10)
+  rng = jax.random.key(0)
+  plain = train.init_train_state(model, tx, rng, 6)
+  table = np.arange(80, dtype=np.float32).reshape(10, 8)
+  found = np.zeros(10, bool)
+  found[[3, 7]] = True
+  state = train.init_train_state(model, tx, rng, 6, None, (table, found))
+  token = np.asarray(state.params["embedding"]["token"]["embedding"])
+  random_token = np.asarray(plain.params["embedding"]["token"]["embedding"])
+  np.testing.assert_array_equal(token[found], table[found])
+  np.testing.assert_array_equal(token[~found], random_token[~found])
+  rest = jax.tree_util.tree_leaves({k: v for k, v in state.params.items() if k != "embedding"})
+  rest_plain = jax.tree_util.tree_leaves(
+      {k: v for k, v in plain.params.items() if k != "embedding"})
+  for a, b in zip(rest, rest_plain):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+_TRAIN = """
+import sys, numpy as np
+from textattn import word_vectors
+rng = np.random.default_rng(0)
+# 60,000 words: several of gensim's 10,000-word jobs per epoch, so the order in which threads
+# take them could matter.
+texts = [[f"w{k}" for k in rng.zipf(1.3, 40) % 500] for _ in range(1500)]
+wv = word_vectors.train_vectors(texts, dict(dim=8, window=3, min_count=1, negative=3,
+                                            epochs=2, seed=0))
+np.save(sys.argv[1], np.stack([wv[w] for w in sorted(wv.key_to_index)]))
+"""
+
+
+def test_vectors_are_identical_across_processes(tmp_path):
+  # Two fresh runs must start from the same table. gensim with two worker threads gave
+  # different vectors for this corpus (max difference 0.06); one thread and a fixed seed do not.
+  outputs = []
+  for hash_seed in ("1", "2"):  # Python's string hashing differs between the two processes.
+    out = tmp_path / f"v{hash_seed}.npy"
+    subprocess.run([sys.executable, "-c", _TRAIN, str(out)], cwd=REPO, check=True,
+                   env={"PYTHONHASHSEED": hash_seed, "PATH": "/usr/bin:/bin",
+                        "PYTHONPATH": str(REPO)}, timeout=120)
+    outputs.append(np.load(out))
+  np.testing.assert_array_equal(outputs[0], outputs[1])
+  assert np.abs(outputs[0]).max() > 0
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("model.embedding_init", "glove", "config.model.embedding_init='glove' is invalid"),
+    ("word2vec.epochs", 0, "config.word2vec.epochs=0 is invalid"),
+    ("word2vec.scale", "big", "config.word2vec.scale='big' is invalid"),
+    ("tokenizer", "byte", "config.model.embedding_init='word2vec' needs config.tokenizer='word'"),
+    ("dataset", "reviews.csv", "config.word2vec.unlabeled_split='unsupervised' names a TFDS"),
+])
+def test_bad_word2vec_settings_are_one_clear_sentence(field, value, message):
+  config = default.get_config()
+  config.model.embedding_init = "word2vec"
+  config.word2vec.unlabeled_split = "unsupervised"
+  section, _, name = field.rpartition(".")
+  (config[section] if section else config)[name] = value
+  with pytest.raises(ValueError, match=re.escape(message)):
+    train.validate_config(config, 1)
+
+
+def test_a_word2vec_run_trains_caches_its_vectors_and_a_second_run_reuses_them(tmp_path):
+  data = write_sentiment_jsonl(tmp_path / "reviews.jsonl", n=240)
+  args = cli_args(data, tmp_path / "cache", num_train_steps=10,
+                  **{"model.embedding_init": "word2vec", "word2vec.epochs": 2})
+  first = run_main(args, tmp_path / "run1")
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert "Training word2vec" in first.stdout
+  assert re.search(r"word2vec: \d+ of \d+ token-embedding rows", first.stdout)
+  assert len(list((tmp_path / "cache").glob("*word2vec16-*.npz"))) == 1
+  assert read_metrics(tmp_path / "run1")[-1]["test/accuracy"] >= 0
+  second = run_main(args, tmp_path / "run2")
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert "Training word2vec" not in second.stdout  # read from the cache
+  # Same vectors, same seed: the two runs are the same run.
+  assert read_metrics(tmp_path / "run1")[-1] == read_metrics(tmp_path / "run2")[-1]
+  # A resumed run restores its parameters: it neither rebuilds nor re-applies the vectors.
+  third = run_main(args, tmp_path / "run1")
+  assert third.returncode == 0 and "word2vec" not in third.stdout
+
+
+def test_mocked_imdb_with_the_unsupervised_split_builds_a_table(tmp_path):
+  config = make_config(tmp_path, val_fraction=0.1, vocab_size=50)
+  config.model.embed_dim = 8
+  config.model.embedding_init = "word2vec"
+  config.word2vec.update(unlabeled_split="unsupervised", epochs=1, min_count=1)
+  with tfds.testing.mock_data(num_examples=30):
+    data = ip.load_dataset(config, None)
+    table, found = word_vectors.pretrained_token_table(config, data.tokenizer, data.vocab_size)
+  assert table.shape == (data.vocab_size, 8) and found[2:].any() and not found[:2].any()
+  assert not list(pathlib.Path(config.cache_dir).glob("*word2vec*"))  # mocked: not cached

@@ -1,0 +1,155 @@
+"""Token-embedding initialisation from word2vec vectors trained on the run's own text.
+
+`config.model.embedding_init = "word2vec"` starts the token-embedding table from skip-gram
+vectors (Mikolov et al. 2013, trained with gensim) instead of Keras' uniform(-0.05, 0.05):
+
+- **Corpus**: the texts of the training split only (validation carved out exactly as
+  `load_dataset` does) plus, when `config.word2vec.unlabeled_split` names one, a TFDS split of
+  unlabelled text (IMDB's "unsupervised": 50,000 reviews of the same data set, no labels).
+  Never the validation or test split, and never a label.
+- **Rows**: every vocabulary word that word2vec kept (count >= `min_count`) gets its vector,
+  rescaled so that the pretrained rows' standard deviation equals the random initialiser's
+  (`config.word2vec.scale` = "init"; "raw" keeps word2vec's own scale); padding, [UNK] and
+  words word2vec dropped keep the random initialisation.
+- **Reproducible**: one worker thread (gensim's threads take batches of words in whatever order
+  the OS schedules them) and a seeded initialisation, so the table depends only on the corpus
+  and the settings, in any process on any run; cached in
+  `cache_dir` under a key of all of them, written atomically. Only a fresh run builds it: a
+  resumed run restores its parameters from the checkpoint.
+
+Training the vectors takes minutes on a CPU (16.7 million words for IMDB's train +
+unsupervised splits); a second run with the same data and settings reads the cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from absl import logging
+
+from textattn import input_pipeline
+from textattn import tokenizer as tokenizer_lib
+
+EMBEDDING_INITS = ("random", "word2vec")
+SCALES = ("init", "raw")
+# The random initialiser's standard deviation: uniform(-0.05, 0.05) (models._keras_embedding_init).
+INIT_STD = 0.05 / np.sqrt(3.0)
+_CACHE_VERSION = 1
+
+
+def validate_config(config) -> None:
+  """One sentence for a word2vec setting that cannot work, before any data is read."""
+  init = config.model.embedding_init
+  if init not in EMBEDDING_INITS:
+    raise ValueError(f"config.model.embedding_init={init!r} is invalid; allowed: "
+                     f"{', '.join(repr(i) for i in EMBEDDING_INITS)}.")
+  if init != "word2vec":
+    return
+  w2v = config.word2vec
+  if config.tokenizer != "word":
+    raise ValueError(f"config.model.embedding_init='word2vec' needs config.tokenizer='word' "
+                     f"(word vectors for a word vocabulary), not {config.tokenizer!r}.")
+  for field, low in (("epochs", 1), ("window", 1), ("min_count", 1), ("negative", 1)):
+    value = w2v[field]
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+      raise ValueError(f"config.word2vec.{field}={value!r} is invalid; it must be an integer "
+                       f">= {low}.")
+  if w2v.scale not in SCALES:
+    raise ValueError(f"config.word2vec.scale={w2v.scale!r} is invalid; allowed: "
+                     f"{', '.join(repr(s) for s in SCALES)}.")
+  if w2v.unlabeled_split and input_pipeline.is_local_file(config.dataset):
+    raise ValueError(f"config.word2vec.unlabeled_split={w2v.unlabeled_split!r} names a TFDS "
+                     f"split, but config.dataset is a local file; set it to '' (train on the "
+                     f"training split's text only).")
+  if not isinstance(w2v.seed, int) or isinstance(w2v.seed, bool) or w2v.seed < 0:
+    raise ValueError(f"config.word2vec.seed={w2v.seed!r} is invalid; it must be an integer >= 0.")
+
+
+def _settings(config) -> dict[str, Any]:
+  w2v = config.word2vec
+  return {"dim": int(config.model.embed_dim), "epochs": int(w2v.epochs),
+          "window": int(w2v.window), "min_count": int(w2v.min_count),
+          "negative": int(w2v.negative), "unlabeled_split": str(w2v.unlabeled_split),
+          "seed": int(w2v.seed)}
+
+
+def train_vectors(texts: list[list[str]], settings: dict[str, Any]):
+  """gensim KeyedVectors from standardised, whitespace-split texts; deterministic."""
+  from gensim.models import Word2Vec  # Only runs that ask for word2vec import gensim.
+  model = Word2Vec(texts, vector_size=settings["dim"], window=settings["window"],
+                   min_count=settings["min_count"], sg=1, negative=settings["negative"],
+                   epochs=settings["epochs"], seed=settings["seed"], workers=1)
+  return model.wv
+
+
+def table_from_vectors(tokenizer: tokenizer_lib.WordTokenizer, vectors,
+                       vocab_size: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+  """(table float32 [vocab_size, dim], found bool [vocab_size]): row id(w) = vector of w."""
+  table = np.zeros((vocab_size, dim), np.float32)
+  found = np.zeros(vocab_size, bool)
+  for index, word in enumerate(tokenizer.words):
+    row = index + tokenizer_lib.NUM_RESERVED
+    if word in vectors.key_to_index:
+      table[row] = vectors[word]
+      found[row] = True
+  return table, found
+
+
+def rescale(table: np.ndarray, found: np.ndarray, scale: str) -> np.ndarray:
+  if scale == "raw" or not found.any():
+    return table
+  std = float(table[found].std())
+  return table * np.float32(INIT_STD / std) if std > 0 else table
+
+
+def _gensim_version() -> str:
+  from importlib import metadata
+  try:
+    return metadata.version("gensim")
+  except metadata.PackageNotFoundError:
+    return "missing"
+
+
+def _load(path: str, vocab_size: int, dim: int):
+  try:
+    with np.load(path, allow_pickle=False) as archive:
+      table, found = archive["table"], archive["found"]
+    if table.shape != (vocab_size, dim) or found.shape != (vocab_size,):
+      raise ValueError("shapes do not match the configuration")
+    return table.astype(np.float32), found.astype(bool)
+  except FileNotFoundError:
+    return None
+  except Exception as e:  # noqa: BLE001 -- a cache must never stop a run: corrupt = rebuild
+    logging.warning("Ignoring unreadable word2vec cache %s (%s: %s).", path, type(e).__name__, e)
+    return None
+
+
+def pretrained_token_table(config, tokenizer, vocab_size: int, *,
+                           write: bool = True) -> tuple[np.ndarray, np.ndarray]:
+  """(table [vocab_size, embed_dim] float32, found bool [vocab_size]) for the run's word
+  tokenizer; rows where `found` is False are to keep their random initialisation."""
+  dim = int(config.model.embed_dim)
+  settings = _settings(config)
+  path = input_pipeline.source_cache_path(
+      config, f"word2vec{dim}", {"tokenizer": tokenizer.fingerprint(), "settings": settings,
+                                 "gensim": _gensim_version(), "version": _CACHE_VERSION}, ".npz")
+  cached = _load(path, vocab_size, dim) if path else None
+  if cached is not None:
+    table, found = cached
+    logging.info("Loaded word2vec vectors from %s.", path)
+  else:
+    texts, cacheable = input_pipeline.word2vec_texts(config, settings["unlabeled_split"])
+    print(f"Training word2vec ({dim} dimensions, {settings['epochs']} epochs, one thread) on "
+          f"{len(texts):,} texts ({sum(map(len, texts)):,} words) for the token-embedding "
+          f"initialisation; it is cached for later runs.", flush=True)
+    vectors = train_vectors(texts, settings)
+    table, found = table_from_vectors(tokenizer, vectors, vocab_size, dim)
+    if write and cacheable and path:
+      try:
+        input_pipeline.atomic_write(path, lambda f: np.savez(f, table=table, found=found), "wb")
+      except OSError as e:  # A read-only or full cache dir must not stop training.
+        logging.warning("Could not write word2vec cache %s (%s).", path, e)
+  print(f"word2vec: {int(found.sum()):,} of {vocab_size:,} token-embedding rows start from "
+        f"word vectors (scale: {config.word2vec.scale}).", flush=True)
+  return rescale(table, found, config.word2vec.scale), found
