@@ -23,6 +23,8 @@ unsupervised splits); a second run with the same data and settings reads the cac
 
 from __future__ import annotations
 
+import logging as std_logging
+import time
 from typing import Any
 
 import numpy as np
@@ -74,12 +76,33 @@ def _settings(config) -> dict[str, Any]:
           "seed": int(w2v.seed)}
 
 
-def train_vectors(texts: list[list[str]], settings: dict[str, Any]):
-  """gensim KeyedVectors from standardised, whitespace-split texts; deterministic."""
-  from gensim.models import Word2Vec  # Only runs that ask for word2vec import gensim.
-  model = Word2Vec(texts, vector_size=settings["dim"], window=settings["window"],
-                   min_count=settings["min_count"], sg=1, negative=settings["negative"],
-                   epochs=settings["epochs"], seed=settings["seed"], workers=1)
+def train_vectors(texts: list[list[str]], settings: dict[str, Any], *, progress: bool = False):
+  """gensim KeyedVectors from standardised, whitespace-split texts; deterministic.
+  progress: one line per epoch (gensim's own per-second INFO lines are silenced)."""
+  # Only runs that ask for word2vec import gensim.
+  from gensim.models import Word2Vec
+  from gensim.models.callbacks import CallbackAny2Vec
+
+  class EpochLine(CallbackAny2Vec):
+    def __init__(self):
+      self.epoch, self.start = 0, time.perf_counter()
+
+    def on_epoch_end(self, model):
+      del model
+      self.epoch += 1
+      print(f"word2vec: epoch {self.epoch}/{settings['epochs']} done "
+            f"({time.perf_counter() - self.start:.0f} s)", flush=True)
+
+  gensim_logger = std_logging.getLogger("gensim")
+  level = gensim_logger.level
+  gensim_logger.setLevel(std_logging.WARNING)
+  try:
+    model = Word2Vec(texts, vector_size=settings["dim"], window=settings["window"],
+                     min_count=settings["min_count"], sg=1, negative=settings["negative"],
+                     epochs=settings["epochs"], seed=settings["seed"], workers=1,
+                     callbacks=[EpochLine()] if progress else ())
+  finally:
+    gensim_logger.setLevel(level)
   return model.wv
 
 
@@ -143,7 +166,7 @@ def pretrained_token_table(config, tokenizer, vocab_size: int, *,
     print(f"Training word2vec ({dim} dimensions, {settings['epochs']} epochs, one thread) on "
           f"{len(texts):,} texts ({sum(map(len, texts)):,} words) for the token-embedding "
           f"initialisation; it is cached for later runs.", flush=True)
-    vectors = train_vectors(texts, settings)
+    vectors = train_vectors(texts, settings, progress=True)
     table, found = table_from_vectors(tokenizer, vectors, vocab_size, dim)
     if write and cacheable and path:
       try:
