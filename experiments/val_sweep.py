@@ -81,20 +81,32 @@ DATA_FIELDS = ("dataset", "val_fraction", "data_seed", "tokenizer", "vocab_size"
 
 
 def export(args) -> None:
-  from textattn import input_pipeline
+  from textattn import input_pipeline, word_vectors
   config = load_config(args.config)
   with tempfile.TemporaryDirectory() as workdir:
     data = input_pipeline.load_dataset(config, workdir)
   dtype = np.uint16 if data.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
+  # With model.embedding_init="word2vec" the token table's start is exported too (built from
+  # training + unlabelled text only, as textattn.main builds it), so variants may use it.
+  extra = {}
+  if config.model.embedding_init == "word2vec":
+    table, found = word_vectors.pretrained_token_table(config, data.tokenizer, data.vocab_size)
+    extra = {"w2v_table": table, "w2v_found": found,
+             "w2v_settings": json.dumps(word2vec_settings(config))}
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   np.savez_compressed(
       args.out, train_inputs=data.train.inputs.astype(dtype), train_labels=data.train.labels,
       val_inputs=data.validation.inputs.astype(dtype), val_labels=data.validation.labels,
       vocab_size=data.vocab_size, class_names=np.array(data.class_names),
       max_len=config.max_len, truncation=config.truncation, config=args.config,
-      data_fields=json.dumps({f: config[f] for f in DATA_FIELDS}))
+      data_fields=json.dumps({f: config[f] for f in DATA_FIELDS}), **extra)
   print(f"wrote {args.out}: train {data.train.inputs.shape}, validation "
-        f"{data.validation.inputs.shape}, vocab {data.vocab_size} (no test split)")
+        f"{data.validation.inputs.shape}, vocab {data.vocab_size} (no test split)"
+        + (", word2vec start of the token table" if extra else ""))
+
+
+def word2vec_settings(config) -> dict:
+  return {"embed_dim": config.model.embed_dim, **config.word2vec.to_dict()}
 
 
 # ---- sweep ------------------------------------------------------------------------------------
@@ -136,14 +148,24 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dic
   num_classes = len(class_names)
 
   train.validate_config(config, jax.device_count())
+  pretrained_tokens = None
+  if config.model.embedding_init == "word2vec":
+    if "w2v_table" not in raw:
+      raise ValueError("model.embedding_init='word2vec' needs the table in the export; export "
+                       "with a config that sets it.")
+    exported_w2v = json.loads(str(raw["w2v_settings"]))
+    if exported_w2v != word2vec_settings(config):
+      raise ValueError(f"the word2vec settings differ from the export's: {exported_w2v}")
+    pretrained_tokens = (jnp.asarray(raw["w2v_table"]), jnp.asarray(raw["w2v_found"]))
   model = models.build_model(config, num_classes, vocab_size=int(raw["vocab_size"]))
   train_iter = input_pipeline.TrainIterator(splits["train"], config.batch_size, config.seed)
   total_steps = (config.num_train_steps if config.num_train_steps > 0
                  else config.num_epochs * train_iter.steps_per_epoch)
   eval_every = config.eval_every_steps or train_iter.steps_per_epoch
   tx = train.make_optimizer(config.optimizer, total_steps)
-  state = jax.jit(lambda rng: train.init_train_state(
-      model, tx, rng, config.max_len, config.optimizer))(jax.random.key(config.seed))
+  state = jax.jit(lambda rng, tokens: train.init_train_state(
+      model, tx, rng, config.max_len, config.optimizer, tokens))(
+          jax.random.key(config.seed), pretrained_tokens)
   step_fn = jax.jit(train.train_step, donate_argnums=0)
   eval_fn = jax.jit(lambda s, b: train.eval_step(s, b, num_classes))
 
