@@ -106,7 +106,8 @@ def export(args) -> None:
 
 
 def word2vec_settings(config) -> dict:
-  return {"embed_dim": config.model.embed_dim, **config.word2vec.to_dict()}
+  from textattn import word_vectors
+  return {**word_vectors.vector_settings(config), "scale": config.word2vec.scale}
 
 
 # ---- sweep ------------------------------------------------------------------------------------

@@ -595,16 +595,18 @@ def _slug(config) -> str:
   return safe or "data"
 
 
+def _source(config) -> _FileSource | _TfdsSource:
+  return _FileSource(config) if is_local_file(config.dataset) else _TfdsSource(config)
+
+
 def source_cache_path(config, what: str, key_parts: dict[str, Any], extension: str) -> str | None:
   """A path in cache_dir for something derived from the config's data source (not yet read),
   its train/validation carve and `key_parts`; None when the source has no identity yet (TFDS
   data not prepared, or a file that does not exist), so nothing is cached."""
-  source = _FileSource(config) if is_local_file(config.dataset) else _TfdsSource(config)
-  identity = source.identity()
+  identity = _source(config).identity()
   if identity is None:
     return None
-  key = _key({"version": _CACHE_VERSION, "source": identity, "what": what,
-              "val_fraction": float(config.val_fraction), "data_seed": int(config.data_seed),
+  key = _key({**_Cache(config, identity, writable=False).source_key(), "what": what,
               **key_parts})
   return os.path.join(_cache_dir(config), f"{_slug(config)}-{what}-{key}{extension}")
 
@@ -612,12 +614,10 @@ def source_cache_path(config, what: str, key_parts: dict[str, Any], extension: s
 def word2vec_texts(config, unlabeled_split: str) -> tuple[list[list[str]], bool]:
   """The standardised, whitespace-split texts word vectors may be trained on: the training
   split (validation carved out exactly as load_dataset does) plus TFDS split `unlabeled_split`
-  if not "". Never the validation or test split. Also whether the texts came from the source's
-  own files (False for mocked TFDS data), i.e. whether what is derived from them may be cached."""
-  source = _FileSource(config) if is_local_file(config.dataset) else _TfdsSource(config)
-  if unlabeled_split and isinstance(source, _FileSource):
-    raise DataError(f"config.word2vec.unlabeled_split={unlabeled_split!r} names a TFDS split, "
-                    f"but config.dataset is a local file; set it to ''.")
+  if not "" (TFDS only: word_vectors.validate_config refuses it for a local file). Never the
+  validation or test split. Also whether the texts came from the source's own files (False for
+  mocked TFDS data), i.e. whether what is derived from them may be cached."""
+  source = _source(config)
   raw = source.read(config.val_fraction, config.data_seed)
   texts = list(raw.texts["train"])
   if unlabeled_split:
@@ -634,19 +634,19 @@ class _Cache:
     self.identity = identity
     self.writable = writable
 
-  def _source_key(self) -> dict:
+  def source_key(self) -> dict:
     config = self.config
     return {"version": _CACHE_VERSION, "source": self.identity,
             "val_fraction": float(config.val_fraction), "data_seed": int(config.data_seed)}
 
   def _vocab_path(self) -> str:
-    key = _key({**self._source_key(), "vocab_size": int(self.config.vocab_size)})
+    key = _key({**self.source_key(), "vocab_size": int(self.config.vocab_size)})
     return os.path.join(self.directory,
                         f"{_slug(self.config)}-vocab{self.config.vocab_size}-{key}.json")
 
   def _arrays_path(self, tokenizer) -> str:
     config = self.config
-    key = _key({**self._source_key(), "tokenizer": tokenizer.fingerprint(),
+    key = _key({**self.source_key(), "tokenizer": tokenizer.fingerprint(),
                 "max_len": int(config.max_len), "truncation": config.truncation})
     return os.path.join(self.directory, f"{_slug(config)}-{tokenizer.kind}-"
                         f"{config.max_len}{config.truncation}-{key}.npz")
@@ -728,7 +728,7 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
       is read from the workdir if process 0 saved it, else built identically in memory.
   """
   _validate_config(config)
-  source = _FileSource(config) if is_local_file(config.dataset) else _TfdsSource(config)
+  source = _source(config)
   saved_tokenizer, saved_class_names = (load_tokenizer(workdir, config) if workdir
                                         else (None, None))
 

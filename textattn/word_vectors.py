@@ -68,7 +68,8 @@ def validate_config(config) -> None:
     raise ValueError(f"config.word2vec.seed={w2v.seed!r} is invalid; it must be an integer >= 0.")
 
 
-def _settings(config) -> dict[str, Any]:
+def vector_settings(config) -> dict[str, Any]:
+  """What the vectors depend on besides the corpus (their cache key; `scale` is applied after)."""
   w2v = config.word2vec
   return {"dim": int(config.model.embed_dim), "epochs": int(w2v.epochs),
           "window": int(w2v.window), "min_count": int(w2v.min_count),
@@ -152,21 +153,22 @@ def pretrained_token_table(config, tokenizer, vocab_size: int, *,
                            write: bool = True) -> tuple[np.ndarray, np.ndarray]:
   """(table [vocab_size, embed_dim] float32, found bool [vocab_size]) for the run's word
   tokenizer; rows where `found` is False are to keep their random initialisation."""
+  validate_config(config)
   dim = int(config.model.embed_dim)
-  settings = _settings(config)
+  key_settings = vector_settings(config)
   path = input_pipeline.source_cache_path(
-      config, f"word2vec{dim}", {"tokenizer": tokenizer.fingerprint(), "settings": settings,
-                                 "gensim": _gensim_version(), "version": _CACHE_VERSION}, ".npz")
+      config, f"word2vec{dim}", {"tokenizer": tokenizer.fingerprint(), "settings": key_settings,
+                                 "gensim": _gensim_version(), "word2vec_version": _CACHE_VERSION}, ".npz")
   cached = _load(path, vocab_size, dim) if path else None
   if cached is not None:
     table, found = cached
     logging.info("Loaded word2vec vectors from %s.", path)
   else:
-    texts, cacheable = input_pipeline.word2vec_texts(config, settings["unlabeled_split"])
-    print(f"Training word2vec ({dim} dimensions, {settings['epochs']} epochs, one thread) on "
+    texts, cacheable = input_pipeline.word2vec_texts(config, key_settings["unlabeled_split"])
+    print(f"Training word2vec ({dim} dimensions, {key_settings['epochs']} epochs, one thread) on "
           f"{len(texts):,} texts ({sum(map(len, texts)):,} words) for the token-embedding "
           f"initialisation; it is cached for later runs.", flush=True)
-    vectors = train_vectors(texts, settings, progress=True)
+    vectors = train_vectors(texts, key_settings, progress=True)
     table, found = table_from_vectors(tokenizer, vectors, vocab_size, dim)
     if write and cacheable and path:
       try:
