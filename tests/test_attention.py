@@ -166,16 +166,98 @@ def test_additive_matches_float64_transcription(scoring):
   np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=1e-5)
 
 
+def additive_inputs(batch, length, heads, head_dim, scoring, seed=0):
+  """q, k, a padding mask (row 0 full, row 1 all padding, the rest random lengths) and the two
+  scoring kernels in the `scoring` form."""
+  rng = np.random.default_rng(seed)
+  q, k = (rng.standard_normal((batch, length, heads, head_dim)).astype(np.float32)
+          for _ in range(2))
+  lengths = rng.integers(1, length + 1, batch)
+  lengths[0], lengths[1] = length, 0
+  mask = np.arange(length)[None] < lengths[:, None]
+  shape = (heads * head_dim, heads) if scoring == "shared" else (heads, head_dim)
+  w_alpha, w_beta = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+  return q, k, mask, w_alpha, w_beta
+
+
+def numpy_additive_core(q, k, mask, w_alpha, w_beta):
+  """additive_attention's maths in float64 NumPy (both scoring forms)."""
+  q, k, w_alpha, w_beta = (np.asarray(a, np.float64) for a in (q, k, w_alpha, w_beta))
+  batch, length, heads, head_dim = q.shape
+
+  def scores(x, w):
+    if w.shape == (heads * head_dim, heads):
+      return x.reshape(batch, length, -1) @ w / np.sqrt(head_dim)
+    return np.einsum("blhd,hd->blh", x, w) / np.sqrt(head_dim)
+
+  def masked_softmax(s):
+    s = np.where(mask[..., None], s, -np.inf)
+    top = np.max(s, axis=1, keepdims=True)
+    e = np.where(mask[..., None], np.exp(s - np.where(np.isfinite(top), top, 0)), 0)
+    total = e.sum(axis=1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+  alpha = masked_softmax(scores(q, w_alpha))
+  p = k * np.einsum("blh,blhd->bhd", alpha, q)[:, None]
+  beta = masked_softmax(scores(p, w_beta))
+  return q * np.einsum("blh,blhd->bhd", beta, p)[:, None]
+
+
+@pytest.mark.parametrize("scoring", attention.ADDITIVE_SCORINGS)
+@pytest.mark.parametrize("heads,head_dim,length", [(2, 16, 37), (4, 8, 9), (1, 64, 5),
+                                                   (2, 24, 13), (3, 32, 8)])
+def test_native_additive_kernel_matches_float64_and_the_xla_function(heads, head_dim, length,
+                                                                     scoring):
+  # head_dim 8, 16, 32, 64 take the kernel's unrolled paths, 24 the general one.
+  q, k, mask, w_alpha, w_beta = additive_inputs(4, length, heads, head_dim, scoring)
+  args = [jnp.asarray(a) for a in (q, k, mask, w_alpha, w_beta)]
+  got = jax.jit(attention.native_additive_attention)(*args)
+  np.testing.assert_allclose(np.asarray(got), numpy_additive_core(q, k, mask, w_alpha, w_beta),
+                             atol=2e-5, rtol=2e-5)
+  assert np.all(np.asarray(got)[1] == 0)  # the all-padding example
+  cotangent = jnp.asarray(np.random.default_rng(1).standard_normal(q.shape), jnp.float32)
+
+  def grads(kernel):
+    loss = lambda q, k, a, b: jnp.sum(kernel(q, k, args[2], a, b) * cotangent)
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(args[0], args[1], args[3], args[4])
+
+  for name, g, want in zip(("q", "k", "w_alpha", "w_beta"),
+                           grads(attention.native_additive_attention),
+                           grads(attention.additive_attention)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(want), atol=2e-4, rtol=2e-4,
+                               err_msg=name)
+
+
+def test_native_additive_kernel_does_not_depend_on_the_thread_count(monkeypatch):
+  # Examples are split over threads; the scoring kernels' gradients are summed over examples
+  # in a fixed order, so 1 and 3 threads must agree bit for bit.
+  q, k, mask, w_alpha, w_beta = (jnp.asarray(a) for a in
+                                 additive_inputs(7, 20, 2, 16, "shared", seed=3))
+  loss = lambda q, k, a, b: jnp.sum(jnp.sin(attention.native_additive_attention(q, k, mask, a, b)))
+  results = []
+  for threads in (1, 3):
+    monkeypatch.setattr(attention, "_native_threads", lambda threads=threads: threads)
+    results.append(jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(q, k, w_alpha, w_beta))
+  for a, b in zip(jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(results[1])):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 # cuDNN needs an NVIDIA GPU and bf16; everything else runs (and is tested) on the CPU.
 # "auto" is one of the others (test_auto_picks_the_native_kernel_on_this_cpu).
 CPU_IMPLEMENTATIONS = [i for i in attention.SOFTMAX_IMPLEMENTATIONS if i not in ("cudnn", "auto")]
 MODULES = [("softmax", impl, "shared") for impl in CPU_IMPLEMENTATIONS] + [
     ("causal", impl, "shared") for impl in CPU_IMPLEMENTATIONS] + [
-    ("additive", "xla", s) for s in attention.ADDITIVE_SCORINGS]
+    ("additive", impl, s) for impl in ("xla", "native") for s in attention.ADDITIVE_SCORINGS]
 
 
-def make_module(name, impl, scoring, heads=2):
-  return attention.make_attention(name, num_heads=heads, implementation=impl, scoring=scoring)
+def heads_for(name, impl):
+  # These tests' embed is 8: the native additive kernel needs head_dim % 8 == 0.
+  return 1 if (name, impl) == ("additive", "native") else 2
+
+
+def make_module(name, impl, scoring):
+  return attention.make_attention(name, num_heads=heads_for(name, impl), implementation=impl,
+                                  scoring=scoring)
 
 
 @pytest.mark.parametrize("name,impl,scoring", MODULES)
@@ -253,8 +335,8 @@ def _ffi_operand_dtypes(jaxpr):
 def test_softmax_runs_in_float32_under_bfloat16(name, impl, scoring):
   x = np.random.default_rng(4).standard_normal((2, 8, 8)).astype(np.float32)
   mask = jnp.ones((2, 8), bool)
-  module = attention.make_attention(name, num_heads=2, implementation=impl, scoring=scoring,
-                                    dtype=jnp.bfloat16)
+  module = attention.make_attention(name, num_heads=heads_for(name, impl), implementation=impl,
+                                    scoring=scoring, dtype=jnp.bfloat16)
   params = module.init(jax.random.key(0), x, mask)
   jaxpr = jax.make_jaxpr(lambda p: module.apply(p, x.astype(jnp.bfloat16), mask))(params)
   if impl == "native":  # the softmax is inside the C++ kernel: its operands must be float32
@@ -266,7 +348,7 @@ def test_softmax_runs_in_float32_under_bfloat16(name, impl, scoring):
             if " exp " in f" {line} " or "= exp" in line]
     assert exps, "no exp found in the attention's jaxpr"
     assert all("f32" in line and "bf16" not in line.split("=")[0] for line in exps), exps
-  f32 = attention.make_attention(name, num_heads=2, implementation=impl, scoring=scoring)
+  f32 = make_module(name, impl, scoring)
   np.testing.assert_allclose(
       np.asarray(module.apply(params, x.astype(jnp.bfloat16), mask), np.float32),
       np.asarray(f32.apply(params, x, mask)), atol=0.1, rtol=0.05)
@@ -290,6 +372,8 @@ def test_chunked_never_materialises_the_full_score_matrix():
     ("attention_impl", {"implementation": "flash"}, ["config.model.attention_impl", "flash"]),
     ("additive_scoring", {"scoring": "x"}, ["config.model.additive_scoring", "per_head"]),
     ("num_heads", {"num_heads": 3}, ["config.model.num_heads=3", "embed_dim=32"]),
+    ("attention_impl", {"name": "additive", "implementation": "native", "num_heads": 8},
+     ["config.model.attention_impl='native'", "embed_dim / num_heads = 4", "multiple of 8"]),
 ])
 def test_bad_attention_config_names_field_value_and_choices(field, kwargs, words):
   args = {"name": "softmax", "implementation": "xla", "scoring": "shared", "embed_dim": 32,
@@ -311,3 +395,5 @@ def test_auto_picks_the_native_kernel_on_this_cpu():
   assert native.unavailable_reason() is None
   assert attention.resolve_implementation("auto") == "native"
   assert attention.resolve_implementation("fused") == "fused"
+  assert attention.resolve_implementation("auto", "additive", 16) == "native"
+  assert attention.resolve_implementation("auto", "additive", 12) == "fused"  # head_dim % 8

@@ -146,10 +146,12 @@ def test_train_step_mode_uses_the_config_and_prints_examples_per_second(runs):
   assert returncode == 0, stderr[-2000:]
   (row,) = rows_of(out_dir)
   assert row["status"] == "ok", row["message"]
+  # The config's attention_impl is "auto": the variant says so, the row what it resolved to.
   assert (row["variant"], row["mode"], row["seq_len"], row["batch_size"]) == (
-      "additive", "train_step", "16", "4")
+      "additive_auto", "train_step", "16", "4")
+  assert row["implementation"] in ("native", "xla")
   assert row["embed_dim"] == "16" and row["num_heads"] == "2"  # the rest from the config
-  assert "train_step additive L=16 batch=4 float32:" in stdout and "examples/s" in stdout
+  assert "train_step additive_auto L=16 batch=4 float32:" in stdout and "examples/s" in stdout
 
 
 def test_a_hanging_point_is_killed_and_recorded_as_timeout(points):
@@ -185,13 +187,15 @@ def test_bad_flags_fail_with_one_sentence_and_touch_nothing(tmp_path, bad, messa
 @pytest.mark.parametrize("name,expected", [
     ("softmax", ("softmax", "xla")), ("softmax_dot_product", ("softmax", "dot_product")),
     ("softmax_cudnn", ("softmax", "cudnn")), ("softmax_chunked", ("softmax", "chunked")),
-    ("causal_fused", ("causal", "fused")), ("additive", ("additive", "xla"))])
+    ("causal_fused", ("causal", "fused")), ("additive", ("additive", "xla")),
+    ("additive_native", ("additive", "native")), ("additive_auto", ("additive", "auto"))])
 def test_variant_names_round_trip(name, expected):
   assert benchmark.parse_variant(name) == expected
   assert benchmark.variant_name(*expected) == name
 
 
-@pytest.mark.parametrize("name", ["additive_chunked", "softmax_", "flash", "causal_flash"])
+@pytest.mark.parametrize("name", ["additive_chunked", "additive_fused", "softmax_", "flash",
+                                  "causal_flash"])
 def test_malformed_variant_names_are_rejected(name):
   with pytest.raises(ValueError, match="not a known variant"):
     benchmark.parse_variant(name)

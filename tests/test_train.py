@@ -130,6 +130,12 @@ def test_one_train_step_changes_every_trainable_parameter():
                                   dropout_key=jax.random.key_data(jax.random.key(1)))
   new_state, metrics = jax.jit(train.train_step)(state, batch)
   assert int(new_state.step) == 1 and float(metrics["count"]) == 4
+  # The metrics' gradient norm is optax.global_norm of the step's gradients (dropout is 0).
+  grads = jax.grad(lambda p: jnp.mean(optax.softmax_cross_entropy_with_integer_labels(
+      model.apply({"params": p}, batch["inputs"], train=True), batch["labels"])))(params)
+  np.testing.assert_allclose(float(metrics["grad_norm_sum"]), float(optax.global_norm(grads)),
+                             rtol=1e-5)
+  assert int(metrics["nonfinite"]) == 0
   unchanged = []
   for (path, old), new in zip(jax.tree_util.tree_flatten_with_path(params)[0],
                               jax.tree_util.tree_leaves(new_state.params)):
@@ -150,6 +156,17 @@ def test_one_train_step_changes_every_trainable_parameter():
     if np.any(np.all(np.asarray(old) == np.asarray(new), axis=-1)):
       unchanged.append(name)
   assert not unchanged, f"parameters (or rows) left unchanged by a step: {unchanged}"
+
+
+@pytest.mark.parametrize("size", [1, 32, 33, 1025, 20000 * 32 + 7])
+def test_sum_all_is_the_sum_of_every_element(size):
+  rng = np.random.default_rng(size)
+  x = rng.standard_normal(size).astype(np.float32)
+  np.testing.assert_allclose(float(jax.jit(train._sum_all)(jnp.asarray(x))),
+                             float(np.sum(x, dtype=np.float64)), rtol=1e-5, atol=1e-4)
+  flags = rng.random(size) < 0.01
+  counted = jax.jit(train._sum_all)(jnp.asarray(flags.reshape(-1, 1), jnp.int32))
+  assert int(counted) == int(flags.sum())  # integers: exact, any shape
 
 
 def _embedding_update_states(vocab_size, batches, embedding_update, return_init=False,

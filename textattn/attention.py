@@ -18,8 +18,9 @@ Kernels (pure functions over projected tensors laid out [batch, length, heads, h
   * `native_softmax_attention` the same maths as two C++ XLA FFI kernels (CPU, one device;
                                 built on first use by textattn.native).
   * `additive_attention`       Fastformer (arXiv 2108.09084), linear in length.
+  * `native_additive_attention` the same maths as two C++ XLA FFI kernels (CPU, one device).
 "auto" (the configs' default) picks native on a one-device CPU run where it builds, else fused
-(`resolve_implementation`).
+(softmax) or the XLA function (additive) (`resolve_implementation`).
 
 Invariants every kernel keeps (tests/test_attention.py checks them):
   * padding keys never receive weight; a query with no valid key at all (a fully padded row, or
@@ -310,12 +311,85 @@ def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kern
   return query * global_key[:, None]
 
 
-def resolve_implementation(implementation: str) -> str:
+def _shared_scoring(kernel: Array, heads: int, head_dim: int) -> Array:
+  """A scoring kernel in the shared [heads*dim, heads] form; the per-head [heads, dim] form
+  becomes its block-diagonal equivalent (same scores, same gradients through autodiff)."""
+  if kernel.shape == (heads * head_dim, heads):
+    return kernel
+  return jnp.einsum("hd,hg->hdg", kernel, jnp.eye(heads, dtype=kernel.dtype)).reshape(
+      heads * head_dim, heads)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _native_additive_core(q, k, mask, w_alpha, w_beta, heads):
+  return _native_additive_forward(q, k, mask, w_alpha, w_beta, heads)[0]
+
+
+def _native_additive_forward(q, k, mask, w_alpha, w_beta, heads):
+  from textattn import native  # (builds the kernels on first use)
+  native.load()
+  batch, length, features = q.shape
+  f32 = jnp.float32
+  u, alpha, beta, g_q, g_k = jax.ffi.ffi_call(
+      native.ADDITIVE_FORWARD_TARGET,
+      (jax.ShapeDtypeStruct(q.shape, f32),
+       jax.ShapeDtypeStruct((batch, length, heads), f32),
+       jax.ShapeDtypeStruct((batch, length, heads), f32),
+       jax.ShapeDtypeStruct((batch, features), f32),
+       jax.ShapeDtypeStruct((batch, features), f32)),
+      vmap_method="sequential")(q, k, mask, w_alpha, w_beta, heads=heads,
+                                threads=_native_threads())
+  return u, (q, k, mask, w_alpha, w_beta, alpha, beta, g_q, g_k)
+
+
+def _native_additive_backward(heads, residuals, d_u):
+  from textattn import native
+  q, k, mask, w_alpha, w_beta, alpha, beta, g_q, g_k = residuals
+  d_q, d_k, d_w_alpha, d_w_beta = jax.ffi.ffi_call(
+      native.ADDITIVE_BACKWARD_TARGET,
+      (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 2
+      + (jax.ShapeDtypeStruct(w_alpha.shape, jnp.float32),) * 2,
+      vmap_method="sequential")(q, k, mask, w_alpha, w_beta, alpha, beta, g_q, g_k,
+                                d_u.astype(jnp.float32), heads=heads, threads=_native_threads())
+  return d_q, d_k, None, d_w_alpha, d_w_beta
+
+
+_native_additive_core.defvjp(_native_additive_forward, _native_additive_backward)
+
+
+def native_additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
+                              beta_kernel: Array) -> Array:
+  """`additive_attention` as one hand-written C++ kernel per pass (XLA FFI, CPU only).
+
+  The same function (tests check values and gradients against float64 NumPy and
+  `additive_attention`): each example's scores, masked softmaxes, pooled global query and key
+  and output are computed in one pass over its [length, heads*dim] rows while they sit in
+  cache, instead of XLA:CPU's ~50 ops (batched matrix-vector products with transposes, length
+  reductions as reduce-window trees). First-order reverse-mode gradients only (custom VJP).
+  Computes in float32 (bfloat16 inputs are upcast), on every core of the process; compiled on
+  first use by `textattn.native`. One device only (`check_native_devices`).
+  """
+  batch, length, heads, head_dim = query.shape
+  f32 = jnp.float32
+  u = _native_additive_core(
+      query.astype(f32).reshape(batch, length, heads * head_dim),
+      key.astype(f32).reshape(batch, length, heads * head_dim), padding_mask.astype(jnp.int32),
+      _shared_scoring(alpha_kernel.astype(f32), heads, head_dim),
+      _shared_scoring(beta_kernel.astype(f32), heads, head_dim), heads)
+  return u.reshape(query.shape).astype(query.dtype)
+
+
+def resolve_implementation(implementation: str, attention: str = "softmax",
+                           head_dim: int | None = None) -> str:
   """'auto' -> 'native' when the run has one device and it is a CPU on which the native kernels
-  build, else 'fused' (both exact; native measured faster on CPU, experiments/RESULTS.md; see
-  `check_native_devices` for why not with several devices). Other names are returned as is."""
+  build (for additive attention also head_dim a multiple of 8, which its kernel needs), else
+  'fused' (both exact; native measured faster on CPU, experiments/RESULTS.md; see
+  `check_native_devices` for why not with several devices). Other names are returned as is.
+  Additive attention has two implementations: 'native', and the XLA one for every other name."""
   if implementation != "auto":
     return implementation
+  if attention == "additive" and head_dim is not None and head_dim % 8:
+    return "fused"
   if jax.default_backend() == "cpu" and jax.device_count() == 1:
     from textattn import native
     if native.available():
@@ -375,11 +449,13 @@ class AdditiveAttention(nn.Module):
   """Fastformer additive attention: output = W_o u + q (as in the authors' implementation)."""
   num_heads: int
   scoring: str = "shared"
+  implementation: str = "xla"  # "native" (or "auto" resolving to it): the C++ kernel; else XLA
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array) -> Array:
     embed = x.shape[-1]
+    check_attention_config("additive", self.implementation, self.scoring, embed, self.num_heads)
     heads, head_dim = self.num_heads, embed // self.num_heads
     dense = functools.partial(nn.DenseGeneral, features=(heads, head_dim), dtype=self.dtype,
                               kernel_init=_dense_init())
@@ -388,8 +464,10 @@ class AdditiveAttention(nn.Module):
     score_shape = (heads * head_dim, heads) if self.scoring == "shared" else (heads, head_dim)
     alpha_kernel = self.param("alpha_kernel", _dense_init(), score_shape, jnp.float32)
     beta_kernel = self.param("beta_kernel", _dense_init(), score_shape, jnp.float32)
-    u = additive_attention(query, key, padding_mask, alpha_kernel.astype(self.dtype),
-                           beta_kernel.astype(self.dtype))
+    native = resolve_implementation(self.implementation, "additive", head_dim) == "native"
+    kernel = native_additive_attention if native else additive_attention
+    u = kernel(query, key, padding_mask, alpha_kernel.astype(self.dtype),
+               beta_kernel.astype(self.dtype))
     out = nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=_dense_init(),
                           name="out")(u)
     return out + query.reshape(x.shape[:-1] + (embed,))
@@ -410,6 +488,10 @@ def check_attention_config(name: str, implementation: str, scoring: str, embed_d
   if num_heads < 1 or embed_dim % num_heads:
     raise ValueError(f"config.model.num_heads={num_heads} must be a positive divisor of "
                      f"config.model.embed_dim={embed_dim}.")
+  if name == "additive" and implementation == "native" and (embed_dim // num_heads) % 8:
+    raise ValueError(f"config.model.attention_impl='native' with additive attention needs a "
+                     f"head size (embed_dim / num_heads = {embed_dim // num_heads}) that is a "
+                     f"multiple of 8; use 'auto' (falls back to XLA) or 'xla'.")
 
 
 def make_attention(name: str, *, num_heads: int, implementation: str = "xla",
@@ -421,6 +503,7 @@ def make_attention(name: str, *, num_heads: int, implementation: str = "xla",
   elif name not in ATTENTIONS:
     check_attention_config(name, implementation, scoring, num_heads, num_heads)
   if name == "additive":
-    return AdditiveAttention(num_heads=num_heads, scoring=scoring, dtype=dtype, name=module_name)
+    return AdditiveAttention(num_heads=num_heads, scoring=scoring, implementation=implementation,
+                             dtype=dtype, name=module_name)
   return SelfAttention(num_heads=num_heads, causal=(name == "causal"),
                        implementation=implementation, dtype=dtype, name=module_name)

@@ -15,7 +15,9 @@ results.csv, results.md, time_vs_length.png and memory_vs_length.png.
 Variants are `<attention>[_<implementation>]`: softmax (reference einsum, "xla"),
 softmax_dot_product (jax.nn.dot_product_attention), softmax_cudnn (the same with
 implementation="cudnn"; GPU, bfloat16/float16 only), softmax_chunked (memory-efficient exact
-softmax), softmax_fused (CPU layout), causal (and causal_<implementation>), additive (Fastformer).
+softmax), softmax_fused (CPU layout), causal (and causal_<implementation>), additive (Fastformer, the XLA
+function), additive_native (its C++ kernel) and additive_auto (native where it runs, as "auto" in
+a config).
 
 What is timed (--mode):
   attention         the attention module alone, projections included, on x ~ N(0, 1) [B, L, E];
@@ -143,8 +145,9 @@ _POINT_MEMORY_LIMIT_GB = flags.DEFINE_float(
     "GiB is recorded as 'oom' without running, and the point's address space is capped at its "
     "size at start plus this. 0 = no limit.")
 _CHECK_AGAINST_REFERENCE = flags.DEFINE_bool(
-    "check_against_reference", False, "For softmax/causal variants other than the reference "
-    "implementation: also run the reference einsum kernel (implementation 'xla') on the same "
+    "check_against_reference", False, "For variants other than the reference implementation: "
+    "also run the reference (implementation 'xla': the einsum kernel, or additive attention's "
+    "XLA function) on the same "
     "parameters and inputs, where its footprint fits the memory limit, and record the largest "
     "absolute difference of the outputs (attention output, logits, or loss and every gradient) in "
     "max_abs_diff.")
@@ -161,21 +164,28 @@ _POINT_SPEC = flags.DEFINE_string(
 # Parsing and the sweep's plan (parent process; never touches a device).
 
 
+ADDITIVE_IMPLEMENTATIONS = ("auto", "xla", "native")
+
+
 def parse_variant(name: str) -> tuple[str, str]:
   """'softmax_chunked' -> ('softmax', 'chunked'); 'additive' -> ('additive', 'xla')."""
   if name in ATTENTIONS:
     return name, "xla"
-  for attention in ("softmax", "causal"):
+  for attention, allowed in (("softmax", IMPLEMENTATIONS), ("causal", IMPLEMENTATIONS),
+                             ("additive", ADDITIVE_IMPLEMENTATIONS)):
     implementation = name[len(attention) + 1:]
-    if name.startswith(attention + "_") and implementation in IMPLEMENTATIONS:
+    if name.startswith(attention + "_") and implementation in allowed:
       return attention, implementation
   raise ValueError(
-      f"--variants: {name!r} is not a known variant; allowed: softmax, causal, additive, or "
-      f"softmax_<impl> / causal_<impl> with <impl> one of {', '.join(IMPLEMENTATIONS)}.")
+      f"--variants: {name!r} is not a known variant; allowed: softmax, causal, additive, "
+      f"softmax_<impl> / causal_<impl> with <impl> one of {', '.join(IMPLEMENTATIONS)}, or "
+      f"additive_<impl> with <impl> one of {', '.join(ADDITIVE_IMPLEMENTATIONS)}.")
 
 
 def variant_name(attention: str, implementation: str) -> str:
-  if attention == "additive" or implementation == "xla":
+  if attention == "additive" and implementation not in ADDITIVE_IMPLEMENTATIONS:
+    implementation = "xla"  # additive attention: every other name is the XLA function
+  if implementation == "xla":
     return attention
   return f"{attention}_{implementation}"
 
@@ -436,9 +446,13 @@ def _measure(spec: dict, result: dict, save) -> None:
     time.sleep(10 * 24 * 3600)
   start = time.perf_counter()
   function, args = _build(spec, config)
-  if spec["implementation"] == "auto" and spec["attention"] != "additive":  # what it resolved to
+  if spec["implementation"] == "auto":  # what it resolved to
     from textattn import attention as attention_lib
-    result["implementation"] = attention_lib.resolve_implementation("auto")
+    m = config.model
+    resolved = attention_lib.resolve_implementation("auto", spec["attention"],
+                                                    m.embed_dim // m.num_heads)
+    result["implementation"] = ("xla" if spec["attention"] == "additive" and resolved != "native"
+                                else resolved)
   jax.block_until_ready(args)
   result["setup_s"] = time.perf_counter() - start
   start = time.perf_counter()
@@ -524,8 +538,8 @@ def _measure(spec: dict, result: dict, save) -> None:
   result["status"], result["message"] = "ok", note
   save()
 
-  if (spec["check_against_reference"] and spec["attention"] != "additive"
-      and spec["implementation"] != "xla" and spec["mode"] != "train_step"):
+  if (spec["check_against_reference"] and spec["implementation"] != "xla"
+      and spec["mode"] != "train_step"):
     result["message"] = _check_against_reference(spec, config, compiled, args, memory_limit,
                                                   result)
 

@@ -287,7 +287,7 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
              "dropout_rng": DROPOUT_RNGS}
   for field, allowed in choices.items():
     check_choice(f"model.{field}", m[field], allowed)
-  if m.attention_impl == "native" and m.attention != "additive":
+  if m.attention_impl == "native":
     if jax.default_backend() != "cpu":
       raise ValueError(f"config.model.attention_impl='native' runs on a CPU only (here: "
                        f"{jax.default_backend()}); use 'auto' or 'fused'.")
@@ -323,12 +323,13 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
   config.vocab_size."""
   validate_model_config(config)
   m = config.model
-  impl = m.attention_impl
-  if m.attention != "additive":
-    impl = attention_lib.resolve_implementation(m.attention_impl)
-    if impl != m.attention_impl:
-      logging.info("config.model.attention_impl=%r: using the %r softmax kernel here.",
-                   m.attention_impl, impl)
+  impl = attention_lib.resolve_implementation(m.attention_impl, m.attention,
+                                              m.embed_dim // m.num_heads)
+  if m.attention == "additive" and impl != "native":
+    impl = "xla"  # additive attention has the native kernel and the XLA one
+  if impl != m.attention_impl:
+    logging.info("config.model.attention_impl=%r: using the %r %s kernel here.",
+                 m.attention_impl, impl, m.attention)
   return Classifier(
       num_classes=num_classes, vocab_size=vocab_size or config.vocab_size,
       max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,

@@ -1,12 +1,12 @@
 """Builds and registers textattn's native CPU kernels (XLA FFI custom calls) on first use.
 
-The C++ source (textattn/native/softmax_attention.cc) is compiled with the system C++ compiler
+The C++ sources (textattn/native/softmax_attention.cc, additive_attention.cc) are compiled with the system C++ compiler
 (`$CXX`, else `c++`/`g++`/`clang++`) against the XLA FFI headers that ship with jaxlib, for
-this machine's CPU (`-march=native`), into a cache directory:
+this machine's CPU (`-march=native`), into one library in a cache directory:
 
     $TEXTATTN_NATIVE_CACHE, else $XDG_CACHE_HOME/textattn/native, else ~/.cache/textattn/native
 
-The library's file name carries a hash of the source, the compiler, its flags, jaxlib's version
+The library's file name carries a hash of the sources, the compiler, its flags, jaxlib's version
 and the CPU's feature flags, so a changed source or machine builds a new library instead of
 loading a stale one; it is written under a temporary name and renamed into place, so concurrent
 processes (several hosts on one machine, pytest-xdist) never load a half-written file.
@@ -31,9 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-SOURCE = Path(__file__).parent / "native" / "softmax_attention.cc"
+SOURCES = (Path(__file__).parent / "native" / "softmax_attention.cc",
+           Path(__file__).parent / "native" / "additive_attention.cc")
 FORWARD_TARGET = "textattn_softmax_attention_forward"
 BACKWARD_TARGET = "textattn_softmax_attention_backward"
+ADDITIVE_FORWARD_TARGET = "textattn_additive_attention_forward"
+ADDITIVE_BACKWARD_TARGET = "textattn_additive_attention_backward"
 # Reassociation lets the compiler vectorise the row max / sum reductions (the kernel does not
 # depend on IEEE evaluation order beyond float32 rounding); infinities stay (no -ffast-math).
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fno-math-errno",
@@ -75,10 +78,11 @@ def _library_path(compiler: list[str]) -> Path:
   version = subprocess.run([*compiler, "--version"], capture_output=True, text=True,
                            check=False).stdout.splitlines()[:1]
   key = hashlib.sha256()
-  for part in (SOURCE.read_bytes(), repr(version).encode(), repr(_FLAGS).encode(),
+  for part in (*(source.read_bytes() for source in SOURCES), repr(version).encode(),
+               repr(_FLAGS).encode(),
                jaxlib.__version__.encode(), _cpu_signature().encode(), sys.platform.encode()):
     key.update(part)
-  return cache_dir() / f"softmax_attention-{key.hexdigest()[:16]}.so"
+  return cache_dir() / f"textattn_kernels-{key.hexdigest()[:16]}.so"
 
 
 def build() -> Path:
@@ -100,11 +104,12 @@ def build() -> Path:
     fd, tmp = tempfile.mkstemp(prefix=library.stem + ".", suffix=".tmp.so", dir=library.parent)
     os.close(fd)
     try:
-      command = [*compiler, *_FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
+      command = [*compiler, *_FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", tmp]
       result = subprocess.run(command, capture_output=True, text=True, check=False)
       if result.returncode != 0:
         tail = " ".join(result.stderr.strip().splitlines()[-3:])
-        raise NativeUnavailable(f"compiling {SOURCE.name} failed ({' '.join(command)}): {tail}")
+        names = ", ".join(source.name for source in SOURCES)
+        raise NativeUnavailable(f"compiling {names} failed ({' '.join(command)}): {tail}")
       os.chmod(tmp, 0o755)  # mkstemp makes it private; a shared cache must be loadable by all
       os.replace(tmp, library)
     finally:
@@ -143,8 +148,11 @@ def _load() -> ctypes.CDLL:
     raise NativeUnavailable(f"loading the native kernels from {path} failed ({error}); set "
                             f"TEXTATTN_NATIVE_CACHE elsewhere or use config.model.attention_impl="
                             f"'fused'.") from error
-  for target, symbol in ((FORWARD_TARGET, library.TextattnSoftmaxAttentionForward),
-                         (BACKWARD_TARGET, library.TextattnSoftmaxAttentionBackward)):
+  for target, symbol in (
+      (FORWARD_TARGET, library.TextattnSoftmaxAttentionForward),
+      (BACKWARD_TARGET, library.TextattnSoftmaxAttentionBackward),
+      (ADDITIVE_FORWARD_TARGET, library.TextattnAdditiveAttentionForward),
+      (ADDITIVE_BACKWARD_TARGET, library.TextattnAdditiveAttentionBackward)):
     jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
   return library
 

@@ -300,6 +300,20 @@ def _lazy_embedding_update(state: TrainState, grads, row_grads: jax.Array, token
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), compact_grads
 
 
+def _sum_all(x: jax.Array) -> jax.Array:
+  """The sum of every element of `x`, taken 32 consecutive elements at a time.
+
+  The same value as jnp.sum up to summation order. XLA:CPU rewrites one long reduction into a
+  tree of reduce-window ops that it runs about 4x slower than these short row sums (0.74 ms
+  against 0.20 ms for the squares of a 20,000 x 32 table here; experiments/RESULTS.md, "Fourth
+  round"), and train_step reduces every gradient and parameter each step for its metrics.
+  """
+  x = x.reshape(-1)
+  while x.size > 32:
+    x = jnp.pad(x, (0, -x.size % 32)).reshape(-1, 32).sum(axis=1)
+  return jnp.sum(x)
+
+
 def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
   """One optimiser step. Metrics are sums (divide by "count" when reporting).
 
@@ -335,13 +349,15 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
       "loss_sum": jnp.sum(losses),
       "correct": jnp.sum(jnp.argmax(logits, -1) == batch["labels"]),
       "count": jnp.asarray(losses.shape[0], jnp.int32),
-      "grad_norm_sum": optax.global_norm(grads),
+      # optax.global_norm(grads), with the fast sum.
+      "grad_norm_sum": jnp.sqrt(sum(_sum_all(jnp.square(g).astype(jnp.float32))
+                                    for g in jax.tree_util.tree_leaves(grads))),
       "steps": jnp.asarray(1, jnp.int32),
-      # Non-finite losses, plus 1 if the update made any parameter non-finite: the loop never
-      # checkpoints a state from a window where this is non-zero.
+      # Non-finite losses, plus the count of non-finite parameters after the update: the loop
+      # never checkpoints a state from a window where this is non-zero.
       "nonfinite": (jnp.sum(~jnp.isfinite(losses)) + sum(
-          jnp.sum(~jnp.isfinite(p)) for p in jax.tree_util.tree_leaves(state.params))
-                    ).astype(jnp.int32),
+          _sum_all((~jnp.isfinite(p)).astype(jnp.int32))
+          for p in jax.tree_util.tree_leaves(state.params))).astype(jnp.int32),
   }
   return state, metrics
 

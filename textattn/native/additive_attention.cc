@@ -1,0 +1,410 @@
+// Fastformer additive attention (arXiv 2108.09084) for CPUs, forward and backward, as XLA FFI
+// custom calls.
+//
+// Built on first use by textattn/native.py together with softmax_attention.cc, and called from
+// jax.jit through jax.ffi.ffi_call; textattn.attention.native_additive_attention is the JAX
+// side (custom VJP). Layouts are the model's own ([batch, length, heads, head_dim], read here as
+// [batch, length, features] with feature f = h * head_dim + d):
+//
+//   q, k, u, d_u, d_q, d_k      : float32 [batch, length, heads * head_dim]
+//   mask                        : int32   [batch, length], non-zero = real token
+//   w_alpha, w_beta, d_w_*      : float32 [heads * head_dim, heads] (the "shared" scoring; the
+//                                 JAX side turns the per-head form into this block-diagonal one)
+//   alpha, beta (residuals)     : float32 [batch, length, heads]
+//   g_q, g_k (residuals)        : float32 [batch, heads * head_dim]
+//
+// Semantics are those of textattn.attention.additive_attention, per example and head:
+//
+//   alpha = softmax over real tokens of (q . w_alpha) / sqrt(head_dim)   (0 at padding)
+//   g_q   = sum_i alpha_i q_i ;  p_i = k_i * g_q
+//   beta  = softmax over real tokens of (p . w_beta) / sqrt(head_dim)    (0 at padding)
+//   g_k   = sum_i beta_i p_i ;   u_i = q_i * g_k
+//
+// An example with no real token gets alpha = beta = 0, so g_q = g_k = 0 and u = 0.
+//
+// Why by hand: the whole computation is O(length * features) per example, a few hundred
+// kilobytes that fit in cache, but XLA:CPU runs it as ~50 separate ops: batched matrix-vector
+// products over the length axis with transposes around them, and the length reductions as
+// trees of reduce-window ops (experiments/RESULTS.md, "Fourth round"). Here one pass per
+// example does the forward, and one the backward, over data that stays in L1/L2.
+//
+// Examples are independent, so they are split over `threads` std::threads; the scoring
+// kernels' gradients are summed per example into scratch and then over examples in a fixed
+// order, so results do not depend on the thread count.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+struct Dims {
+  int64_t batch, length, heads, dim;
+  int64_t features() const { return heads * dim; }
+};
+
+template <typename Body>
+void for_each_example(int64_t batch, int64_t threads, Body body) {
+  threads = std::max<int64_t>(1, std::min<int64_t>(threads, batch));
+  auto run = [&](int64_t t) {
+    for (int64_t b = t; b < batch; b += threads) body(t, b);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(run, t);
+  run(0);
+  for (auto& th : pool) th.join();
+}
+
+// Rows of F = heads * head_dim features are processed 8 features at a time (head_dim is a
+// multiple of 8, so a chunk never straddles two heads) with GCC/Clang vector extensions:
+// 256-bit on AVX2, split in two on 128-bit units (Zen 1, NEON).
+typedef float v8 __attribute__((vector_size(32)));
+
+inline v8 load8(const float* p) {
+  v8 x;
+  std::memcpy(&x, p, sizeof(x));
+  return x;
+}
+inline void store8(float* p, v8 x) { std::memcpy(p, &x, sizeof(x)); }
+inline float hsum(v8 x) {
+  float t = 0.0f;
+  for (int l = 0; l < 8; ++l) t += x[l];
+  return t;
+}
+
+// One example's view: L rows of F features; C = F / 8 chunks, kChunks = head_dim / 8 per head.
+// (kChunks = 0: any multiple of 8, chunks per head at run time.)
+template <int kChunks>
+struct Example {
+  int64_t L, H, F, C;
+  int64_t head(int64_t c) const { return c / (kChunks > 0 ? kChunks : C / H); }
+};
+
+// scores[i, h] = scale * x_i . w_h (w_t: [H, F]) for real tokens i; 0 at padding (unused).
+template <int kChunks>
+void score(const Example<kChunks>& e, const int32_t* mask, const float* x, const float* w_t,
+           float scale, float* scores) {
+  for (int64_t i = 0; i < e.L; ++i) {
+    for (int64_t h = 0; h < e.H; ++h) {
+      v8 acc = {};
+      if (mask[i])
+        for (int64_t c = 0; c < e.C; ++c) acc += load8(x + i * e.F + 8 * c) * load8(w_t + h * e.F + 8 * c);
+      scores[i * e.H + h] = hsum(acc) * scale;
+    }
+  }
+}
+
+// In place: scores [L, H] -> softmax over the real tokens of each head's column, 0 at padding;
+// all zero when the example has no real token.
+void masked_softmax(int64_t L, int64_t H, const int32_t* mask, float* w) {
+  for (int64_t h = 0; h < H; ++h) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < L; ++i)
+      if (mask[i]) mx = std::max(mx, w[i * H + h]);
+    if (mx == -std::numeric_limits<float>::infinity()) {
+      for (int64_t i = 0; i < L; ++i) w[i * H + h] = 0.0f;
+      continue;
+    }
+    float total = 0.0f;
+    for (int64_t i = 0; i < L; ++i) {
+      const float x = mask[i] ? std::exp(w[i * H + h] - mx) : 0.0f;
+      w[i * H + h] = x;
+      total += x;
+    }
+    const float inv = 1.0f / total;
+    for (int64_t i = 0; i < L; ++i) w[i * H + h] *= inv;
+  }
+}
+
+// pooled[f] = sum_i weights[i, h(f)] * x[i, f] over real tokens (padding has weight 0).
+template <int kChunks>
+void pool(const Example<kChunks>& e, const int32_t* mask, const float* weights, const float* x,
+          float* pooled) {
+  for (int64_t c = 0; c < e.C; ++c) store8(pooled + 8 * c, v8{});
+  for (int64_t i = 0; i < e.L; ++i) {
+    if (!mask[i]) continue;
+    for (int64_t c = 0; c < e.C; ++c)
+      store8(pooled + 8 * c, load8(pooled + 8 * c) +
+                                 weights[i * e.H + e.head(c)] * load8(x + i * e.F + 8 * c));
+  }
+}
+
+// out[i, f] = a[i, f] * g[f] for every row.
+template <int kChunks>
+void scale_rows(const Example<kChunks>& e, const float* a, const float* g, float* out) {
+  for (int64_t i = 0; i < e.L; ++i)
+    for (int64_t c = 0; c < e.C; ++c)
+      store8(out + i * e.F + 8 * c, load8(a + i * e.F + 8 * c) * load8(g + 8 * c));
+}
+
+std::vector<float> transpose(const float* w, int64_t rows, int64_t cols) {
+  std::vector<float> t(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = w[r * cols + c];
+  return t;
+}
+
+template <int kChunks>
+void forward_example(const Example<kChunks>& e, float scale, const float* q, const float* k,
+                     const int32_t* mask, const float* wa_t, const float* wb_t, float* u,
+                     float* alpha, float* beta, float* g_q, float* g_k, std::vector<float>& p) {
+  score(e, mask, q, wa_t, scale, alpha);
+  masked_softmax(e.L, e.H, mask, alpha);
+  pool(e, mask, alpha, q, g_q);
+  p.resize(e.L * e.F);
+  scale_rows(e, k, g_q, p.data());
+  score(e, mask, p.data(), wb_t, scale, beta);
+  masked_softmax(e.L, e.H, mask, beta);
+  pool(e, mask, beta, p.data(), g_k);
+  scale_rows(e, q, g_k, u);
+}
+
+// Softmax backward in place: d [L, H] (gradient w.r.t. the weights w) -> gradient w.r.t. the
+// scores, w * (d - sum_i w_i d_i). Padding has w = 0, so it gets 0.
+void softmax_backward(int64_t L, int64_t H, const float* w, float* d) {
+  for (int64_t h = 0; h < H; ++h) {
+    float c = 0.0f;
+    for (int64_t i = 0; i < L; ++i) c += w[i * H + h] * d[i * H + h];
+    for (int64_t i = 0; i < L; ++i) d[i * H + h] = w[i * H + h] * (d[i * H + h] - c);
+  }
+}
+
+// The backward of pooled = sum_i weights[i, h] x_i (given d_pooled) and of the scores that made
+// the weights, for every row i:
+//   d_weights[i, h] = d_pooled[h] . x_i[h]                        (then the softmax backward)
+//   d_x[i] += weights[i, h(f)] * d_pooled  and  d_x[i] += scale * sum_h d_scores[i, h] w_h
+//   d_w[h] += scale * sum_i d_scores[i, h] x_i                    (d_w transposed, [H, F])
+// `d_x` is accumulated into; padding rows have zero weights and zero score gradients.
+template <int kChunks>
+void pool_and_score_backward(const Example<kChunks>& e, const int32_t* mask, const float* x,
+                             const float* weights, const float* d_pooled, const float* w_t,
+                             float scale, float* d_weights, float* d_x, float* d_w) {
+  const int64_t per_head = e.C / e.H;
+  for (int64_t i = 0; i < e.L; ++i)
+    for (int64_t h = 0; h < e.H; ++h) {
+      v8 acc = {};
+      if (mask[i])
+        for (int64_t c = h * per_head; c < (h + 1) * per_head; ++c)
+          acc += load8(d_pooled + 8 * c) * load8(x + i * e.F + 8 * c);
+      d_weights[i * e.H + h] = hsum(acc);
+    }
+  softmax_backward(e.L, e.H, weights, d_weights);
+  for (int64_t i = 0; i < e.L; ++i) {
+    if (!mask[i]) continue;
+    const float* xi = x + i * e.F;
+    float* dxi = d_x + i * e.F;
+    for (int64_t c = 0; c < e.C; ++c) {
+      const int64_t h = e.head(c);
+      v8 dx = load8(dxi + 8 * c) + weights[i * e.H + h] * load8(d_pooled + 8 * c);
+      for (int64_t g = 0; g < e.H; ++g) dx += (scale * d_weights[i * e.H + g]) * load8(w_t + g * e.F + 8 * c);
+      store8(dxi + 8 * c, dx);
+    }
+    for (int64_t g = 0; g < e.H; ++g) {
+      const float ds = scale * d_weights[i * e.H + g];
+      for (int64_t c = 0; c < e.C; ++c)
+        store8(d_w + g * e.F + 8 * c, load8(d_w + g * e.F + 8 * c) + ds * load8(xi + 8 * c));
+    }
+  }
+}
+
+// column sums: out[f] = sum_i a[i, f] * b[i, f].
+template <int kChunks>
+void dot_columns(const Example<kChunks>& e, const float* a, const float* b, float* out) {
+  for (int64_t c = 0; c < e.C; ++c) {
+    v8 acc = {};
+    for (int64_t i = 0; i < e.L; ++i) acc += load8(a + i * e.F + 8 * c) * load8(b + i * e.F + 8 * c);
+    store8(out + 8 * c, acc);
+  }
+}
+
+struct Scratch {
+  std::vector<float> p, d_p, d_weights, d_gk, d_gq;
+};
+
+template <int kChunks>
+void backward_example(const Example<kChunks>& e, float scale, const float* q, const float* k,
+                      const int32_t* mask, const float* wa_t, const float* wb_t,
+                      const float* alpha, const float* beta, const float* g_q, const float* g_k,
+                      const float* d_u, float* d_q, float* d_k, float* d_wa_t, float* d_wb_t,
+                      Scratch& t) {
+  t.p.resize(e.L * e.F);
+  t.d_p.assign(e.L * e.F, 0.0f);
+  t.d_weights.resize(e.L * e.H);
+  t.d_gk.resize(e.F);
+  t.d_gq.resize(e.F);
+  // u = q * g_k
+  scale_rows(e, d_u, g_k, d_q);
+  dot_columns(e, d_u, q, t.d_gk.data());
+  // g_k = sum_i beta_i p_i, beta = softmax(scale * p . w_beta), with p = k * g_q
+  scale_rows(e, k, g_q, t.p.data());
+  pool_and_score_backward(e, mask, t.p.data(), beta, t.d_gk.data(), wb_t, scale,
+                          t.d_weights.data(), t.d_p.data(), d_wb_t);
+  // p = k * g_q
+  scale_rows(e, t.d_p.data(), g_q, d_k);
+  dot_columns(e, t.d_p.data(), k, t.d_gq.data());
+  // g_q = sum_i alpha_i q_i, alpha = softmax(scale * q . w_alpha)
+  pool_and_score_backward(e, mask, q, alpha, t.d_gq.data(), wa_t, scale, t.d_weights.data(),
+                          d_q, d_wa_t);
+}
+
+template <int kChunks>
+void forward_all(const Dims& s, int64_t threads, const float* q, const float* k,
+                 const int32_t* mask, const float* w_alpha, const float* w_beta, float* u,
+                 float* alpha, float* beta, float* g_q, float* g_k) {
+  const Example<kChunks> e{s.length, s.heads, s.features(), s.features() / 8};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
+  const std::vector<float> wa_t = transpose(w_alpha, e.F, e.H);
+  const std::vector<float> wb_t = transpose(w_beta, e.F, e.H);
+  std::vector<std::vector<float>> p(std::max<int64_t>(1, std::min(threads, s.batch)));
+  const int64_t LF = e.L * e.F, LH = e.L * e.H;
+  for_each_example(s.batch, threads, [&](int64_t t, int64_t b) {
+    forward_example(e, scale, q + b * LF, k + b * LF, mask + b * e.L, wa_t.data(), wb_t.data(),
+                    u + b * LF, alpha + b * LH, beta + b * LH, g_q + b * e.F, g_k + b * e.F,
+                    p[t]);
+  });
+}
+
+template <int kChunks>
+void backward_all(const Dims& s, int64_t threads, const float* q, const float* k,
+                  const int32_t* mask, const float* w_alpha, const float* w_beta,
+                  const float* alpha, const float* beta, const float* g_q, const float* g_k,
+                  const float* d_u, float* d_q, float* d_k, float* d_w_alpha, float* d_w_beta) {
+  const Example<kChunks> e{s.length, s.heads, s.features(), s.features() / 8};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
+  const int64_t F = e.F, H = e.H, LF = e.L * e.F, LH = e.L * e.H;
+  const std::vector<float> wa_t = transpose(w_alpha, F, H);
+  const std::vector<float> wb_t = transpose(w_beta, F, H);
+  // Per-example scoring-kernel gradients ([H, F] each), summed over examples in order below.
+  std::vector<float> d_wa(s.batch * H * F, 0.0f), d_wb(s.batch * H * F, 0.0f);
+  std::vector<Scratch> scratch(std::max<int64_t>(1, std::min(threads, s.batch)));
+  for_each_example(s.batch, threads, [&](int64_t t, int64_t b) {
+    backward_example(e, scale, q + b * LF, k + b * LF, mask + b * e.L, wa_t.data(), wb_t.data(),
+                     alpha + b * LH, beta + b * LH, g_q + b * F, g_k + b * F, d_u + b * LF,
+                     d_q + b * LF, d_k + b * LF, d_wa.data() + b * H * F,
+                     d_wb.data() + b * H * F, scratch[t]);
+  });
+  for (int64_t f = 0; f < F; ++f)
+    for (int64_t h = 0; h < H; ++h) {
+      float sa = 0.0f, sb = 0.0f;
+      for (int64_t b = 0; b < s.batch; ++b) {
+        sa += d_wa[(b * H + h) * F + f];
+        sb += d_wb[(b * H + h) * F + f];
+      }
+      d_w_alpha[f * H + h] = sa;
+      d_w_beta[f * H + h] = sb;
+    }
+}
+
+#define TEXTATTN_DISPATCH_DIM(dim, fn, ...) \
+  switch (dim) {                            \
+    case 8: fn<1>(__VA_ARGS__); break;      \
+    case 16: fn<2>(__VA_ARGS__); break;     \
+    case 32: fn<4>(__VA_ARGS__); break;     \
+    case 64: fn<8>(__VA_ARGS__); break;     \
+    default: fn<0>(__VA_ARGS__); break;     \
+  }
+
+ffi::Error check(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::S32>& mask,
+                 const ffi::Buffer<ffi::F32>& w_alpha, const ffi::Buffer<ffi::F32>& w_beta,
+                 int64_t heads, Dims* s) {
+  auto dims = q.dimensions();
+  if (dims.size() != 3) return ffi::Error::InvalidArgument("q must be [batch, length, features]");
+  if (heads < 1 || dims[2] % heads || (dims[2] / heads) % 8)
+    return ffi::Error::InvalidArgument(
+        "heads must divide the feature count into head_dims that are multiples of 8");
+  *s = Dims{dims[0], dims[1], heads, dims[2] / heads};
+  auto md = mask.dimensions();
+  if (md.size() != 2 || md[0] != s->batch || md[1] != s->length)
+    return ffi::Error::InvalidArgument("mask must be [batch, length]");
+  for (const auto* w : {&w_alpha, &w_beta}) {
+    auto wd = w->dimensions();
+    if (wd.size() != 2 || wd[0] != s->features() || wd[1] != heads)
+      return ffi::Error::InvalidArgument("scoring kernels must be [features, heads]");
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::S32> mask,
+                   ffi::Buffer<ffi::F32> w_alpha, ffi::Buffer<ffi::F32> w_beta, int64_t heads,
+                   int64_t threads, ffi::ResultBuffer<ffi::F32> u,
+                   ffi::ResultBuffer<ffi::F32> alpha, ffi::ResultBuffer<ffi::F32> beta,
+                   ffi::ResultBuffer<ffi::F32> g_q, ffi::ResultBuffer<ffi::F32> g_k) {
+  Dims s;
+  if (auto err = check(q, mask, w_alpha, w_beta, heads, &s); err.failure()) return err;
+  try {  // (std::thread or an allocation may throw; exceptions must not cross into XLA)
+    TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, threads, q.typed_data(), k.typed_data(),
+                          mask.typed_data(), w_alpha.typed_data(), w_beta.typed_data(),
+                          u->typed_data(), alpha->typed_data(), beta->typed_data(),
+                          g_q->typed_data(), g_k->typed_data());
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("textattn additive attention forward: ") + e.what());
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::S32> mask,
+                    ffi::Buffer<ffi::F32> w_alpha, ffi::Buffer<ffi::F32> w_beta,
+                    ffi::Buffer<ffi::F32> alpha, ffi::Buffer<ffi::F32> beta,
+                    ffi::Buffer<ffi::F32> g_q, ffi::Buffer<ffi::F32> g_k,
+                    ffi::Buffer<ffi::F32> d_u, int64_t heads, int64_t threads,
+                    ffi::ResultBuffer<ffi::F32> d_q, ffi::ResultBuffer<ffi::F32> d_k,
+                    ffi::ResultBuffer<ffi::F32> d_w_alpha, ffi::ResultBuffer<ffi::F32> d_w_beta) {
+  Dims s;
+  if (auto err = check(q, mask, w_alpha, w_beta, heads, &s); err.failure()) return err;
+  try {
+    TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, threads, q.typed_data(), k.typed_data(),
+                          mask.typed_data(), w_alpha.typed_data(), w_beta.typed_data(), alpha.typed_data(),
+                          beta.typed_data(), g_q.typed_data(), g_k.typed_data(),
+                          d_u.typed_data(), d_q->typed_data(), d_k->typed_data(),
+                          d_w_alpha->typed_data(), d_w_beta->typed_data());
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("textattn additive attention backward: ") + e.what());
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TextattnAdditiveAttentionForward, Forward,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // q
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // k
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // mask
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // w_alpha
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // w_beta
+                                  .Attr<int64_t>("heads")
+                                  .Attr<int64_t>("threads")
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // u
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // alpha
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // beta
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // g_q
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // g_k
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TextattnAdditiveAttentionBackward, Backward,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // q
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // k
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // mask
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // w_alpha
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // w_beta
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // alpha
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // beta
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // g_q
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // g_k
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // d_u
+                                  .Attr<int64_t>("heads")
+                                  .Attr<int64_t>("threads")
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // d_q
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // d_k
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // d_w_alpha
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // d_w_beta
