@@ -15,9 +15,9 @@ results.csv, results.md, time_vs_length.png and memory_vs_length.png.
 Variants are `<attention>[_<implementation>]`: softmax (reference einsum, "xla"),
 softmax_dot_product (jax.nn.dot_product_attention), softmax_cudnn (the same with
 implementation="cudnn"; GPU, bfloat16/float16 only), softmax_chunked (memory-efficient exact
-softmax), softmax_fused (CPU layout), causal (and causal_<implementation>), additive (Fastformer, the XLA
-function), additive_native (its C++ kernel) and additive_auto (native where it runs, as "auto" in
-a config).
+softmax), softmax_fused (CPU layout), causal (and causal_<implementation>), additive (Fastformer,
+the XLA function), additive_native (its C++ kernel) and additive_auto (native where it runs, as
+"auto" in a config).
 
 What is timed (--mode):
   attention         the attention module alone, projections included, on x ~ N(0, 1) [B, L, E];

@@ -1,8 +1,9 @@
 """Builds and registers textattn's native CPU kernels (XLA FFI custom calls) on first use.
 
-The C++ sources (textattn/native/softmax_attention.cc, additive_attention.cc) are compiled with the system C++ compiler
-(`$CXX`, else `c++`/`g++`/`clang++`) against the XLA FFI headers that ship with jaxlib, for
-this machine's CPU (`-march=native`), into one library in a cache directory:
+The C++ sources (textattn/native/softmax_attention.cc and additive_attention.cc) are compiled
+with the system C++ compiler (`$CXX`, else `c++`/`g++`/`clang++`) against the XLA FFI headers
+that ship with jaxlib, for this machine's CPU (`-march=native`), into one library in a cache
+directory:
 
     $TEXTATTN_NATIVE_CACHE, else $XDG_CACHE_HOME/textattn/native, else ~/.cache/textattn/native
 
@@ -79,8 +80,8 @@ def _library_path(compiler: list[str]) -> Path:
                            check=False).stdout.splitlines()[:1]
   key = hashlib.sha256()
   for part in (*(source.read_bytes() for source in SOURCES), repr(version).encode(),
-               repr(_FLAGS).encode(),
-               jaxlib.__version__.encode(), _cpu_signature().encode(), sys.platform.encode()):
+               repr(_FLAGS).encode(), jaxlib.__version__.encode(), _cpu_signature().encode(),
+               sys.platform.encode()):
     key.update(part)
   return cache_dir() / f"textattn_kernels-{key.hexdigest()[:16]}.so"
 

@@ -25,8 +25,8 @@
 // Why by hand: the whole computation is O(length * features) per example, a few hundred
 // kilobytes that fit in cache, but XLA:CPU runs it as ~50 separate ops: batched matrix-vector
 // products over the length axis with transposes around them, and the length reductions as
-// trees of reduce-window ops (experiments/RESULTS.md, "Fourth round"). Here one pass per
-// example does the forward, and one the backward, over data that stays in L1/L2.
+// trees of reduce-window ops (experiments/RESULTS.md, "Fourth round"). Here each example's
+// forward, and its backward, are a few passes over its rows while they stay in L1/L2.
 //
 // Examples are independent, so they are split over `threads` std::threads; the scoring
 // kernels' gradients are summed per example into scratch and then over examples in a fixed
@@ -98,7 +98,8 @@ void score(const Example<kChunks>& e, const int32_t* mask, const float* x, const
     for (int64_t h = 0; h < e.H; ++h) {
       v8 acc = {};
       if (mask[i])
-        for (int64_t c = 0; c < e.C; ++c) acc += load8(x + i * e.F + 8 * c) * load8(w_t + h * e.F + 8 * c);
+        for (int64_t c = 0; c < e.C; ++c)
+          acc += load8(x + i * e.F + 8 * c) * load8(w_t + h * e.F + 8 * c);
       scores[i * e.H + h] = hsum(acc) * scale;
     }
   }
@@ -206,7 +207,8 @@ void pool_and_score_backward(const Example<kChunks>& e, const int32_t* mask, con
     for (int64_t c = 0; c < e.C; ++c) {
       const int64_t h = e.head(c);
       v8 dx = load8(dxi + 8 * c) + weights[i * e.H + h] * load8(d_pooled + 8 * c);
-      for (int64_t g = 0; g < e.H; ++g) dx += (scale * d_weights[i * e.H + g]) * load8(w_t + g * e.F + 8 * c);
+      for (int64_t g = 0; g < e.H; ++g)
+        dx += (scale * d_weights[i * e.H + g]) * load8(w_t + g * e.F + 8 * c);
       store8(dxi + 8 * c, dx);
     }
     for (int64_t g = 0; g < e.H; ++g) {
@@ -222,7 +224,8 @@ template <int kChunks>
 void dot_columns(const Example<kChunks>& e, const float* a, const float* b, float* out) {
   for (int64_t c = 0; c < e.C; ++c) {
     v8 acc = {};
-    for (int64_t i = 0; i < e.L; ++i) acc += load8(a + i * e.F + 8 * c) * load8(b + i * e.F + 8 * c);
+    for (int64_t i = 0; i < e.L; ++i)
+      acc += load8(a + i * e.F + 8 * c) * load8(b + i * e.F + 8 * c);
     store8(out + 8 * c, acc);
   }
 }
@@ -363,8 +366,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffe
   if (auto err = check(q, mask, w_alpha, w_beta, heads, &s); err.failure()) return err;
   try {
     TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, threads, q.typed_data(), k.typed_data(),
-                          mask.typed_data(), w_alpha.typed_data(), w_beta.typed_data(), alpha.typed_data(),
-                          beta.typed_data(), g_q.typed_data(), g_k.typed_data(),
+                          mask.typed_data(), w_alpha.typed_data(), w_beta.typed_data(),
+                          alpha.typed_data(), beta.typed_data(), g_q.typed_data(), g_k.typed_data(),
                           d_u.typed_data(), d_q->typed_data(), d_k->typed_data(),
                           d_w_alpha->typed_data(), d_w_beta->typed_data());
   } catch (const std::exception& e) {
