@@ -43,7 +43,7 @@ def get_config() -> ml_collections.ConfigDict:
   # XLA FFI kernel compiled on first use; CPU and one device only, the fastest there) | auto
   # (native on a one-device CPU run where it builds, else fused). Additive attention has two:
   # native (its own C++ kernel; head_dim a multiple of 8) and the XLA function (every other
-  # name); auto picks native where the softmax one would.
+  # name); auto picks it where the softmax one would and head_dim is a multiple of 8.
   config.model.attention_impl = "auto"
   config.model.additive_scoring = "shared"  # shared (authors' code) | per_head (paper)
   config.model.embed_dim = 32

@@ -153,13 +153,15 @@ def numpy_additive(x, mask, params, heads):
   return out + q.reshape(batch, length, embed)
 
 
+@pytest.mark.parametrize("impl", ["xla", "native"])
 @pytest.mark.parametrize("scoring", attention.ADDITIVE_SCORINGS)
-def test_additive_matches_float64_transcription(scoring):
-  batch, length, embed, heads = 3, 11, 16, 4
+def test_additive_matches_float64_transcription(scoring, impl):
+  batch, length, embed, heads = 3, 11, 32, 4  # head_dim 8: the native kernel's smallest
   rng = np.random.default_rng(7)
   x = rng.standard_normal((batch, length, embed)).astype(np.float32)
   mask = np.arange(length)[None] < np.array([length, 5, 1])[:, None]
-  module = attention.make_attention("additive", num_heads=heads, scoring=scoring)
+  module = attention.make_attention("additive", num_heads=heads, scoring=scoring,
+                                    implementation=impl)
   params = module.init(jax.random.key(0), x, jnp.asarray(mask))["params"]
   want = numpy_additive(x, mask, params, heads)
   got = module.apply({"params": params}, x, jnp.asarray(mask))
@@ -226,6 +228,17 @@ def test_native_additive_kernel_matches_float64_and_the_xla_function(heads, head
                            grads(attention.additive_attention)):
     np.testing.assert_allclose(np.asarray(g), np.asarray(want), atol=2e-4, rtol=2e-4,
                                err_msg=name)
+
+
+def test_native_additive_kernel_propagates_nan_and_checks_shapes():
+  q, k, mask, w_alpha, w_beta = (jnp.asarray(a) for a in additive_inputs(3, 6, 2, 8, "shared"))
+  bad = w_alpha.at[0, 0].set(jnp.nan)
+  for kernel in (attention.additive_attention, attention.native_additive_attention):
+    out = np.asarray(jax.jit(kernel)(q, k, mask, bad, w_beta))
+    assert np.all(np.isnan(out[0])), kernel.__name__  # a NaN score is not "no real token"
+    assert np.all(out[1] == 0), kernel.__name__  # the all-padding example stays 0
+  with pytest.raises(ValueError, match="must have the same"):
+    attention.native_additive_attention(q, k[:, :5], mask, w_alpha, w_beta)
 
 
 def test_native_additive_kernel_does_not_depend_on_the_thread_count(monkeypatch):

@@ -369,6 +369,9 @@ def native_additive_attention(query: Array, key: Array, padding_mask: Array, alp
   Computes in float32 (bfloat16 inputs are upcast), on every core of the process; compiled on
   first use by `textattn.native`. One device only (`check_native_devices`).
   """
+  if key.shape != query.shape:
+    raise ValueError(f"native_additive_attention: key {key.shape} and query {query.shape} "
+                     f"must have the same [batch, length, heads, head_dim] shape.")
   batch, length, heads, head_dim = query.shape
   f32 = jnp.float32
   u = _native_additive_core(

@@ -1,9 +1,9 @@
 """Builds and registers textattn's native CPU kernels (XLA FFI custom calls) on first use.
 
-The C++ sources (textattn/native/softmax_attention.cc and additive_attention.cc) are compiled
-with the system C++ compiler (`$CXX`, else `c++`/`g++`/`clang++`) against the XLA FFI headers
-that ship with jaxlib, for this machine's CPU (`-march=native`), into one library in a cache
-directory:
+The C++ sources (textattn/native/softmax_attention.cc and additive_attention.cc, which share
+parallel.h) are compiled with the system C++ compiler (`$CXX`, else `c++`/`g++`/`clang++`)
+against the XLA FFI headers that ship with jaxlib, for this machine's CPU (`-march=native`), into
+one library in a cache directory:
 
     $TEXTATTN_NATIVE_CACHE, else $XDG_CACHE_HOME/textattn/native, else ~/.cache/textattn/native
 
@@ -34,6 +34,7 @@ from pathlib import Path
 
 SOURCES = (Path(__file__).parent / "native" / "softmax_attention.cc",
            Path(__file__).parent / "native" / "additive_attention.cc")
+HEADERS = (Path(__file__).parent / "native" / "parallel.h",)  # (hashed with the sources)
 FORWARD_TARGET = "textattn_softmax_attention_forward"
 BACKWARD_TARGET = "textattn_softmax_attention_backward"
 ADDITIVE_FORWARD_TARGET = "textattn_additive_attention_forward"
@@ -79,7 +80,7 @@ def _library_path(compiler: list[str]) -> Path:
   version = subprocess.run([*compiler, "--version"], capture_output=True, text=True,
                            check=False).stdout.splitlines()[:1]
   key = hashlib.sha256()
-  for part in (*(source.read_bytes() for source in SOURCES), repr(version).encode(),
+  for part in (*(source.read_bytes() for source in SOURCES + HEADERS), repr(version).encode(),
                repr(_FLAGS).encode(), jaxlib.__version__.encode(), _cpu_signature().encode(),
                sys.platform.encode()):
     key.update(part)

@@ -39,9 +39,9 @@
 #include <exception>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -55,14 +55,7 @@ struct Dims {
 
 template <typename Body>
 void for_each_example(int64_t batch, int64_t threads, Body body) {
-  threads = std::max<int64_t>(1, std::min<int64_t>(threads, batch));
-  auto run = [&](int64_t t) {
-    for (int64_t b = t; b < batch; b += threads) body(t, b);
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(run, t);
-  run(0);
-  for (auto& th : pool) th.join();
+  textattn::for_each_task(batch, threads, body);
 }
 
 // Rows of F = heads * head_dim features are processed 8 features at a time (head_dim is a
@@ -107,15 +100,17 @@ void score(const Example<kChunks>& e, const int32_t* mask, const float* x, const
 
 // In place: scores [L, H] -> softmax over the real tokens of each head's column, 0 at padding;
 // all zero when the example has no real token.
+// (Whether a token is real comes from the mask, not from the scores: NaN scores stay NaN.)
 void masked_softmax(int64_t L, int64_t H, const int32_t* mask, float* w) {
+  const bool any_real = std::any_of(mask, mask + L, [](int32_t m) { return m != 0; });
   for (int64_t h = 0; h < H; ++h) {
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < L; ++i)
-      if (mask[i]) mx = std::max(mx, w[i * H + h]);
-    if (mx == -std::numeric_limits<float>::infinity()) {
+    if (!any_real) {
       for (int64_t i = 0; i < L; ++i) w[i * H + h] = 0.0f;
       continue;
     }
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < L; ++i)
+      if (mask[i]) mx = std::max(mx, w[i * H + h]);
     float total = 0.0f;
     for (int64_t i = 0; i < L; ++i) {
       const float x = mask[i] ? std::exp(w[i * H + h] - mx) : 0.0f;
@@ -317,11 +312,14 @@ void backward_all(const Dims& s, int64_t threads, const float* q, const float* k
     default: fn<0>(__VA_ARGS__); break;     \
   }
 
-ffi::Error check(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::S32>& mask,
-                 const ffi::Buffer<ffi::F32>& w_alpha, const ffi::Buffer<ffi::F32>& w_beta,
-                 int64_t heads, Dims* s) {
+ffi::Error check(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::F32>& k,
+                 const ffi::Buffer<ffi::S32>& mask, const ffi::Buffer<ffi::F32>& w_alpha,
+                 const ffi::Buffer<ffi::F32>& w_beta, int64_t heads, Dims* s) {
   auto dims = q.dimensions();
   if (dims.size() != 3) return ffi::Error::InvalidArgument("q must be [batch, length, features]");
+  auto kd = k.dimensions();
+  if (kd.size() != 3 || !std::equal(kd.begin(), kd.end(), dims.begin()))
+    return ffi::Error::InvalidArgument("k must have q's shape");
   if (heads < 1 || dims[2] % heads || (dims[2] / heads) % 8)
     return ffi::Error::InvalidArgument(
         "heads must divide the feature count into head_dims that are multiples of 8");
@@ -343,7 +341,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer
                    ffi::ResultBuffer<ffi::F32> alpha, ffi::ResultBuffer<ffi::F32> beta,
                    ffi::ResultBuffer<ffi::F32> g_q, ffi::ResultBuffer<ffi::F32> g_k) {
   Dims s;
-  if (auto err = check(q, mask, w_alpha, w_beta, heads, &s); err.failure()) return err;
+  if (auto err = check(q, k, mask, w_alpha, w_beta, heads, &s); err.failure()) return err;
   try {  // (std::thread or an allocation may throw; exceptions must not cross into XLA)
     TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, threads, q.typed_data(), k.typed_data(),
                           mask.typed_data(), w_alpha.typed_data(), w_beta.typed_data(),
@@ -363,7 +361,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffe
                     ffi::ResultBuffer<ffi::F32> d_q, ffi::ResultBuffer<ffi::F32> d_k,
                     ffi::ResultBuffer<ffi::F32> d_w_alpha, ffi::ResultBuffer<ffi::F32> d_w_beta) {
   Dims s;
-  if (auto err = check(q, mask, w_alpha, w_beta, heads, &s); err.failure()) return err;
+  if (auto err = check(q, k, mask, w_alpha, w_beta, heads, &s); err.failure()) return err;
   try {
     TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, threads, q.typed_data(), k.typed_data(),
                           mask.typed_data(), w_alpha.typed_data(), w_beta.typed_data(),

@@ -29,9 +29,9 @@
 #include <exception>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -68,15 +68,9 @@ struct Shape {
 
 template <typename Body>
 void for_each_pair(const Shape& s, int64_t threads, Body body) {
-  const int64_t pairs = s.batch * s.heads;
-  threads = std::max<int64_t>(1, std::min<int64_t>(threads, pairs));
-  auto run = [&](int64_t t) {
-    for (int64_t p = t; p < pairs; p += threads) body(p / s.heads, p % s.heads);
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(run, t);
-  run(0);
-  for (auto& th : pool) th.join();
+  textattn::for_each_task(s.batch * s.heads, threads, [&](int64_t, int64_t pair) {
+    body(pair / s.heads, pair % s.heads);
+  });
 }
 
 // D > 0: head_dim known at compile time (the common sizes), so the inner loops unroll.
