@@ -8,33 +8,21 @@ size (embed 256, 4 heads of 64, 1 layer, vocabulary 1,000, batch B, length L; le
 import sys
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from speed_ab import interleaved_rounds, print_rounds, run_steps
+from speed_ab import config_step, interleaved_rounds, print_rounds, run_steps
 
 from configs import default
-from textattn import models, train
+from textattn import train
 
 
 def main():
   length, size = int(sys.argv[1]), int(sys.argv[2])
-  rng = np.random.default_rng(0)
-  lengths = rng.integers(length // 2, length + 1, size)
-  lengths[0] = length
-  tokens = np.where(np.arange(length)[None] < lengths[:, None],
-                    rng.integers(1, 1000, (size, length)), 0)
-  batch = {"inputs": jnp.asarray(tokens, jnp.int32),
-           "labels": jnp.asarray(rng.integers(0, 2, size), jnp.int32)}
-  entries = {}
+  entries, batch = {}, None
   for impl in ("xla", "native"):
     config = default.get_config()
     config.vocab_size, config.max_len, config.batch_size = 1000, length, size
     config.model.update(attention="additive", attention_impl=impl, embed_dim=256, num_heads=4,
                         num_layers=1)
-    model = models.build_model(config, 2)
-    tx = train.make_optimizer(config.optimizer, 1000)
-    state = jax.jit(lambda key, model=model, tx=tx, config=config: train.init_train_state(
-        model, tx, key, length, config.optimizer))(jax.random.key(0))
+    state, batch = config_step(config, length // 2, full_first=True)
     step = jax.jit(train.train_step, donate_argnums=0)
     state, _ = run_steps(step, state, batch, 3)  # warm-up
     entries[impl] = [step, state]

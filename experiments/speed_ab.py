@@ -51,6 +51,24 @@ def seed_step(attention="softmax", kernel="fused", dropout_rng="hash", embedding
   return jax.jit(train.train_step, donate_argnums=0), state
 
 
+def config_step(config, min_length: int, full_first: bool = False):
+  """(initial state, batch) of a config's model, batch size and max_len: lengths uniform in
+  [min_length, max_len] (example 0 full if `full_first`), ids uniform in [2, vocab_size)."""
+  model = models.build_model(config, 2)
+  tx = train.make_optimizer(config.optimizer, 1000)
+  state = jax.jit(lambda key: train.init_train_state(model, tx, key, config.max_len,
+                                                     config.optimizer))(jax.random.key(0))
+  rng = np.random.default_rng(0)
+  length, size = config.max_len, config.batch_size
+  lengths = rng.integers(min_length, length + 1, size)
+  if full_first:
+    lengths[0] = length
+  tokens = np.where(np.arange(length)[None] < lengths[:, None],
+                    rng.integers(2, config.vocab_size, (size, length)), 0)
+  return state, {"inputs": jnp.asarray(tokens, jnp.int32),
+                 "labels": jnp.asarray(rng.integers(0, 2, size), jnp.int32)}
+
+
 def run_steps(step, state, batch, count):
   """`count` calls of step(state, batch) (state donated); returns (state, seconds per call)."""
   start = time.perf_counter()

@@ -20,9 +20,8 @@ import importlib
 import sys
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from speed_ab import (
+  config_step,
   interleaved_rounds,
   print_rounds,
   random_batch,
@@ -31,32 +30,22 @@ from speed_ab import (
 )
 
 from configs import imdb_keras_example
-from textattn import models, train
+from textattn import train
 
 
-def config_step(path: str, kernel: str):
-  """(initial state, batch) of a config file's model, batch size and max_len."""
+def file_config_step(path: str, kernel: str):
+  """speed_ab.config_step of a config file (lengths in [max_len / 4, max_len])."""
   config = importlib.import_module(path.removesuffix(".py").replace("/", ".")).get_config()
   if kernel != "-":
     config.model.attention_impl = kernel
-  model = models.build_model(config, 2)
-  tx = train.make_optimizer(config.optimizer, 1000)
-  state = jax.jit(lambda key: train.init_train_state(model, tx, key, config.max_len,
-                                                     config.optimizer))(jax.random.key(0))
-  rng = np.random.default_rng(0)
-  length, size = config.max_len, config.batch_size
-  lengths = rng.integers(length // 4, length + 1, size)
-  tokens = np.where(np.arange(length)[None] < lengths[:, None],
-                    rng.integers(2, config.vocab_size, (size, length)), 0)
-  return state, {"inputs": jnp.asarray(tokens, jnp.int32),
-                 "labels": jnp.asarray(rng.integers(0, 2, size), jnp.int32)}
+  return config_step(config, config.max_len // 4)
 
 
 def main():
   attention, kernel, rounds, *variants = sys.argv[1:]
   base = dict([imdb_keras_example.get_config().xla_flags.lstrip("-").split("=", 1)])
   from_config = attention.endswith(".py")
-  batch = config_step(attention, kernel)[1] if from_config else random_batch()
+  batch = file_config_step(attention, kernel)[1] if from_config else random_batch()
   entries = {}
   for variant in ["base", *variants]:
     options = dict(base)
@@ -65,7 +54,7 @@ def main():
       options.pop(name, None)
       if value != "default":
         options[name] = value
-    state = (config_step(attention, kernel)[0] if from_config
+    state = (file_config_step(attention, kernel)[0] if from_config
              else seed_step(attention, kernel, "hash")[1])
     step = jax.jit(train.train_step, donate_argnums=0,
                    compiler_options=options or None).lower(state, batch).compile()

@@ -409,4 +409,5 @@ def test_auto_picks_the_native_kernel_on_this_cpu():
   assert attention.resolve_implementation("auto") == "native"
   assert attention.resolve_implementation("fused") == "fused"
   assert attention.resolve_implementation("auto", "additive", 16) == "native"
-  assert attention.resolve_implementation("auto", "additive", 12) == "fused"  # head_dim % 8
+  assert attention.resolve_implementation("auto", "additive", 12) == "xla"  # head_dim % 8
+  assert attention.resolve_implementation("fused", "additive", 16) == "xla"

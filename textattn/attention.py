@@ -384,20 +384,28 @@ def native_additive_attention(query: Array, key: Array, padding_mask: Array, alp
 
 def resolve_implementation(implementation: str, attention: str = "softmax",
                            head_dim: int | None = None) -> str:
-  """'auto' -> 'native' when the run has one device and it is a CPU on which the native kernels
-  build (for additive attention also head_dim a multiple of 8, which its kernel needs), else
-  'fused' (both exact; native measured faster on CPU, experiments/RESULTS.md; see
-  `check_native_devices` for why not with several devices). Other names are returned as is.
-  Additive attention has two implementations: 'native', and the XLA one for every other name."""
+  """The kernel `implementation` means for `attention`, with 'auto' resolved.
+
+  Softmax/causal: 'auto' -> 'native' when the run has one device and it is a CPU on which the
+  native kernels build, else 'fused' (both exact; native measured faster on CPU,
+  experiments/RESULTS.md; see `check_native_devices` for why not with several devices); other
+  names are returned as is. Additive attention has two implementations, 'native' and 'xla' (the
+  XLA function, which every other name means); 'auto' -> 'native' under the same conditions
+  and head_dim a multiple of 8 (its kernel needs that), else 'xla'."""
+  if attention == "additive":
+    if implementation == "auto" and (head_dim is None or head_dim % 8 == 0):
+      return "native" if _native_runs_here() else "xla"
+    return "native" if implementation == "native" else "xla"
   if implementation != "auto":
     return implementation
-  if attention == "additive" and head_dim is not None and head_dim % 8:
-    return "fused"
+  return "native" if _native_runs_here() else "fused"
+
+
+def _native_runs_here() -> bool:
   if jax.default_backend() == "cpu" and jax.device_count() == 1:
     from textattn import native
-    if native.available():
-      return "native"
-  return "fused"
+    return native.available()
+  return False
 
 
 def check_native_devices() -> None:

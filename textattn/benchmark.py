@@ -449,10 +449,8 @@ def _measure(spec: dict, result: dict, save) -> None:
   if spec["implementation"] == "auto":  # what it resolved to
     from textattn import attention as attention_lib
     m = config.model
-    resolved = attention_lib.resolve_implementation("auto", spec["attention"],
-                                                    m.embed_dim // m.num_heads)
-    result["implementation"] = ("xla" if spec["attention"] == "additive" and resolved != "native"
-                                else resolved)
+    result["implementation"] = attention_lib.resolve_implementation(
+        "auto", spec["attention"], m.embed_dim // m.num_heads)
   jax.block_until_ready(args)
   result["setup_s"] = time.perf_counter() - start
   start = time.perf_counter()

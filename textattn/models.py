@@ -325,8 +325,6 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
   m = config.model
   impl = attention_lib.resolve_implementation(m.attention_impl, m.attention,
                                               m.embed_dim // m.num_heads)
-  if m.attention == "additive" and impl != "native":
-    impl = "xla"  # additive attention has the native kernel and the XLA one
   if impl != m.attention_impl:
     logging.info("config.model.attention_impl=%r: using the %r %s kernel here.",
                  m.attention_impl, impl, m.attention)
