@@ -85,6 +85,27 @@ def get_config() -> ml_collections.ConfigDict:
   # their directions are new); "raw": word2vec's own scale (about 10x larger).
   config.word2vec.scale = "init"
 
+  # ---- Pretraining (textattn/pretrain.py) -------------------------------------------------
+  # "mlm": a fresh run first trains the embedding and encoder blocks as a masked language model
+  # on the training split's text (validation carved out) plus pretrain.unlabeled_split, then
+  # fine-tunes the classifier from them. "" = none. Cached in cache_dir per data + settings.
+  config.pretrain = ml_collections.ConfigDict()
+  config.pretrain.objective = ""
+  # A TFDS split of unlabelled text added to the corpus ("unsupervised" for imdb_reviews);
+  # "" = the training split's text only (always for local files). Labelled splits are refused.
+  config.pretrain.unlabeled_split = ""
+  config.pretrain.num_steps = 2000
+  config.pretrain.batch_size = 32
+  # Linear warm-up then cosine decay over num_steps; the optimizer's other settings are
+  # config.optimizer's (name, betas, eps, weight decay, clipping).
+  config.pretrain.learning_rate = 1e-3
+  config.pretrain.warmup_steps = 200
+  # BERT's masking: this fraction of each text's tokens is predicted (at least 1, at most
+  # max_predictions): 80% replaced by [MASK], 10% by a random token, 10% kept.
+  config.pretrain.mask_rate = 0.15
+  config.pretrain.max_predictions = 64
+  config.pretrain.seed = 0  # the pretraining's own seed (init, masking, order), not config.seed
+
   # ---- Optimiser --------------------------------------------------------------
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.name = "adam"  # adam | adamw | rmsprop

@@ -197,21 +197,21 @@ class _TfdsSource:
           values.extend(batch[field].tolist())
     return columns
 
-  def read_unlabeled(self, split: str) -> list[str]:
+  def read_unlabeled(self, split: str, field: str = "word2vec.unlabeled_split") -> list[str]:
     """The texts of a split read for its text only (e.g. IMDB's "unsupervised"); call after
-    read(), which makes sure the data set is prepared. Empty texts are skipped."""
+    read(), which makes sure the data set is prepared. Empty texts are skipped. `field` names
+    the config field that asked for it, in error messages."""
     import tensorflow_datasets as tfds
     if split in ("train", "validation", "test"):
-      raise DataError(f"config.word2vec.unlabeled_split={split!r} is a labelled split (its "
-                      f"held-out part would leak into the word vectors; the training part is "
-                      f"used anyway); name a split of unlabelled text such as 'unsupervised', "
-                      f"or ''.")
+      raise DataError(f"config.{field}={split!r} is a labelled split (its held-out part would "
+                      f"leak into what is pretrained on it; the training part is used anyway); "
+                      f"name a split of unlabelled text such as 'unsupervised', or ''.")
     builder = tfds.builder(self.name, data_dir=self.data_dir)
     texts, index = [], 0
     try:
       dataset = builder.as_dataset(split=split, batch_size=_READ_BATCH, shuffle_files=False)
     except Exception as e:  # noqa: BLE001 -- unknown split names differ by TFDS version: one sentence
-      raise DataError(f"config.word2vec.unlabeled_split={split!r} is not a split of "
+      raise DataError(f"config.{field}={split!r} is not a split of "
                       f"{self.description} (it has {sorted(builder.info.splits)}; "
                       f"{type(e).__name__}); set it to '' to use the training split's text "
                       f"only.") from None
@@ -611,18 +611,26 @@ def source_cache_path(config, what: str, key_parts: dict[str, Any], extension: s
   return os.path.join(_cache_dir(config), f"{_slug(config)}-{what}-{key}{extension}")
 
 
-def word2vec_texts(config, unlabeled_split: str) -> tuple[list[list[str]], bool]:
-  """The standardised, whitespace-split texts word vectors may be trained on: the training
-  split (validation carved out exactly as load_dataset does) plus TFDS split `unlabeled_split`
-  if not "" (TFDS only: word_vectors.validate_config refuses it for a local file). Never the
-  validation or test split. Also whether the texts came from the source's own files (False for
-  mocked TFDS data), i.e. whether what is derived from them may be cached."""
+def pretraining_texts(config, unlabeled_split: str,
+                      field: str = "word2vec.unlabeled_split") -> tuple[list[str], bool]:
+  """The raw texts a model may be pretrained on without labels: the training split (validation
+  carved out exactly as load_dataset does) plus TFDS split `unlabeled_split` if not "" (TFDS
+  only: the callers' config checks refuse it for a local file). Never the validation or test
+  split. Also whether the texts came from the source's own files (False for mocked TFDS data),
+  i.e. whether what is derived from them may be cached. `field`: the config field naming the
+  split, for error messages."""
   source = _source(config)
   raw = source.read(config.val_fraction, config.data_seed)
   texts = list(raw.texts["train"])
   if unlabeled_split:
-    texts.extend(source.read_unlabeled(unlabeled_split))
-  return [tokenizer_lib.standardize(text).split() for text in texts], source.cacheable()
+    texts.extend(source.read_unlabeled(unlabeled_split, field))
+  return texts, source.cacheable()
+
+
+def word2vec_texts(config, unlabeled_split: str) -> tuple[list[list[str]], bool]:
+  """pretraining_texts, standardised and split into words (the corpus of word_vectors)."""
+  texts, cacheable = pretraining_texts(config, unlabeled_split)
+  return [tokenizer_lib.standardize(text).split() for text in texts], cacheable
 
 
 class _Cache:

@@ -102,9 +102,11 @@ class Embedding(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: Array, token_embeddings: Array | None = None,
-               token_drop: Array | None = None) -> Array:
+               token_drop: Array | None = None, mask_input: Array | None = None) -> Array:
     """token_drop: bool [batch, length], True where the token embedding is zeroed (word
-    dropout); the position embedding is kept."""
+    dropout); the position embedding is kept. mask_input: bool [batch, length], True where the
+    token embedding is replaced by a learned [MASK] vector (masked-language-model pretraining,
+    textattn/pretrain.py; the parameter "mask" exists only in the pretraining model)."""
     length = tokens.shape[1]
     if length > self.max_len:
       raise ValueError(f"config.max_len={self.max_len} is smaller than the input length "
@@ -116,6 +118,9 @@ class Embedding(nn.Module):
       x = token_embeddings.astype(self.dtype)
     if token_drop is not None:
       x = jnp.where(token_drop[..., None], jnp.zeros_like(x), x)
+    if mask_input is not None:
+      mask = self.param("mask", _keras_embedding_init, (self.embed_dim,))
+      x = jnp.where(mask_input[..., None], mask.astype(self.dtype), x)
     if self.position == "learned":
       table = self.param("position", _keras_embedding_init, (self.max_len, self.embed_dim))
     else:
@@ -220,20 +225,28 @@ class Classifier(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
-               token_embeddings: Array | None = None) -> Array:
+               token_embeddings: Array | None = None, mlm_positions: Array | None = None,
+               mask_input: Array | None = None) -> Array:
     # By default id 0 is padding; a caller may pass its own mask (True = real token).
     # token_embeddings: the token-embedding rows of `tokens` [batch, length, embed], when the
     # caller looked them up itself (train.py's lazy embedding update); default: looked up here.
+    # mlm_positions: int [batch, K] -> masked-language-model logits float32 [batch, K, vocab]
+    # at those token positions instead of class logits (textattn/pretrain.py): the same
+    # embedding and encoder blocks, then a head of its own (mlm_dense, mlm_norm, mlm_bias) whose
+    # output layer is the token-embedding table (tied, as BERT's). mask_input: bool
+    # [batch, length], True where the input embedding is the learned [MASK] vector. No word
+    # dropout in this mode (the masking replaces it).
     padding_mask = tokens != 0 if padding_mask is None else padding_mask.astype(bool)
     token_drop = None
-    if train and self.token_dropout_rate > 0.0:
+    if train and self.token_dropout_rate > 0.0 and mlm_positions is None:
       # Word dropout (Iyyer et al. 2015): each token's embedding is zeroed with this
       # probability, without rescaling; the token still counts in the padding mask.
       threshold = round(self.token_dropout_rate * 65536)
       token_drop = dropout_bits(self.make_rng("dropout"), tokens.shape,
                                 self.dropout_rng) < threshold
-    x = Embedding(self.vocab_size, self.max_len, self.embed_dim, self.position, self.dtype,
-                  name="embedding")(tokens, token_embeddings, token_drop)
+    embedding = Embedding(self.vocab_size, self.max_len, self.embed_dim, self.position,
+                          self.dtype, name="embedding")
+    x = embedding(tokens, token_embeddings, token_drop, mask_input)
     # Dropout on the summed token + position embeddings (Vaswani et al. 2017; off in the seeds).
     x = Dropout(self.embed_dropout_rate, self.dropout_rng, name="embed_dropout")(
         x, deterministic=not train)
@@ -248,6 +261,18 @@ class Classifier(nn.Module):
                            x, padding_mask, deterministic=not train)
     if self.norm == "pre":
       x = nn.LayerNorm(self.layer_norm_epsilon, dtype=self.dtype, name="final_norm")(x)
+    if mlm_positions is not None:
+      if token_embeddings is not None:
+        raise ValueError("masked-language-model logits need the model's own token table "
+                         "(token_embeddings must be None).")
+      offset = 1 if self.pooling == "cls" else 0  # the CLS token shifts every position
+      h = jnp.take_along_axis(x, (mlm_positions + offset)[..., None], axis=1)
+      h = nn.gelu(nn.Dense(self.embed_dim, dtype=self.dtype, name="mlm_dense")(h))
+      h = nn.LayerNorm(self.layer_norm_epsilon, dtype=self.dtype, name="mlm_norm")(h)
+      table = embedding.variables["params"]["token"]["embedding"]
+      bias = self.param("mlm_bias", nn.initializers.zeros, (self.vocab_size,))
+      logits = jnp.einsum("bkd,vd->bkv", h, table.astype(self.dtype))
+      return logits.astype(jnp.float32) + bias
 
     if self.pooling == "mean":
       x = masked_mean(x, padding_mask)

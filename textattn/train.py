@@ -25,7 +25,7 @@ from flax import struct
 from flax.training import train_state as train_state_lib
 from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 
-from textattn import input_pipeline, models, word_vectors
+from textattn import input_pipeline, models, pretrain, word_vectors
 
 EVAL_SPLITS = ("validation", "test")
 OPTIMIZERS = ("adam", "adamw", "rmsprop")
@@ -65,6 +65,7 @@ class NonFiniteLossError(RuntimeError):
 def validate_config(config: ml_collections.ConfigDict, device_count: int) -> None:
   models.validate_model_config(config)
   word_vectors.validate_config(config)
+  pretrain.validate_config(config)
   models.check_choice("eval_split", config.eval_split, EVAL_SPLITS)
   models.check_choice("final_params", config.final_params, FINAL_PARAMS)
   if config.final_params == "best" and config.eval_split == "test":
@@ -106,14 +107,17 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
 def init_train_state(model: models.Classifier, tx: optax.GradientTransformation, rng: jax.Array,
                      length: int,
                      optimizer: ml_collections.ConfigDict | dict | None = None,
-                     pretrained_tokens: tuple[jax.Array, jax.Array] | None = None) -> TrainState:
+                     pretrained_tokens: tuple[jax.Array, jax.Array] | None = None,
+                     pretrained_params: dict | None = None) -> TrainState:
   """Fresh parameters (from a dummy batch of `length` tokens), optimizer state and dropout key.
 
   `optimizer` is config.optimizer (missing fields, or None, mean their defaults); the state takes
   its `embedding_update` ("dense"), `label_smoothing` (0) and `ema_decay` (0; > 0 adds a moving
   average of the parameters that starts at them). `tx` is built from it by `make_optimizer`.
   `pretrained_tokens`: (table [vocab, embed], found bool [vocab]) from word_vectors; rows where
-  `found` is True replace the random token embeddings, the others keep them."""
+  `found` is True replace the random token embeddings, the others keep them.
+  `pretrained_params`: the embedding and encoder parameters from pretrain.pretrain; they replace
+  the fresh ones (same paths and shapes), the classifier's head keeps its initialisation."""
   optimizer = optimizer or {}
   embedding_update = optimizer.get("embedding_update", "dense")
   ema_decay = float(optimizer.get("ema_decay", 0.0))
@@ -129,6 +133,8 @@ def init_train_state(model: models.Classifier, tx: optax.GradientTransformation,
     merged = jnp.where(found[:, None], table.astype(random_table.dtype), random_table)
     params = jax.tree_util.tree_map_with_path(
         lambda path, leaf: merged if _is_token_table(path, leaf, merged.shape) else leaf, params)
+  if pretrained_params is not None:
+    params = pretrain.transfer(params, pretrained_params)
   return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                            dropout_key=jax.random.key_data(dropout_rng),
                            embedding_update=embedding_update, ema_decay=ema_decay,
@@ -527,8 +533,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise ValueError(f"config.eval_split={config.eval_split!r} selects an empty split; with "
                      f"eval_split='validation' set config.val_fraction > 0.")
 
-  def init(rng, pretrained_tokens=None):
-    return init_train_state(model, tx, rng, config.max_len, config.optimizer, pretrained_tokens)
+  def init(rng, pretrained_tokens=None, pretrained_params=None):
+    return init_train_state(model, tx, rng, config.max_len, config.optimizer, pretrained_tokens,
+                            pretrained_params)
 
   rng = jax.random.key(config.seed)
   abstract_state = jax.eval_shape(init, rng)
@@ -559,11 +566,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if is_main:
       print(f"Resuming from checkpoint at step {start_step}.", flush=True)
   else:
-    pretrained_tokens = None
-    if config.model.embedding_init == "word2vec":  # Only a fresh run: a resume restores them.
+    # Only a fresh run starts from word vectors or a pretrained encoder: a resume restores them.
+    pretrained_tokens = pretrained_params = None
+    if config.model.embedding_init == "word2vec":
       pretrained_tokens = word_vectors.pretrained_token_table(
           config, data.tokenizer, data.vocab_size, write=is_main)
-    state = jax.jit(init, out_shardings=state_sharding)(rng, pretrained_tokens)
+    if pretrain.enabled(config):
+      pretrained_params, curve = pretrain.pretrain(config, data.tokenizer, data.vocab_size,
+                                                   write=is_main)
+      if is_main:
+        pretrain.write_curve(workdir, curve)
+    state = jax.jit(init, out_shardings=state_sharding)(rng, pretrained_tokens, pretrained_params)
 
   writer = MetricWriter(workdir, is_main, start_step)
   writer.drop_after(start_step)

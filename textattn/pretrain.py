@@ -1,0 +1,349 @@
+"""Masked-language-model pretraining of the encoder on unlabelled text (`config.pretrain`).
+
+With `config.pretrain.objective = "mlm"`, a fresh run first trains the classifier's own
+embedding and encoder blocks as a masked language model (BERT, Devlin et al. 2019) on text
+without labels, then fine-tunes the whole classifier from them as usual:
+
+- **Text**: the training split (validation carved out exactly as for training) plus the TFDS
+  split `config.pretrain.unlabeled_split` ("unsupervised" for imdb_reviews: 50,000 reviews of
+  the same data set, no labels). Never the validation or test split, and never a label.
+  Encoded with the run's tokenizer, `max_len` and truncation, so positions and lengths are
+  those the classifier sees.
+- **Objective**: per text, `mask_rate` of its real tokens (at least one, at most
+  `max_predictions`), chosen at random every step, are predicted from the rest; 80% of them are
+  replaced by a learned [MASK] vector, 10% by a random token, 10% kept (BERT's recipe). The
+  head is a dense + GELU + LayerNorm layer whose output layer is the token-embedding table
+  (tied) plus a bias; only the embedding and encoder parameters move to the classifier.
+- **Optimiser**: `config.optimizer`'s name, betas, epsilon, weight decay and clipping, with the
+  pretraining's own learning rate, linear warm-up and cosine decay over `num_steps`.
+- **Reproducible and cached**: the result depends only on the data, the tokenizer, the model
+  and pretraining settings and their seed (`config.pretrain.seed`, not `config.seed`, so a seed
+  sweep of the fine-tuning shares one pretraining); it is cached in `cache_dir` under a key of
+  all of them, written atomically, and a later fresh run with the same settings reads it. A
+  resumed run restores its parameters from its checkpoint and never pretrains. The training
+  curve of the masked-token loss and accuracy goes to `DIR/pretrain.jsonl`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tqdm
+from absl import logging
+
+from textattn import input_pipeline, models
+from textattn import tokenizer as tokenizer_lib
+
+OBJECTIVES = ("", "mlm")
+MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # of the predicted tokens; the rest are kept
+_CACHE_VERSION = 1
+_SEPARATOR = "/"
+
+
+def enabled(config) -> bool:
+  return bool(config.get("pretrain") and config.pretrain.objective)
+
+
+def validate_config(config) -> None:
+  """One sentence for a pretraining setting that cannot work, before any data is read."""
+  if "pretrain" not in config:
+    return
+  p = config.pretrain
+  if p.objective not in OBJECTIVES:
+    raise ValueError(f"config.pretrain.objective={p.objective!r} is invalid; allowed: "
+                     f"{', '.join(repr(o) for o in OBJECTIVES)} ('' = no pretraining).")
+  if not p.objective:
+    return
+
+  def integer(field: str, low: int) -> int:
+    value = p[field]
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+      raise ValueError(f"config.pretrain.{field}={value!r} is invalid; it must be an integer "
+                       f">= {low}.")
+    return value
+
+  integer("num_steps", 1)
+  integer("batch_size", 1)
+  integer("warmup_steps", 0)
+  integer("seed", 0)
+  if integer("max_predictions", 1) > config.max_len:
+    raise ValueError(f"config.pretrain.max_predictions={p.max_predictions} is invalid; it must "
+                     f"be at most config.max_len={config.max_len}.")
+  if not 0.0 < p.mask_rate < 1.0:
+    raise ValueError(f"config.pretrain.mask_rate={p.mask_rate} is invalid; it must be in (0, 1).")
+  if not p.learning_rate > 0:
+    raise ValueError(f"config.pretrain.learning_rate={p.learning_rate} must be > 0.")
+  if p.batch_size % jax.device_count():
+    raise ValueError(f"config.pretrain.batch_size={p.batch_size} must be a multiple of the "
+                     f"device count ({jax.device_count()}) so every device gets an equal share.")
+  if p.unlabeled_split and input_pipeline.is_local_file(config.dataset):
+    raise ValueError(f"config.pretrain.unlabeled_split={p.unlabeled_split!r} names a TFDS "
+                     f"split, but config.dataset is a local file; set it to '' (pretrain on the "
+                     f"training split's text only).")
+  if config.model.embedding_init == "word2vec":
+    raise ValueError("config.pretrain.objective='mlm' trains the token embeddings itself; use "
+                     "config.model.embedding_init='random' with it (or no pretraining).")
+
+
+def settings(config) -> dict:
+  """Everything the pretrained parameters depend on besides the data and the tokenizer."""
+  opt = config.optimizer
+  return {
+      "pretrain": config.pretrain.to_dict(),
+      # The classifier head's own settings do not reach the encoder: a sweep over them shares
+      # one pretraining.
+      "model": {k: v for k, v in config.model.to_dict().items()
+                if k not in ("mlp_dim", "token_dropout_rate")},
+      "max_len": int(config.max_len), "truncation": config.truncation,
+      "optimizer": {k: opt[k] for k in ("name", "b1", "b2", "eps", "weight_decay",
+                                        "grad_clip_norm")},
+      "devices": jax.device_count(), "version": _CACHE_VERSION,
+  }
+
+
+# ---------------------------------------------------------------------------------------------
+# The objective (pure functions).
+
+
+def mask_tokens(tokens: jax.Array, key: jax.Array, *, mask_rate: float, max_predictions: int,
+                vocab_size: int):
+  """BERT's corruption of a batch of token ids (0 = padding).
+
+  Returns (inputs int [B, L]: the ids with the random replacements; mask_input bool [B, L]:
+  True where the input is the [MASK] vector; positions int [B, K]; targets int [B, K]: the
+  original ids there; weights float32 [B, K]: 1 for the predictions that count). Per row,
+  round(mask_rate * real tokens) positions are predicted (at least 1 if the row has a token, at
+  most K = max_predictions), chosen uniformly among its real tokens; the other K slots point at
+  positions that are not corrupted and have weight 0.
+  """
+  batch, length = tokens.shape
+  k = int(max_predictions)
+  real = tokens != 0
+  select_key, action_key, random_key = jax.random.split(key, 3)
+  # Real tokens sort first, in random order; padding after them.
+  scores = jnp.where(real, jax.random.uniform(select_key, (batch, length)), 2.0)
+  _, positions = jax.lax.top_k(-scores, k)
+  n_real = jnp.sum(real, axis=1)
+  n_predict = jnp.minimum(jnp.maximum(jnp.round(mask_rate * n_real).astype(jnp.int32),
+                                      (n_real > 0).astype(jnp.int32)), jnp.minimum(n_real, k))
+  weights = jnp.arange(k)[None, :] < n_predict[:, None]
+  targets = jnp.take_along_axis(tokens, positions, axis=1)
+  action = jax.random.uniform(action_key, (batch, k))
+  use_mask = weights & (action < MASK_FRACTION)
+  use_random = weights & (action >= MASK_FRACTION) & (action < MASK_FRACTION + RANDOM_FRACTION)
+  random_ids = jax.random.randint(random_key, (batch, k), tokenizer_lib.NUM_RESERVED,
+                                  vocab_size, dtype=tokens.dtype)
+  rows = jnp.arange(batch)[:, None]
+  inputs = tokens.at[rows, positions].set(jnp.where(use_random, random_ids, targets))
+  mask_input = jnp.zeros((batch, length), bool).at[rows, positions].set(use_mask)
+  return inputs, mask_input, positions, targets, weights.astype(jnp.float32)
+
+
+def mlm_train_step(state, batch: dict, *, mask_rate: float, max_predictions: int,
+                   vocab_size: int):
+  """One optimiser step of the masked-language-model loss (mean over the predicted tokens).
+  `state` is a train.TrainState of the classifier; the masking and dropout keys come from
+  fold_in(state.dropout_key, step). Metrics are sums, as train_step's."""
+  step_key = jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)
+  mask_key, dropout_key = jax.random.split(step_key)
+  tokens = batch["inputs"]
+  inputs, mask_input, positions, targets, weights = mask_tokens(
+      tokens, mask_key, mask_rate=mask_rate, max_predictions=max_predictions,
+      vocab_size=vocab_size)
+
+  def loss_fn(params):
+    logits = state.apply_fn({"params": params}, inputs, train=True, padding_mask=tokens != 0,
+                            rngs={"dropout": dropout_key}, mlm_positions=positions,
+                            mask_input=mask_input)
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, targets) * weights
+    return jnp.sum(losses) / jnp.maximum(jnp.sum(weights), 1.0), (losses, logits)
+
+  grads, (losses, logits) = jax.grad(loss_fn, has_aux=True)(state.params)
+  state = state.apply_gradients(grads=grads)
+  metrics = {
+      "loss_sum": jnp.sum(losses),
+      "correct": jnp.sum((jnp.argmax(logits, -1) == targets) * weights),
+      "count": jnp.sum(weights),
+      "nonfinite": jnp.sum(~jnp.isfinite(losses)).astype(jnp.int32),
+  }
+  return state, metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters in and out.
+
+
+def encoder_params(params) -> dict:
+  """The parameters the classifier shares with the pretraining model: embedding (without the
+  [MASK] vector), encoder blocks and the pre-LN final norm; the MLM head is dropped."""
+  shared = {k: v for k, v in params.items() if not k.startswith("mlm_")}
+  if "embedding" in shared:
+    shared["embedding"] = {k: v for k, v in shared["embedding"].items() if k != "mask"}
+  return shared
+
+
+def transfer(params, pretrained):
+  """`params` with every leaf that `pretrained` has replaced by it (same path and shape); the
+  classifier's own head (pooling, hidden layer, logits) keeps its fresh initialisation."""
+  flat = flatten(pretrained)
+  target = flatten(params)
+  for name, value in flat.items():
+    if name not in target or tuple(target[name].shape) != tuple(value.shape):
+      got = tuple(target[name].shape) if name in target else "no such parameter"
+      raise ValueError(f"The pretrained parameter {name} has shape {tuple(value.shape)}; the "
+                       f"model's: {got}.")
+  return unflatten({name: flat.get(name, value) for name, value in target.items()})
+
+
+def flatten(tree, prefix: str = "") -> dict:
+  out = {}
+  for key, value in tree.items():
+    name = f"{prefix}{_SEPARATOR}{key}" if prefix else str(key)
+    if isinstance(value, dict):
+      out.update(flatten(value, name))
+    else:
+      out[name] = value
+  return out
+
+
+def unflatten(flat: dict) -> dict:
+  tree: dict = {}
+  for name, value in flat.items():
+    *parents, leaf = name.split(_SEPARATOR)
+    node = tree
+    for part in parents:
+      node = node.setdefault(part, {})
+    node[leaf] = value
+  return tree
+
+
+def _load(path: str):
+  try:
+    with np.load(path, allow_pickle=False) as archive:
+      params = {k[len("param:"):]: archive[k] for k in archive.files if k.startswith("param:")}
+      curve = json.loads(str(archive["curve"]))
+    return unflatten(params), curve
+  except FileNotFoundError:
+    return None
+  except Exception as e:  # noqa: BLE001 -- a cache must never stop a run: corrupt = rebuild
+    logging.warning("Ignoring unreadable pretraining cache %s (%s: %s).", path,
+                    type(e).__name__, e)
+    return None
+
+
+def _host(x) -> np.ndarray:
+  """A replicated (possibly multi-process) array as a NumPy array."""
+  return np.asarray(x.addressable_data(0))
+
+
+# ---------------------------------------------------------------------------------------------
+# The pretraining run.
+
+
+def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
+  """Pretrained encoder parameters (nested dict of NumPy arrays, as `encoder_params`) and the
+  training curve (a list of {"step", "pretrain/loss", "pretrain/accuracy", ...} rows), from the
+  cache or trained now."""
+  from textattn import train as train_lib  # (train imports this module)
+
+  validate_config(config)
+  p = config.pretrain
+  key_settings = settings(config)
+  path = input_pipeline.source_cache_path(
+      config, "mlm", {"tokenizer": tokenizer.fingerprint(), "vocab_size": int(vocab_size),
+                      "settings": key_settings}, ".npz")
+  cached = _load(path) if path else None
+  if cached is not None:
+    logging.info("Loaded the pretrained encoder from %s.", path)
+    print(f"Pretrained encoder (masked language model, {p.num_steps} steps) read from the "
+          f"cache {path}.", flush=True)
+    return cached
+
+  texts, cacheable = input_pipeline.pretraining_texts(config, p.unlabeled_split,
+                                                      "pretrain.unlabeled_split")
+  inputs = tokenizer.encode(texts, config.max_len, config.truncation)
+  inputs = inputs[(inputs != 0).any(axis=1)]
+  corpus = input_pipeline.Split(inputs, np.zeros(len(inputs), np.int32))
+  is_main = jax.process_index() == 0
+  if is_main:
+    print(f"Pretraining the encoder as a masked language model: {len(corpus):,} texts "
+          f"({int((inputs != 0).sum()):,} tokens), {p.num_steps} steps of {p.batch_size} "
+          f"({p.num_steps * p.batch_size / len(corpus):.2f} epochs); cached for later runs.",
+          flush=True)
+  model = models.build_model(config, num_classes=2, vocab_size=vocab_size)
+  opt = copy.deepcopy(config.optimizer)
+  with opt.unlocked():
+    opt.learning_rate, opt.warmup_steps, opt.schedule = (p.learning_rate, p.warmup_steps,
+                                                         "cosine")
+  tx = train_lib.make_optimizer(opt, p.num_steps)
+  data_sharding, replicated = train_lib.data_parallel_shardings()
+  k = int(p.max_predictions)
+
+  def init(rng):
+    params_rng, dropout_rng = jax.random.split(rng)
+    dummy = jnp.ones((1, config.max_len), jnp.int32)
+    params = model.init({"params": params_rng}, dummy, mlm_positions=jnp.zeros((1, k), jnp.int32),
+                        mask_input=jnp.zeros((1, config.max_len), bool))["params"]
+    return train_lib.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                                       dropout_key=jax.random.key_data(dropout_rng))
+
+  abstract = jax.eval_shape(init, jax.random.key(p.seed))
+  state_sharding = jax.tree.map(lambda _: replicated, abstract)
+  state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(p.seed))
+  step = jax.jit(lambda s, b: mlm_train_step(s, b, mask_rate=p.mask_rate, max_predictions=k,
+                                             vocab_size=vocab_size),
+                 in_shardings=(state_sharding, data_sharding),
+                 out_shardings=(state_sharding, replicated), donate_argnums=0,
+                 compiler_options=train_lib.step_compiler_options(config))
+  batches = input_pipeline.TrainIterator(corpus, p.batch_size, p.seed, jax.process_index(),
+                                         jax.process_count())
+  log_every = config.log_every_steps or 100
+  curve, pending = [], []
+  window_start = time.perf_counter()
+  progress = tqdm.tqdm(total=p.num_steps, disable=not is_main, unit="step", dynamic_ncols=True,
+                       mininterval=1.0, desc="pretrain")
+  for done in range(1, p.num_steps + 1):
+    batch = jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, x),
+                         next(batches))
+    state, metrics = step(state, batch)
+    pending.append(metrics)
+    progress.update(1)
+    if done % log_every == 0 or done == p.num_steps:
+      sums = jax.tree.map(lambda *xs: np.sum(np.stack(xs), 0), *jax.device_get(pending))
+      if sums["nonfinite"]:
+        progress.close()
+        raise train_lib.NonFiniteLossError(
+            f"The pretraining loss became NaN/Inf between steps {done - len(pending) + 1} and "
+            f"{done}; stopping (nothing was cached). Try a lower "
+            f"config.pretrain.learning_rate or config.optimizer.grad_clip_norm > 0.")
+      row = {"step": done, "pretrain/loss": float(sums["loss_sum"] / sums["count"]),
+             "pretrain/accuracy": float(sums["correct"] / sums["count"]),
+             "pretrain/examples_per_sec": len(pending) * p.batch_size / (
+                 time.perf_counter() - window_start)}
+      curve.append(row)
+      progress.set_postfix(loss=f"{row['pretrain/loss']:.3f}",
+                           acc=f"{row['pretrain/accuracy']:.3f}")
+      pending, window_start = [], time.perf_counter()
+  progress.close()
+  params = jax.tree.map(_host, encoder_params(state.params))
+  if write and cacheable and path:
+    arrays = {f"param:{name}": value for name, value in flatten(params).items()}
+    try:
+      input_pipeline.atomic_write(
+          path, lambda f: np.savez(f, curve=np.asarray(json.dumps(curve)), **arrays), "wb")
+    except OSError as e:  # A read-only or full cache dir must not stop training.
+      logging.warning("Could not write the pretraining cache %s (%s).", path, e)
+  return params, curve
+
+
+def write_curve(workdir: str, curve: list[dict]) -> None:
+  """DIR/pretrain.jsonl: one row per logged pretraining window."""
+  input_pipeline.atomic_write(os.path.join(workdir, "pretrain.jsonl"),
+                              lambda f: f.write("".join(json.dumps(r) + "\n" for r in curve)))
