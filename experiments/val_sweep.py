@@ -81,7 +81,7 @@ DATA_FIELDS = ("dataset", "val_fraction", "data_seed", "tokenizer", "vocab_size"
 
 
 def export(args) -> None:
-  from textattn import input_pipeline, word_vectors
+  from textattn import input_pipeline, pretrain, word_vectors
   config = load_config(args.config)
   with tempfile.TemporaryDirectory() as workdir:
     data = input_pipeline.load_dataset(config, workdir)
@@ -93,6 +93,12 @@ def export(args) -> None:
     table, found = word_vectors.pretrained_token_table(config, data.tokenizer, data.vocab_size)
     extra = {"w2v_table": table, "w2v_found": found,
              "w2v_settings": json.dumps(word2vec_settings(config))}
+  # With pretrain.objective="mlm" the pretrained encoder is exported too (as textattn.main
+  # builds it, cached), so variants of the fine-tuning start from it.
+  if pretrain.enabled(config):
+    params, _ = pretrain.pretrain(config, data.tokenizer, data.vocab_size)
+    extra.update({f"mlm:{name}": value for name, value in pretrain.flatten(params).items()})
+    extra["mlm_settings"] = json.dumps(pretrain.settings(config))
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   np.savez_compressed(
       args.out, train_inputs=data.train.inputs.astype(dtype), train_labels=data.train.labels,
@@ -102,7 +108,8 @@ def export(args) -> None:
       data_fields=json.dumps({f: config[f] for f in DATA_FIELDS}), **extra)
   print(f"wrote {args.out}: train {data.train.inputs.shape}, validation "
         f"{data.validation.inputs.shape}, vocab {data.vocab_size} (no test split)"
-        + (", word2vec start of the token table" if extra else ""))
+        + (", word2vec start of the token table" if "w2v_table" in extra else "")
+        + (", pretrained encoder" if "mlm_settings" in extra else ""))
 
 
 def word2vec_settings(config) -> dict:
@@ -127,7 +134,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dic
   import jax
   import jax.numpy as jnp
 
-  from textattn import input_pipeline, models, train
+  from textattn import input_pipeline, models, pretrain, train
 
   config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
   with np.load(data_path) as f:
@@ -158,15 +165,26 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dic
     if exported_w2v != word2vec_settings(config):
       raise ValueError(f"the word2vec settings differ from the export's: {exported_w2v}")
     pretrained_tokens = (jnp.asarray(raw["w2v_table"]), jnp.asarray(raw["w2v_found"]))
+  pretrained_params = None
+  if pretrain.enabled(config):
+    if "mlm_settings" not in raw:
+      raise ValueError("pretrain.objective='mlm' needs the pretrained encoder in the export; "
+                       "export with a config that sets it.")
+    exported_mlm = json.loads(str(raw["mlm_settings"]))
+    if exported_mlm != json.loads(json.dumps(pretrain.settings(config))):
+      raise ValueError(f"the pretraining settings differ from the export's: {exported_mlm}; "
+                       f"export again with them.")
+    pretrained_params = pretrain.unflatten(
+        {k[len("mlm:"):]: jnp.asarray(v) for k, v in raw.items() if k.startswith("mlm:")})
   model = models.build_model(config, num_classes, vocab_size=int(raw["vocab_size"]))
   train_iter = input_pipeline.TrainIterator(splits["train"], config.batch_size, config.seed)
   total_steps = (config.num_train_steps if config.num_train_steps > 0
                  else config.num_epochs * train_iter.steps_per_epoch)
   eval_every = config.eval_every_steps or train_iter.steps_per_epoch
   tx = train.make_optimizer(config.optimizer, total_steps)
-  state = jax.jit(lambda rng, tokens: train.init_train_state(
-      model, tx, rng, config.max_len, config.optimizer, tokens))(
-          jax.random.key(config.seed), pretrained_tokens)
+  state = jax.jit(lambda rng, tokens, encoder: train.init_train_state(
+      model, tx, rng, config.max_len, config.optimizer, tokens, encoder))(
+          jax.random.key(config.seed), pretrained_tokens, pretrained_params)
   step_fn = jax.jit(train.train_step, donate_argnums=0)
   eval_fn = jax.jit(lambda s, b: train.eval_step(s, b, num_classes))
 
