@@ -241,18 +241,31 @@ def test_native_additive_kernel_propagates_nan_and_checks_shapes():
     attention.native_additive_attention(q, k[:, :5], mask, w_alpha, w_beta)
 
 
-def test_native_additive_kernel_does_not_depend_on_the_thread_count(monkeypatch):
-  # Examples are split over threads; the scoring kernels' gradients are summed over examples
-  # in a fixed order, so 1 and 3 threads must agree bit for bit.
-  q, k, mask, w_alpha, w_beta = (jnp.asarray(a) for a in
-                                 additive_inputs(7, 20, 2, 16, "shared", seed=3))
-  loss = lambda q, k, a, b: jnp.sum(jnp.sin(attention.native_additive_attention(q, k, mask, a, b)))
+@pytest.mark.parametrize("kernel", ["softmax", "additive"])
+def test_native_kernels_do_not_depend_on_their_threads(monkeypatch, kernel):
+  # Work is split over workers: std::threads of their own or XLA's thread pool, where tasks go
+  # to whichever worker claims them first. The additive kernel's scoring gradients are summed
+  # over examples in a fixed order, so every thread count and both ways must agree bit for bit.
+  if kernel == "additive":
+    q, k, mask, w_alpha, w_beta = (jnp.asarray(a) for a in
+                                   additive_inputs(7, 20, 2, 16, "shared", seed=3))
+    loss = lambda q, k, a, b: jnp.sum(jnp.sin(
+        attention.native_additive_attention(q, k, mask, a, b)))
+    args = (q, k, w_alpha, w_beta)
+  else:
+    rng = np.random.default_rng(3)
+    q, k, v = (jnp.asarray(rng.normal(size=(7, 20, 2, 16)), jnp.float32) for _ in range(3))
+    mask = jnp.asarray(np.arange(20)[None] < rng.integers(0, 21, (7, 1)))
+    loss = lambda q, k, v: jnp.sum(jnp.sin(attention.native_softmax_attention(q, k, v, mask)))
+    args = (q, k, v)
   results = []
-  for threads in (1, 3):
+  for workers, threads in (("own", 1), ("own", 3), ("xla", 2), ("xla", 3)):
+    monkeypatch.setattr(attention, "NATIVE_WORKERS", workers)
     monkeypatch.setattr(attention, "_native_threads", lambda threads=threads: threads)
-    results.append(jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(q, k, w_alpha, w_beta))
-  for a, b in zip(jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(results[1])):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    results.append(jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(args)))))(*args))
+  for other in results[1:]:
+    for a, b in zip(jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(other)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 # cuDNN needs an NVIDIA GPU and bf16; everything else runs (and is tested) on the CPU.

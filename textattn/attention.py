@@ -200,6 +200,17 @@ def fused_softmax_attention(query: Array, key: Array, value: Array, padding_mask
   return jnp.where(_rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
 
 
+# Where the native kernels run their workers: "xla" = XLA's own intra-op thread pool (the
+# FFI's Ctx<ThreadPool>; the calling thread works too and takes whatever a busy pool thread has
+# not started), or "own" = std::threads started for each call. Results are the same either way
+# (tested); the speed was measured with experiments/native_pool_ab.py (experiments/RESULTS.md).
+NATIVE_WORKERS = "own"
+
+
+def _native_pool() -> bool:
+  return NATIVE_WORKERS == "xla"
+
+
 def _native_threads() -> int:
   """Threads per native call: the cores this process may use."""
   try:
@@ -215,7 +226,8 @@ def _native_forward_call(causal, q, k, v, mask):
       native.FORWARD_TARGET,
       (jax.ShapeDtypeStruct(q.shape, jnp.float32),
        jax.ShapeDtypeStruct((q.shape[0], q.shape[2], q.shape[1], k.shape[1]), jnp.float32)),
-      vmap_method="sequential")(q, k, v, mask, causal=causal, threads=_native_threads())
+      vmap_method="sequential")(q, k, v, mask, causal=causal, threads=_native_threads(),
+                                      xla_pool=_native_pool())
 
 
 def _native_backward_call(causal, q, k, v, mask, out, probs, d_out):
@@ -224,7 +236,7 @@ def _native_backward_call(causal, q, k, v, mask, out, probs, d_out):
   return jax.ffi.ffi_call(
       native.BACKWARD_TARGET, (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 3,
       vmap_method="sequential")(q, k, v, mask, out, probs, d_out, causal=causal,
-                                threads=_native_threads())
+                                threads=_native_threads(), xla_pool=_native_pool())
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -338,7 +350,7 @@ def _native_additive_forward(q, k, mask, w_alpha, w_beta, heads):
        jax.ShapeDtypeStruct((batch, features), f32),
        jax.ShapeDtypeStruct((batch, features), f32)),
       vmap_method="sequential")(q, k, mask, w_alpha, w_beta, heads=heads,
-                                threads=_native_threads())
+                                threads=_native_threads(), xla_pool=_native_pool())
   return u, (q, k, mask, w_alpha, w_beta, alpha, beta, g_q, g_k)
 
 
@@ -350,7 +362,8 @@ def _native_additive_backward(heads, residuals, d_u):
       (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 2
       + (jax.ShapeDtypeStruct(w_alpha.shape, jnp.float32),) * 2,
       vmap_method="sequential")(q, k, mask, w_alpha, w_beta, alpha, beta, g_q, g_k,
-                                d_u.astype(jnp.float32), heads=heads, threads=_native_threads())
+                                d_u.astype(jnp.float32), heads=heads, threads=_native_threads(),
+                                xla_pool=_native_pool())
   return d_q, d_k, None, d_w_alpha, d_w_beta
 
 

@@ -54,7 +54,7 @@ struct Dims {
 };
 
 template <typename Body>
-void for_each_example(int64_t batch, int64_t threads, Body body) {
+void for_each_example(int64_t batch, textattn::Workers threads, Body body) {
   textattn::for_each_task(batch, threads, body);
 }
 
@@ -256,14 +256,14 @@ void backward_example(const Example<kChunks>& e, float scale, const float* q, co
 }
 
 template <int kChunks>
-void forward_all(const Dims& s, int64_t threads, const float* q, const float* k,
+void forward_all(const Dims& s, textattn::Workers threads, const float* q, const float* k,
                  const int32_t* mask, const float* w_alpha, const float* w_beta, float* u,
                  float* alpha, float* beta, float* g_q, float* g_k) {
   const Example<kChunks> e{s.length, s.heads, s.features(), s.features() / 8};
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
   const std::vector<float> wa_t = transpose(w_alpha, e.F, e.H);
   const std::vector<float> wb_t = transpose(w_beta, e.F, e.H);
-  std::vector<std::vector<float>> p(std::max<int64_t>(1, std::min(threads, s.batch)));
+  std::vector<std::vector<float>> p(std::max<int64_t>(1, std::min(threads.threads, s.batch)));
   const int64_t LF = e.L * e.F, LH = e.L * e.H;
   for_each_example(s.batch, threads, [&](int64_t t, int64_t b) {
     forward_example(e, scale, q + b * LF, k + b * LF, mask + b * e.L, wa_t.data(), wb_t.data(),
@@ -273,7 +273,7 @@ void forward_all(const Dims& s, int64_t threads, const float* q, const float* k,
 }
 
 template <int kChunks>
-void backward_all(const Dims& s, int64_t threads, const float* q, const float* k,
+void backward_all(const Dims& s, textattn::Workers threads, const float* q, const float* k,
                   const int32_t* mask, const float* w_alpha, const float* w_beta,
                   const float* alpha, const float* beta, const float* g_q, const float* g_k,
                   const float* d_u, float* d_q, float* d_k, float* d_w_alpha, float* d_w_beta) {
@@ -284,7 +284,7 @@ void backward_all(const Dims& s, int64_t threads, const float* q, const float* k
   const std::vector<float> wb_t = transpose(w_beta, F, H);
   // Per-example scoring-kernel gradients ([H, F] each), summed over examples in order below.
   std::vector<float> d_wa(s.batch * H * F, 0.0f), d_wb(s.batch * H * F, 0.0f);
-  std::vector<Scratch> scratch(std::max<int64_t>(1, std::min(threads, s.batch)));
+  std::vector<Scratch> scratch(std::max<int64_t>(1, std::min(threads.threads, s.batch)));
   for_each_example(s.batch, threads, [&](int64_t t, int64_t b) {
     backward_example(e, scale, q + b * LF, k + b * LF, mask + b * e.L, wa_t.data(), wb_t.data(),
                      alpha + b * LH, beta + b * LH, g_q + b * F, g_k + b * F, d_u + b * LF,
@@ -337,13 +337,15 @@ ffi::Error check(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::F32>& k,
 
 ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::S32> mask,
                    ffi::Buffer<ffi::F32> w_alpha, ffi::Buffer<ffi::F32> w_beta, int64_t heads,
-                   int64_t threads, ffi::ResultBuffer<ffi::F32> u,
+                   int64_t threads, bool xla_pool, ffi::ThreadPool pool,
+                   ffi::ResultBuffer<ffi::F32> u,
                    ffi::ResultBuffer<ffi::F32> alpha, ffi::ResultBuffer<ffi::F32> beta,
                    ffi::ResultBuffer<ffi::F32> g_q, ffi::ResultBuffer<ffi::F32> g_k) {
   Dims s;
   if (auto err = check(q, k, mask, w_alpha, w_beta, heads, &s); err.failure()) return err;
+  const textattn::Workers workers{threads, xla_pool ? &pool : nullptr};
   try {  // (std::thread or an allocation may throw; exceptions must not cross into XLA)
-    TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, threads, q.typed_data(), k.typed_data(),
+    TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, workers, q.typed_data(), k.typed_data(),
                           mask.typed_data(), w_alpha.typed_data(), w_beta.typed_data(),
                           u->typed_data(), alpha->typed_data(), beta->typed_data(),
                           g_q->typed_data(), g_k->typed_data());
@@ -357,13 +359,14 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffe
                     ffi::Buffer<ffi::F32> w_alpha, ffi::Buffer<ffi::F32> w_beta,
                     ffi::Buffer<ffi::F32> alpha, ffi::Buffer<ffi::F32> beta,
                     ffi::Buffer<ffi::F32> g_q, ffi::Buffer<ffi::F32> g_k,
-                    ffi::Buffer<ffi::F32> d_u, int64_t heads, int64_t threads,
+                    ffi::Buffer<ffi::F32> d_u, int64_t heads, int64_t threads, bool xla_pool, ffi::ThreadPool pool,
                     ffi::ResultBuffer<ffi::F32> d_q, ffi::ResultBuffer<ffi::F32> d_k,
                     ffi::ResultBuffer<ffi::F32> d_w_alpha, ffi::ResultBuffer<ffi::F32> d_w_beta) {
   Dims s;
   if (auto err = check(q, k, mask, w_alpha, w_beta, heads, &s); err.failure()) return err;
+  const textattn::Workers workers{threads, xla_pool ? &pool : nullptr};
   try {
-    TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, threads, q.typed_data(), k.typed_data(),
+    TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, workers, q.typed_data(), k.typed_data(),
                           mask.typed_data(), w_alpha.typed_data(), w_beta.typed_data(),
                           alpha.typed_data(), beta.typed_data(), g_q.typed_data(), g_k.typed_data(),
                           d_u.typed_data(), d_q->typed_data(), d_k->typed_data(),
@@ -385,6 +388,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TextattnAdditiveAttentionForward, Forward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // w_beta
                                   .Attr<int64_t>("heads")
                                   .Attr<int64_t>("threads")
+                                  .Attr<bool>("xla_pool")
+                                  .Ctx<ffi::ThreadPool>()
                                   .Ret<ffi::Buffer<ffi::F32>>()   // u
                                   .Ret<ffi::Buffer<ffi::F32>>()   // alpha
                                   .Ret<ffi::Buffer<ffi::F32>>()   // beta
@@ -405,6 +410,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TextattnAdditiveAttentionBackward, Backward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // d_u
                                   .Attr<int64_t>("heads")
                                   .Attr<int64_t>("threads")
+                                  .Attr<bool>("xla_pool")
+                                  .Ctx<ffi::ThreadPool>()
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d_q
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d_k
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d_w_alpha

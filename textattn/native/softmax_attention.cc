@@ -67,7 +67,7 @@ struct Shape {
 };
 
 template <typename Body>
-void for_each_pair(const Shape& s, int64_t threads, Body body) {
+void for_each_pair(const Shape& s, textattn::Workers threads, Body body) {
   textattn::for_each_task(s.batch * s.heads, threads, [&](int64_t, int64_t pair) {
     body(pair / s.heads, pair % s.heads);
   });
@@ -485,7 +485,7 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
 }
 
 template <int kDim>
-void forward_all(const Shape& s, bool causal, int64_t threads, const float* q, const float* k,
+void forward_all(const Shape& s, bool causal, textattn::Workers threads, const float* q, const float* k,
                  const float* v, const int32_t* mask, float* out, float* probs) {
   for_each_pair(s, threads, [&](int64_t b, int64_t h) {
     if constexpr (kDim > 0 && kDim % 8 == 0) {
@@ -499,7 +499,7 @@ void forward_all(const Shape& s, bool causal, int64_t threads, const float* q, c
 }
 
 template <int kDim>
-void backward_all(const Shape& s, bool causal, int64_t threads, const float* q, const float* k,
+void backward_all(const Shape& s, bool causal, textattn::Workers threads, const float* q, const float* k,
                   const float* v, const int32_t* mask, const float* out, const float* probs, const float* d_out,
                   float* d_q, float* d_k, float* d_v) {
   for_each_pair(s, threads, [&](int64_t b, int64_t h) {
@@ -542,12 +542,13 @@ ffi::Error shape_of(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::S32>&
   }
 
 ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
-                   ffi::Buffer<ffi::S32> mask, bool causal, int64_t threads,
+                   ffi::Buffer<ffi::S32> mask, bool causal, int64_t threads, bool xla_pool, ffi::ThreadPool pool,
                    ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> probs) {
   Shape s;
   if (auto err = shape_of(q, mask, {&k, &v}, &s); err.failure()) return err;
+  const textattn::Workers workers{threads, xla_pool ? &pool : nullptr};
   try {  // (std::thread or an allocation may throw; exceptions must not cross into XLA)
-    TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, causal, threads, q.typed_data(), k.typed_data(),
+    TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, causal, workers, q.typed_data(), k.typed_data(),
                           v.typed_data(), mask.typed_data(), out->typed_data(),
                           probs->typed_data());
   } catch (const std::exception& e) {
@@ -559,7 +560,8 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer
 ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
                     ffi::Buffer<ffi::S32> mask, ffi::Buffer<ffi::F32> out,
                     ffi::Buffer<ffi::F32> probs, ffi::Buffer<ffi::F32> d_out, bool causal,
-                    int64_t threads, ffi::ResultBuffer<ffi::F32> d_q,
+                    int64_t threads, bool xla_pool, ffi::ThreadPool pool,
+                   ffi::ResultBuffer<ffi::F32> d_q,
                     ffi::ResultBuffer<ffi::F32> d_k, ffi::ResultBuffer<ffi::F32> d_v) {
   Shape s;
   if (auto err = shape_of(q, mask, {&k, &v, &out, &d_out}, &s); err.failure()) return err;
@@ -567,8 +569,9 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffe
   if (pd.size() != 4 || pd[0] != s.batch || pd[1] != s.heads || pd[2] != s.length ||
       pd[3] != s.length)
     return ffi::Error::InvalidArgument("probs must be [batch, heads, length, length]");
+  const textattn::Workers workers{threads, xla_pool ? &pool : nullptr};
   try {
-    TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, causal, threads, q.typed_data(),
+    TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, causal, workers, q.typed_data(),
                           k.typed_data(), v.typed_data(), mask.typed_data(), out.typed_data(),
                           probs.typed_data(), d_out.typed_data(), d_q->typed_data(),
                           d_k->typed_data(), d_v->typed_data());
@@ -588,6 +591,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TextattnSoftmaxAttentionForward, Forward,
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Attr<bool>("causal")
                                   .Attr<int64_t>("threads")
+                                  .Attr<bool>("xla_pool")
+                                  .Ctx<ffi::ThreadPool>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
@@ -602,6 +607,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TextattnSoftmaxAttentionBackward, Backward,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Attr<bool>("causal")
                                   .Attr<int64_t>("threads")
+                                  .Attr<bool>("xla_pool")
+                                  .Ctx<ffi::ThreadPool>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
