@@ -204,7 +204,7 @@ def fused_softmax_attention(query: Array, key: Array, value: Array, padding_mask
 # FFI's Ctx<ThreadPool>; the calling thread works too and takes whatever a busy pool thread has
 # not started), or "own" = std::threads started for each call. Results are the same either way
 # (tested); the speed was measured with experiments/native_pool_ab.py (experiments/RESULTS.md).
-NATIVE_WORKERS = "own"
+NATIVE_WORKERS = "xla"
 
 
 def _native_pool() -> bool:
