@@ -28,9 +28,10 @@
 // trees of reduce-window ops (experiments/RESULTS.md, "Fourth round"). Here each example's
 // forward, and its backward, are a few passes over its rows while they stay in L1/L2.
 //
-// Examples are independent, so they are split over `threads` std::threads; the scoring
-// kernels' gradients are summed per example into scratch and then over examples in a fixed
-// order, so results do not depend on the thread count.
+// Examples are independent, so they are split over up to `threads` workers (XLA's intra-op
+// thread pool or std::threads of our own, parallel.h); the scoring kernels' gradients are
+// summed per example into scratch and then over examples in a fixed order, so results do not
+// depend on the workers.
 
 #include <algorithm>
 #include <cmath>

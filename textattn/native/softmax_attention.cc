@@ -12,8 +12,9 @@
 // Semantics are those of textattn.attention.softmax_attention: scores q.k / sqrt(head_dim);
 // padding keys (and, when causal, keys after the query) get no weight; a query with no visible
 // key at all outputs exactly zero and receives zero gradient. Every (batch, head) pair is
-// independent, so the work is split over `threads` std::threads by pairs; the result does not
-// depend on the thread count (each pair is always computed by one thread in one order).
+// independent, so the pairs are split over up to `threads` workers (XLA's intra-op thread pool
+// or std::threads of our own, parallel.h); the result does not depend on the workers (each
+// pair is always computed by one worker in one order).
 //
 // Why by hand: XLA:CPU runs the four L x L products of this model (head_dim 16) as skinny
 // batched matmuls at a fraction of the machine's speed and materialises the scores several
