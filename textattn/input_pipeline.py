@@ -35,7 +35,7 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -525,6 +525,29 @@ def atomic_write(path: str, write_fn, mode: str = "w") -> None:
     raise
 
 
+def read_cache(path: str, what: str, read: Callable[[str], Any]):
+  """read(path), or None when the cache file is missing or unreadable (corrupt, truncated,
+  another version's, or `read` raising because it does not match the configuration): a cache
+  must never stop a run, so an unreadable entry is logged and rebuilt."""
+  try:
+    return read(path)
+  except FileNotFoundError:
+    return None
+  except Exception as e:  # noqa: BLE001 -- a cache must never stop a run: corrupt = rebuild
+    logging.warning("Ignoring unreadable %s cache %s (%s: %s).", what, path, type(e).__name__, e)
+    return None
+
+
+def check_unlabeled_split(config, field: str, purpose: str) -> None:
+  """One sentence if config.<field> names a TFDS split of unlabelled text while config.dataset
+  is a local file (which has none)."""
+  section, _, name = field.partition(".")
+  split = config[section][name]
+  if split and is_local_file(config.dataset):
+    raise ValueError(f"config.{field}={split!r} names a TFDS split, but config.dataset is a "
+                     f"local file; set it to '' ({purpose} on the training split's text only).")
+
+
 def load_tokenizer(workdir: str, config=None):
   """(tokenizer, class_names) saved in `workdir`, or (None, None) if none is saved yet.
 
@@ -662,16 +685,10 @@ class _Cache:
   def load_vocab(self):
     if self.identity is None:
       return None
-    path = self._vocab_path()
-    try:
+    def read(path):
       with open(path, encoding="utf-8") as f:
         return tokenizer_lib.WordTokenizer.from_json(f.read())
-    except FileNotFoundError:
-      return None
-    except Exception as e:  # noqa: BLE001 -- a cache must never stop a run: corrupt = rebuild
-      logging.warning("Ignoring unreadable vocabulary cache %s (%s: %s).", path,
-                      type(e).__name__, e)
-      return None
+    return read_cache(self._vocab_path(), "vocabulary", read)
 
   def save_vocab(self, tokenizer) -> None:
     if self.writable and self.identity is not None:
@@ -681,27 +698,24 @@ class _Cache:
     """(splits, class_names, skipped) or None on a miss or an unreadable entry."""
     if self.identity is None:
       return None
-    path = self._arrays_path(tokenizer)
-    try:
-      with np.load(path, allow_pickle=False) as archive:
-        meta = json.loads(str(archive["meta"]))
-        splits = {s: Split(archive[f"{s}_inputs"].astype(np.int32),
-                           archive[f"{s}_labels"].astype(np.int32)) for s in SPLITS}
-      class_names = [str(c) for c in meta["class_names"]]
-      for split in splits.values():
-        if (split.inputs.ndim != 2 or split.inputs.shape[1] != self.config.max_len
-            or split.labels.shape != (split.inputs.shape[0],)
-            or (len(split) and (split.inputs.min() < 0
-                                or split.inputs.max() >= tokenizer.vocab_size
-                                or split.labels.min() < 0
-                                or split.labels.max() >= len(class_names)))):
-          raise ValueError("arrays do not match the configuration")
-      return splits, class_names, {str(k): int(v) for k, v in meta["skipped"].items()}
-    except FileNotFoundError:
-      return None
-    except Exception as e:  # noqa: BLE001 -- corrupt, truncated or another version's: rebuild
-      logging.warning("Ignoring unreadable data cache %s (%s: %s).", path, type(e).__name__, e)
-      return None
+    return read_cache(self._arrays_path(tokenizer), "data",
+                      lambda path: self._read_arrays(path, tokenizer))
+
+  def _read_arrays(self, path: str, tokenizer):
+    with np.load(path, allow_pickle=False) as archive:
+      meta = json.loads(str(archive["meta"]))
+      splits = {s: Split(archive[f"{s}_inputs"].astype(np.int32),
+                         archive[f"{s}_labels"].astype(np.int32)) for s in SPLITS}
+    class_names = [str(c) for c in meta["class_names"]]
+    for split in splits.values():
+      if (split.inputs.ndim != 2 or split.inputs.shape[1] != self.config.max_len
+          or split.labels.shape != (split.inputs.shape[0],)
+          or (len(split) and (split.inputs.min() < 0
+                              or split.inputs.max() >= tokenizer.vocab_size
+                              or split.labels.min() < 0
+                              or split.labels.max() >= len(class_names)))):
+        raise ValueError("arrays do not match the configuration")
+    return splits, class_names, {str(k): int(v) for k, v in meta["skipped"].items()}
 
   def save_arrays(self, tokenizer, splits: dict[str, Split], class_names: list[str],
                   skipped: dict[str, int]) -> None:

@@ -83,10 +83,7 @@ def validate_config(config) -> None:
   if p.batch_size % jax.device_count():
     raise ValueError(f"config.pretrain.batch_size={p.batch_size} must be a multiple of the "
                      f"device count ({jax.device_count()}) so every device gets an equal share.")
-  if p.unlabeled_split and input_pipeline.is_local_file(config.dataset):
-    raise ValueError(f"config.pretrain.unlabeled_split={p.unlabeled_split!r} names a TFDS "
-                     f"split, but config.dataset is a local file; set it to '' (pretrain on the "
-                     f"training split's text only).")
+  input_pipeline.check_unlabeled_split(config, "pretrain.unlabeled_split", "pretrain")
   if config.model.embedding_init == "word2vec":
     raise ValueError("config.pretrain.objective='mlm' trains the token embeddings itself; use "
                      "config.model.embedding_init='random' with it (or no pretraining).")
@@ -194,7 +191,7 @@ def transfer(params, pretrained):
   classifier's own head (pooling, hidden layer, logits) keeps its fresh initialisation."""
   flat = flatten(pretrained)
   target = flatten(params)
-  for name, value in flat.items():
+  for name, value in sorted(flat.items()):
     if name not in target or tuple(target[name].shape) != tuple(value.shape):
       got = tuple(target[name].shape) if name in target else "no such parameter"
       raise ValueError(f"The pretrained parameter {name} has shape {tuple(value.shape)}; the "
@@ -225,17 +222,12 @@ def unflatten(flat: dict) -> dict:
 
 
 def _load(path: str):
-  try:
+  def read(path):
     with np.load(path, allow_pickle=False) as archive:
       params = {k[len("param:"):]: archive[k] for k in archive.files if k.startswith("param:")}
       curve = json.loads(str(archive["curve"]))
     return unflatten(params), curve
-  except FileNotFoundError:
-    return None
-  except Exception as e:  # noqa: BLE001 -- a cache must never stop a run: corrupt = rebuild
-    logging.warning("Ignoring unreadable pretraining cache %s (%s: %s).", path,
-                    type(e).__name__, e)
-    return None
+  return input_pipeline.read_cache(path, "pretraining", read)
 
 
 def _host(x) -> np.ndarray:

@@ -60,10 +60,7 @@ def validate_config(config) -> None:
   if w2v.scale not in SCALES:
     raise ValueError(f"config.word2vec.scale={w2v.scale!r} is invalid; allowed: "
                      f"{', '.join(repr(s) for s in SCALES)}.")
-  if w2v.unlabeled_split and input_pipeline.is_local_file(config.dataset):
-    raise ValueError(f"config.word2vec.unlabeled_split={w2v.unlabeled_split!r} names a TFDS "
-                     f"split, but config.dataset is a local file; set it to '' (train on the "
-                     f"training split's text only).")
+  input_pipeline.check_unlabeled_split(config, "word2vec.unlabeled_split", "train")
   if not isinstance(w2v.seed, int) or isinstance(w2v.seed, bool) or w2v.seed < 0:
     raise ValueError(f"config.word2vec.seed={w2v.seed!r} is invalid; it must be an integer >= 0.")
 
@@ -136,17 +133,13 @@ def _gensim_version() -> str:
 
 
 def _load(path: str, vocab_size: int, dim: int):
-  try:
+  def read(path):
     with np.load(path, allow_pickle=False) as archive:
       table, found = archive["table"], archive["found"]
     if table.shape != (vocab_size, dim) or found.shape != (vocab_size,):
       raise ValueError("shapes do not match the configuration")
     return table.astype(np.float32), found.astype(bool)
-  except FileNotFoundError:
-    return None
-  except Exception as e:  # noqa: BLE001 -- a cache must never stop a run: corrupt = rebuild
-    logging.warning("Ignoring unreadable word2vec cache %s (%s: %s).", path, type(e).__name__, e)
-    return None
+  return input_pipeline.read_cache(path, "word2vec", read)
 
 
 def pretrained_token_table(config, tokenizer, vocab_size: int, *,
