@@ -1,6 +1,7 @@
 """Attention kernels and modules against float64 NumPy references, masks and causality."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -266,6 +267,14 @@ def test_native_kernels_do_not_depend_on_their_threads(monkeypatch, kernel):
   for other in results[1:]:
     for a, b in zip(jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(other)):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_misspelled_native_workers_setting_is_refused(monkeypatch):
+  monkeypatch.setattr(attention, "NATIVE_WORKERS", "pool")
+  q = jnp.ones((1, 8, 1, 8))
+  with pytest.raises(ValueError, match=re.escape(
+      "attention.NATIVE_WORKERS='pool' is invalid; allowed: 'xla'")):
+    attention.native_softmax_attention(q, q, q, jnp.ones((1, 8), bool))
 
 
 # cuDNN needs an NVIDIA GPU and bf16; everything else runs (and is tested) on the CPU.

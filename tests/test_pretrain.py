@@ -4,6 +4,7 @@ transfer into the classifier, the cache, and that only a fresh run pretrains."""
 import json
 import re
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -131,6 +132,29 @@ def test_transfer_copies_the_embedding_and_encoder_and_keeps_the_classifier_head
     pretrain.transfer(fresh, pretrain.encoder_params(small.params))
 
 
+def test_with_a_cls_token_the_logits_read_the_predicted_tokens_own_hidden_state():
+  # The CLS token shifts every position by one; reading the neighbour's state would still
+  # learn (test above), so check the head against a hand computation on the captured states.
+  config = _small_config()
+  config.model.pooling = "cls"
+  model, state = _mlm_state(config, config.vocab_size, k=3)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(2, 24, (2, 12)), jnp.int32)
+  positions = jnp.asarray([[0, 5, 11], [3, 3, 7]])
+  logits, variables = model.apply(
+      {"params": state.params}, tokens, mlm_positions=positions,
+      mask_input=jnp.zeros((2, 12), bool),
+      capture_intermediates=lambda module, _: isinstance(module, models.EncoderBlock))
+  hidden = variables["intermediates"]["block_0"]["__call__"][0]
+  assert hidden.shape == (2, 13, 16)  # CLS first
+  p = state.params
+  h = hidden[:, 1:][jnp.arange(2)[:, None], positions]
+  h = nn.gelu(h @ p["mlm_dense"]["kernel"] + p["mlm_dense"]["bias"])
+  h = (h - h.mean(-1, keepdims=True)) / jnp.sqrt(h.var(-1, keepdims=True) + 1e-6)
+  h = h * p["mlm_norm"]["scale"] + p["mlm_norm"]["bias"]
+  expected = h @ p["embedding"]["token"]["embedding"].T + p["mlm_bias"]
+  np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_pretraining_text_is_train_plus_unlabeled_never_validation_or_test(tmp_path):
   train_rows = [(f"trainrow{i} shared".encode(), i % 2) for i in range(20)]
   splits = {"train": train_rows, "test": [(b"testrow shared", 0)] * 5,
@@ -139,9 +163,14 @@ def test_pretraining_text_is_train_plus_unlabeled_never_validation_or_test(tmp_p
   with fake_tfds(splits):
     texts, _ = ip.pretraining_texts(config, "unsupervised", "pretrain.unlabeled_split")
     raw = ip._TfdsSource(config).read(config.val_fraction, config.data_seed)
-    with pytest.raises(ip.DataError, match=re.escape(
-        "config.pretrain.unlabeled_split='test' is a labelled split")):
-      ip.pretraining_texts(config, "test", "pretrain.unlabeled_split")
+    for split in ("test", "validation_matched", "train"):
+      with pytest.raises(ip.DataError, match=re.escape(
+          f"config.pretrain.unlabeled_split={split!r} is a labelled split")):
+        ip.pretraining_texts(config, split, "pretrain.unlabeled_split")
+    for split in ("unsupervised+test", "test[:20%]", "unsupervised[:50%]"):  # TFDS would take them
+      with pytest.raises(ip.DataError, match=re.escape(
+          f"config.pretrain.unlabeled_split={split!r} is not a plain split name")):
+        ip.pretraining_texts(config, split, "pretrain.unlabeled_split")
   markers = [t.split()[0] for t in texts]
   assert len(markers) == 18 + 7 and sum(m.startswith("unsuprow") for m in markers) == 7
   held_out = {t.split()[0] for t in raw.texts["validation"]}
@@ -213,6 +242,15 @@ def test_a_pretrained_run_fine_tunes_from_the_cache_and_a_resume_never_pretrains
                                 params["embedding"]["token"]["embedding"])
   config.pretrain.seed = 1  # other settings: another cache entry, so it must pretrain
   with pytest.raises(AssertionError, match="pretrained again"):
+    pretrain.pretrain(config, loaded.tokenizer, loaded.vocab_size)
+  config.model.pooling = "max"  # a head-only setting: the same cache entry
+  config.pretrain.seed = 0
+  assert pretrain.pretrain(config, loaded.tokenizer, loaded.vocab_size)[1] == curve
+  monkeypatch.undo()
+  config.pretrain.batch_size = 1000
+  with pytest.raises(ip.DataError, match=re.escape(
+      "the pretraining corpus has 192 non-empty text(s), fewer than one batch of "
+      "config.pretrain.batch_size=1000")):
     pretrain.pretrain(config, loaded.tokenizer, loaded.vocab_size)
 
   # A finished or resumed run restores its parameters: it never pretrains again.

@@ -208,6 +208,9 @@ NATIVE_WORKERS = "xla"
 
 
 def _native_pool() -> bool:
+  if NATIVE_WORKERS not in ("xla", "own"):
+    raise ValueError(f"attention.NATIVE_WORKERS={NATIVE_WORKERS!r} is invalid; allowed: 'xla' "
+                     f"(XLA's thread pool), 'own' (std::threads per call).")
   return NATIVE_WORKERS == "xla"
 
 

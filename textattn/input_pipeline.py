@@ -33,6 +33,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import socket
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -50,6 +51,11 @@ DATA_INFO_FILE = "data_info.json"
 _CACHE_VERSION = 1
 _READ_BATCH = 4096
 _SHOW_SKIPPED = 5
+
+
+# Split names that hold labelled (training or held-out) text, e.g. "validation_matched": never
+# read as unlabelled text.
+_LABELLED_SPLIT_PREFIXES = ("train", "valid", "test", "dev")
 
 
 class DataError(ValueError):
@@ -202,7 +208,11 @@ class _TfdsSource:
     read(), which makes sure the data set is prepared. Empty texts are skipped. `field` names
     the config field that asked for it, in error messages."""
     import tensorflow_datasets as tfds
-    if split in ("train", "validation", "test"):
+    if not re.fullmatch(r"[A-Za-z0-9_]+", split):
+      # TFDS would also take "unsupervised+test" or "test[:20%]": held-out text in the corpus.
+      raise DataError(f"config.{field}={split!r} is not a plain split name; name one whole split "
+                      f"of unlabelled text (letters, digits, '_') such as 'unsupervised', or ''.")
+    if split.lower().startswith(_LABELLED_SPLIT_PREFIXES):
       raise DataError(f"config.{field}={split!r} is a labelled split (its held-out part would "
                       f"leak into what is pretrained on it; the training part is used anyway); "
                       f"name a split of unlabelled text such as 'unsupervised', or ''.")

@@ -95,9 +95,11 @@ def settings(config) -> dict:
   return {
       "pretrain": config.pretrain.to_dict(),
       # The classifier head's own settings do not reach the encoder: a sweep over them shares
-      # one pretraining.
+      # one pretraining. Of the pooling, only whether a CLS token is prepended does.
       "model": {k: v for k, v in config.model.to_dict().items()
-                if k not in ("mlp_dim", "token_dropout_rate")},
+                if k not in ("mlp_dim", "token_dropout_rate", "pooling")},
+      "cls_token": config.model.pooling == "cls",
+      "xla_flags": config.xla_flags,  # (compiler options can change the numbers)
       "max_len": int(config.max_len), "truncation": config.truncation,
       "optimizer": {k: opt[k] for k in ("name", "b1", "b2", "eps", "weight_decay",
                                         "grad_clip_norm")},
@@ -252,6 +254,13 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
       config, "mlm", {"tokenizer": tokenizer.fingerprint(), "vocab_size": int(vocab_size),
                       "settings": key_settings}, ".npz")
   cached = _load(path) if path else None
+  if jax.process_count() > 1:
+    # Every process must take the same branch (pretraining steps are collective): pretrain
+    # unless every process found the cache (caches may be per host). Deterministic, so a
+    # process that had it computes the same parameters again.
+    from jax.experimental import multihost_utils
+    if not np.all(multihost_utils.process_allgather(np.int32(cached is not None))):
+      cached = None
   if cached is not None:
     logging.info("Loaded the pretrained encoder from %s.", path)
     print(f"Pretrained encoder (masked language model, {p.num_steps} steps) read from the "
@@ -262,6 +271,10 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
                                                       "pretrain.unlabeled_split")
   inputs = tokenizer.encode(texts, config.max_len, config.truncation)
   inputs = inputs[(inputs != 0).any(axis=1)]
+  if len(inputs) < p.batch_size:
+    raise input_pipeline.DataError(
+        f"the pretraining corpus has {len(inputs)} non-empty text(s), fewer than one batch of "
+        f"config.pretrain.batch_size={p.batch_size}; lower it or add text.")
   corpus = input_pipeline.Split(inputs, np.zeros(len(inputs), np.int32))
   is_main = jax.process_index() == 0
   if is_main:

@@ -572,8 +572,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       pretrained_tokens = word_vectors.pretrained_token_table(
           config, data.tokenizer, data.vocab_size, write=is_main)
     if pretrain.enabled(config):
-      pretrained_params, curve = pretrain.pretrain(config, data.tokenizer, data.vocab_size,
-                                                   write=is_main)
+      # Every process writes its cache (atomically; identical content): caches may be per host.
+      pretrained_params, curve = pretrain.pretrain(config, data.tokenizer, data.vocab_size)
       if is_main:
         pretrain.write_curve(workdir, curve)
     state = jax.jit(init, out_shardings=state_sharding)(rng, pretrained_tokens, pretrained_params)
