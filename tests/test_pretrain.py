@@ -12,7 +12,15 @@ import pytest
 
 from configs import default
 from tests.test_input_pipeline import fake_tfds, make_config
-from tests.test_train import cli_args, read_metrics, run_main, write_sentiment_jsonl
+from tests.test_train import (
+    assert_rows_close,
+    cli_args,
+    eval_rows,
+    free_port,
+    read_metrics,
+    run_main,
+    write_sentiment_jsonl,
+)
 from textattn import input_pipeline as ip
 from textattn import models, pretrain, train
 from textattn import tokenizer as tokenizer_lib
@@ -257,3 +265,24 @@ def test_a_pretrained_run_fine_tunes_from_the_cache_and_a_resume_never_pretrains
   (tmp_path / "cache").rename(tmp_path / "cache-moved")
   again = run_main(args, tmp_path / "run")
   assert again.returncode == 0 and "Pretrain" not in again.stdout, again.stdout[-2000:]
+
+
+def test_two_processes_pretrain_together_when_only_one_has_the_cache(tmp_path):
+  # Pretraining steps are collective: if process 0 took its cached encoder while process 1
+  # pretrained, the run would hang. Process 0 here has the cache of a one-process run, process
+  # 1 an empty cache dir: both must pretrain, and the run must match the one-process run.
+  data = write_sentiment_jsonl(tmp_path / "reviews.jsonl", n=240)
+  overrides = {"num_train_steps": 20, "pretrain.objective": "mlm", "pretrain.num_steps": 12,
+               "pretrain.batch_size": 8, "pretrain.max_predictions": 4,
+               "pretrain.warmup_steps": 2}
+  one = run_main(cli_args(data, tmp_path / "cache0", **overrides), tmp_path / "one")
+  assert one.returncode == 0, one.stderr[-3000:]
+  address = f"127.0.0.1:{free_port()}"
+  procs = [run_main(cli_args(data, tmp_path / f"cache{i}", **overrides)
+                    + [f"--coordinator_address={address}", "--num_processes=2",
+                       f"--process_id={i}"], tmp_path / "two", wait=False) for i in range(2)]
+  outputs = [p.communicate(timeout=300)[0] for p in procs]
+  assert all(p.returncode == 0 for p in procs), outputs
+  assert "Pretraining the encoder" in outputs[0] and "read from the cache" not in outputs[0]
+  assert list((tmp_path / "cache1").glob("*-mlm-*.npz"))  # process 1 wrote its own cache
+  assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "two"))
