@@ -230,7 +230,7 @@ def _native_forward_call(causal, q, k, v, mask):
       (jax.ShapeDtypeStruct(q.shape, jnp.float32),
        jax.ShapeDtypeStruct((q.shape[0], q.shape[2], q.shape[1], k.shape[1]), jnp.float32)),
       vmap_method="sequential")(q, k, v, mask, causal=causal, threads=_native_threads(),
-                                      xla_pool=_native_pool())
+                                xla_pool=_native_pool())
 
 
 def _native_backward_call(causal, q, k, v, mask, out, probs, d_out):

@@ -303,6 +303,14 @@ def check_choice(field: str, value: Any, allowed: tuple) -> None:
                      f"allowed: {', '.join(map(str, allowed))}.")
 
 
+def check_integer(field: str, value: Any, low: int) -> int:
+  """ValueError naming config.<field> and its value unless it is an integer >= low (not a
+  bool); returns it."""
+  if not isinstance(value, int) or isinstance(value, bool) or value < low:
+    raise ValueError(f"config.{field}={value!r} is invalid; it must be an integer >= {low}.")
+  return value
+
+
 def validate_model_config(config: ml_collections.ConfigDict) -> None:
   """Raise ValueError naming the first bad model field, its value and what is allowed."""
   m = config.model

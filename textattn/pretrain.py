@@ -62,18 +62,10 @@ def validate_config(config) -> None:
   if not p.objective:
     return
 
-  def integer(field: str, low: int) -> int:
-    value = p[field]
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-      raise ValueError(f"config.pretrain.{field}={value!r} is invalid; it must be an integer "
-                       f">= {low}.")
-    return value
-
-  integer("num_steps", 1)
-  integer("batch_size", 1)
-  integer("warmup_steps", 0)
-  integer("seed", 0)
-  if integer("max_predictions", 1) > config.max_len:
+  for field, low in (("num_steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0),
+                     ("max_predictions", 1)):
+    models.check_integer(f"pretrain.{field}", p[field], low)
+  if p.max_predictions > config.max_len:
     raise ValueError(f"config.pretrain.max_predictions={p.max_predictions} is invalid; it must "
                      f"be at most config.max_len={config.max_len}.")
   if not 0.0 < p.mask_rate < 1.0:
@@ -315,13 +307,12 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
   progress = tqdm.tqdm(total=p.num_steps, disable=not is_main, unit="step", dynamic_ncols=True,
                        mininterval=1.0, desc="pretrain")
   for done in range(1, p.num_steps + 1):
-    batch = jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, x),
-                         next(batches))
+    batch = train_lib.to_global(next(batches), data_sharding)
     state, metrics = step(state, batch)
     pending.append(metrics)
     progress.update(1)
     if done % log_every == 0 or done == p.num_steps:
-      sums = jax.tree.map(lambda *xs: np.sum(np.stack(xs), 0), *jax.device_get(pending))
+      sums = train_lib.sum_steps(pending)
       if sums["nonfinite"]:
         progress.close()
         raise train_lib.NonFiniteLossError(

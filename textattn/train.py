@@ -596,14 +596,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         in_shardings=(state_sharding, data_sharding), out_shardings=replicated,
                         compiler_options=options)
 
-  def to_global(batch):
-    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, x), batch)
-
   def evaluate(state, split, prefix):
     totals = None
     for batch in input_pipeline.eval_batches(split, config.eval_batch_size, jax.process_index(),
                                              jax.process_count()):
-      sums = p_eval_step(state, to_global(batch))
+      sums = p_eval_step(state, to_global(batch, data_sharding))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     return summarize_eval(jax.device_get(totals), data.class_names, prefix)
 
@@ -615,7 +612,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   if start_step < total_steps:
     t0 = time.perf_counter()
-    first_batch = to_global(next(train_iter))
+    first_batch = to_global(next(train_iter), data_sharding)
     compiled = p_train_step.lower(state, first_batch).compile()
     compile_s = time.perf_counter() - t0
     logging.info("Compiled train_step in %.1fs.", compile_s)
@@ -639,7 +636,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     checkpoint_now = done % checkpoint_every == 0 or is_last
     if log_now or eval_now or checkpoint_now:
       # One host sync per window; the NaN guard sees every step's loss before any save.
-      sums = jax.tree.map(lambda *xs: np.sum(np.stack(xs), 0), *jax.device_get(pending))
+      sums = sum_steps(pending)
       elapsed = time.perf_counter() - window_start
       if sums["nonfinite"]:
         progress.close()
@@ -677,7 +674,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       pending, window_start, window_examples = [], time.perf_counter(), 0
     if not is_last:
       # Only after any checkpoint above: the saved iterator position is the batch of step done+1.
-      batch = to_global(next(train_iter))
+      batch = to_global(next(train_iter), data_sharding)
   progress.close()
   manager.wait_until_finished()
 
@@ -704,6 +701,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   manager.close()
   writer.close()
   return test_metrics
+
+
+def to_global(batch: dict, data_sharding: jax.NamedSharding) -> dict:
+  """This process's rows of a batch -> global arrays sharded along the data axis."""
+  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, x), batch)
+
+
+def sum_steps(metrics: list[dict]) -> dict:
+  """Per-step metric sums of a logging window, fetched and added up on the host (one sync)."""
+  return jax.tree.map(lambda *xs: np.sum(np.stack(xs), 0), *jax.device_get(metrics))
 
 
 def abstract_state_with_sharding(abstract_state, state_sharding):

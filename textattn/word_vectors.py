@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from textattn import input_pipeline
+from textattn import input_pipeline, models
 from textattn import tokenizer as tokenizer_lib
 
 EMBEDDING_INITS = ("random", "word2vec")
@@ -52,17 +52,13 @@ def validate_config(config) -> None:
   if config.tokenizer != "word":
     raise ValueError(f"config.model.embedding_init='word2vec' needs config.tokenizer='word' "
                      f"(word vectors for a word vocabulary), not {config.tokenizer!r}.")
-  for field, low in (("epochs", 1), ("window", 1), ("min_count", 1), ("negative", 1)):
-    value = w2v[field]
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-      raise ValueError(f"config.word2vec.{field}={value!r} is invalid; it must be an integer "
-                       f">= {low}.")
+  for field, low in (("epochs", 1), ("window", 1), ("min_count", 1), ("negative", 1),
+                     ("seed", 0)):
+    models.check_integer(f"word2vec.{field}", w2v[field], low)
   if w2v.scale not in SCALES:
     raise ValueError(f"config.word2vec.scale={w2v.scale!r} is invalid; allowed: "
                      f"{', '.join(repr(s) for s in SCALES)}.")
   input_pipeline.check_unlabeled_split(config, "word2vec.unlabeled_split", "train")
-  if not isinstance(w2v.seed, int) or isinstance(w2v.seed, bool) or w2v.seed < 0:
-    raise ValueError(f"config.word2vec.seed={w2v.seed!r} is invalid; it must be an integer >= 0.")
 
 
 def vector_settings(config) -> dict[str, Any]:

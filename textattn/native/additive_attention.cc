@@ -55,8 +55,8 @@ struct Dims {
 };
 
 template <typename Body>
-void for_each_example(int64_t batch, textattn::Workers threads, Body body) {
-  textattn::for_each_task(batch, threads, body);
+void for_each_example(int64_t batch, textattn::Workers workers, Body body) {
+  textattn::for_each_task(batch, workers, body);
 }
 
 // Rows of F = heads * head_dim features are processed 8 features at a time (head_dim is a
@@ -257,16 +257,16 @@ void backward_example(const Example<kChunks>& e, float scale, const float* q, co
 }
 
 template <int kChunks>
-void forward_all(const Dims& s, textattn::Workers threads, const float* q, const float* k,
+void forward_all(const Dims& s, textattn::Workers workers, const float* q, const float* k,
                  const int32_t* mask, const float* w_alpha, const float* w_beta, float* u,
                  float* alpha, float* beta, float* g_q, float* g_k) {
   const Example<kChunks> e{s.length, s.heads, s.features(), s.features() / 8};
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
   const std::vector<float> wa_t = transpose(w_alpha, e.F, e.H);
   const std::vector<float> wb_t = transpose(w_beta, e.F, e.H);
-  std::vector<std::vector<float>> p(std::max<int64_t>(1, std::min(threads.threads, s.batch)));
+  std::vector<std::vector<float>> p(workers.for_tasks(s.batch));
   const int64_t LF = e.L * e.F, LH = e.L * e.H;
-  for_each_example(s.batch, threads, [&](int64_t t, int64_t b) {
+  for_each_example(s.batch, workers, [&](int64_t t, int64_t b) {
     forward_example(e, scale, q + b * LF, k + b * LF, mask + b * e.L, wa_t.data(), wb_t.data(),
                     u + b * LF, alpha + b * LH, beta + b * LH, g_q + b * e.F, g_k + b * e.F,
                     p[t]);
@@ -274,7 +274,7 @@ void forward_all(const Dims& s, textattn::Workers threads, const float* q, const
 }
 
 template <int kChunks>
-void backward_all(const Dims& s, textattn::Workers threads, const float* q, const float* k,
+void backward_all(const Dims& s, textattn::Workers workers, const float* q, const float* k,
                   const int32_t* mask, const float* w_alpha, const float* w_beta,
                   const float* alpha, const float* beta, const float* g_q, const float* g_k,
                   const float* d_u, float* d_q, float* d_k, float* d_w_alpha, float* d_w_beta) {
@@ -285,8 +285,8 @@ void backward_all(const Dims& s, textattn::Workers threads, const float* q, cons
   const std::vector<float> wb_t = transpose(w_beta, F, H);
   // Per-example scoring-kernel gradients ([H, F] each), summed over examples in order below.
   std::vector<float> d_wa(s.batch * H * F, 0.0f), d_wb(s.batch * H * F, 0.0f);
-  std::vector<Scratch> scratch(std::max<int64_t>(1, std::min(threads.threads, s.batch)));
-  for_each_example(s.batch, threads, [&](int64_t t, int64_t b) {
+  std::vector<Scratch> scratch(workers.for_tasks(s.batch));
+  for_each_example(s.batch, workers, [&](int64_t t, int64_t b) {
     backward_example(e, scale, q + b * LF, k + b * LF, mask + b * e.L, wa_t.data(), wb_t.data(),
                      alpha + b * LH, beta + b * LH, g_q + b * F, g_k + b * F, d_u + b * LF,
                      d_q + b * LF, d_k + b * LF, d_wa.data() + b * H * F,
@@ -360,7 +360,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffe
                     ffi::Buffer<ffi::F32> w_alpha, ffi::Buffer<ffi::F32> w_beta,
                     ffi::Buffer<ffi::F32> alpha, ffi::Buffer<ffi::F32> beta,
                     ffi::Buffer<ffi::F32> g_q, ffi::Buffer<ffi::F32> g_k,
-                    ffi::Buffer<ffi::F32> d_u, int64_t heads, int64_t threads, bool xla_pool, ffi::ThreadPool pool,
+                    ffi::Buffer<ffi::F32> d_u, int64_t heads, int64_t threads, bool xla_pool,
+                    ffi::ThreadPool pool,
                     ffi::ResultBuffer<ffi::F32> d_q, ffi::ResultBuffer<ffi::F32> d_k,
                     ffi::ResultBuffer<ffi::F32> d_w_alpha, ffi::ResultBuffer<ffi::F32> d_w_beta) {
   Dims s;

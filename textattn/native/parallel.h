@@ -34,6 +34,10 @@ namespace textattn {
 struct Workers {
   Workers(int64_t threads, xla::ffi::ThreadPool* pool = nullptr)  // NOLINT: implicit from a count
       : threads(threads), pool(pool) {}
+  // How many workers run `count` tasks (callers size per-worker scratch by it).
+  int64_t for_tasks(int64_t count) const {
+    return std::max<int64_t>(1, std::min<int64_t>(threads, count));
+  }
   int64_t threads;             // at most this many workers
   xla::ffi::ThreadPool* pool;  // run them on XLA's pool (see above) if set
 };
@@ -78,7 +82,7 @@ inline void work(const std::shared_ptr<PoolRun>& run, int64_t worker) {
 
 template <typename Body>
 void for_each_task(int64_t count, Workers workers, Body body) {
-  int64_t threads = std::max<int64_t>(1, std::min<int64_t>(workers.threads, count));
+  const int64_t threads = workers.for_tasks(count);
   if (workers.pool != nullptr && threads > 1 && workers.pool->num_threads() > 0) {
     auto run = std::make_shared<internal::PoolRun>(count);
     run->body = [&body](int64_t worker, int64_t task) { body(worker, task); };

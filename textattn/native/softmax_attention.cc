@@ -68,8 +68,8 @@ struct Shape {
 };
 
 template <typename Body>
-void for_each_pair(const Shape& s, textattn::Workers threads, Body body) {
-  textattn::for_each_task(s.batch * s.heads, threads, [&](int64_t, int64_t pair) {
+void for_each_pair(const Shape& s, textattn::Workers workers, Body body) {
+  textattn::for_each_task(s.batch * s.heads, workers, [&](int64_t, int64_t pair) {
     body(pair / s.heads, pair % s.heads);
   });
 }
@@ -486,9 +486,9 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
 }
 
 template <int kDim>
-void forward_all(const Shape& s, bool causal, textattn::Workers threads, const float* q, const float* k,
-                 const float* v, const int32_t* mask, float* out, float* probs) {
-  for_each_pair(s, threads, [&](int64_t b, int64_t h) {
+void forward_all(const Shape& s, bool causal, textattn::Workers workers, const float* q,
+                 const float* k, const float* v, const int32_t* mask, float* out, float* probs) {
+  for_each_pair(s, workers, [&](int64_t b, int64_t h) {
     if constexpr (kDim > 0 && kDim % 8 == 0) {
       thread_local Scratch w;
       forward_pair_blocked<kDim>(s, b, h, causal, q, k, v, mask, out, probs, w);
@@ -500,10 +500,10 @@ void forward_all(const Shape& s, bool causal, textattn::Workers threads, const f
 }
 
 template <int kDim>
-void backward_all(const Shape& s, bool causal, textattn::Workers threads, const float* q, const float* k,
-                  const float* v, const int32_t* mask, const float* out, const float* probs, const float* d_out,
-                  float* d_q, float* d_k, float* d_v) {
-  for_each_pair(s, threads, [&](int64_t b, int64_t h) {
+void backward_all(const Shape& s, bool causal, textattn::Workers workers, const float* q,
+                  const float* k, const float* v, const int32_t* mask, const float* out,
+                  const float* probs, const float* d_out, float* d_q, float* d_k, float* d_v) {
+  for_each_pair(s, workers, [&](int64_t b, int64_t h) {
     if constexpr (kDim > 0 && kDim % 8 == 0) {
       thread_local Scratch w;
       backward_pair_blocked<kDim>(s, b, h, causal, q, k, v, mask, out, probs, d_out, d_q, d_k,
@@ -543,7 +543,8 @@ ffi::Error shape_of(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::S32>&
   }
 
 ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
-                   ffi::Buffer<ffi::S32> mask, bool causal, int64_t threads, bool xla_pool, ffi::ThreadPool pool,
+                   ffi::Buffer<ffi::S32> mask, bool causal, int64_t threads, bool xla_pool,
+                   ffi::ThreadPool pool,
                    ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> probs) {
   Shape s;
   if (auto err = shape_of(q, mask, {&k, &v}, &s); err.failure()) return err;
@@ -562,7 +563,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffe
                     ffi::Buffer<ffi::S32> mask, ffi::Buffer<ffi::F32> out,
                     ffi::Buffer<ffi::F32> probs, ffi::Buffer<ffi::F32> d_out, bool causal,
                     int64_t threads, bool xla_pool, ffi::ThreadPool pool,
-                   ffi::ResultBuffer<ffi::F32> d_q,
+                    ffi::ResultBuffer<ffi::F32> d_q,
                     ffi::ResultBuffer<ffi::F32> d_k, ffi::ResultBuffer<ffi::F32> d_v) {
   Shape s;
   if (auto err = shape_of(q, mask, {&k, &v, &out, &d_out}, &s); err.failure()) return err;
