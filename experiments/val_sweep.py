@@ -13,6 +13,17 @@ Two steps, so the sweep machine needs neither TFDS nor the text, and never sees 
       --config=configs/imdb_fastformer.py --seeds=0,1,2 --jobs=8 \
       --variant='base' --variant='max:model.pooling=max' ...
 
+  # Masked-language-model pretraining on the sweep machine (the CPU export would pretrain here):
+  # export the pretraining corpus (training text, validation carved out, plus the unlabelled
+  # split; never validation or test text), pretrain there, and fine-tune variants from it.
+  TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/val_sweep.py export-corpus \
+      --config=configs/imdb_fastformer.py --unlabeled-split=unsupervised --out=.sweep/corpus.npz
+  python experiments/val_sweep.py pretrain --corpus=.sweep/corpus.npz \
+      --config=configs/imdb_fastformer.py --overrides='{"pretrain.num_steps": 10000}' \
+      --out=.sweep/encoder.npz
+  python experiments/val_sweep.py sweep ... --encoder=.sweep/encoder.npz \
+      --variant='mlm:pretrain.objective=mlm,pretrain.num_steps=10000,...'
+
   # 3. Summarise sweep files (one JSON line per run, as written by --out).
   python experiments/val_sweep.py summarize experiments/sweeps/*.jsonl
 
@@ -112,6 +123,74 @@ def export(args) -> None:
         + (", pretrained encoder" if "mlm_settings" in extra else ""))
 
 
+def export_corpus(args) -> None:
+  """The pretraining corpus of a config with pretrain.unlabeled_split=--unlabeled-split, as
+  pretrain.corpus builds it, stored ragged (tokens concatenated, one length per text)."""
+  from textattn import input_pipeline, pretrain
+  config = load_config(args.config)
+  with config.unlocked():
+    config.pretrain.objective = "mlm"
+    config.pretrain.unlabeled_split = args.unlabeled_split
+  pretrain.validate_config(config)
+  with tempfile.TemporaryDirectory() as workdir:
+    data = input_pipeline.load_dataset(config, workdir)
+  inputs, _ = pretrain.corpus(config, data.tokenizer)
+  lengths = (inputs != 0).sum(1)
+  dtype = np.uint16 if data.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  np.savez_compressed(
+      args.out, tokens=inputs[inputs != 0].astype(dtype), lengths=lengths,
+      vocab_size=data.vocab_size, max_len=config.max_len, truncation=config.truncation,
+      unlabeled_split=args.unlabeled_split,
+      data_fields=json.dumps({f: config[f] for f in DATA_FIELDS}))
+  print(f"wrote {args.out}: {len(lengths):,} texts, {int(lengths.sum()):,} tokens")
+
+
+def load_corpus(path: str, config) -> tuple[np.ndarray, int]:
+  """export_corpus's texts as int32 [N, config.max_len] rows (left-aligned, zero-padded)."""
+  with np.load(path) as f:
+    raw = {k: f[k] for k in f.files}
+  check_export(raw, config)
+  if str(raw["unlabeled_split"]) != config.pretrain.unlabeled_split:
+    raise ValueError(f"the corpus was exported with unlabelled split {raw['unlabeled_split']}, "
+                     f"not {config.pretrain.unlabeled_split!r}")
+  lengths = raw["lengths"]
+  inputs = np.zeros((len(lengths), int(raw["max_len"])), np.int32)
+  inputs[np.arange(inputs.shape[1])[None, :] < lengths[:, None]] = raw["tokens"]
+  if config.max_len < inputs.shape[1]:
+    inputs = shorten(inputs, config.max_len, config.truncation)
+  return inputs, int(raw["vocab_size"])
+
+
+def check_export(raw: dict, config) -> None:
+  if config.max_len > int(raw["max_len"]):
+    raise ValueError(f"max_len {config.max_len} > exported {int(raw['max_len'])}")
+  exported = json.loads(str(raw["data_fields"]))
+  changed = {f: (config[f], v) for f, v in exported.items() if config[f] != v}
+  if changed:
+    raise ValueError(f"these fields differ from the export's (this, exported): {changed}; "
+                     f"export again with them instead.")
+
+
+def pretrain_encoder(args) -> None:
+  """Pretrains a config's encoder on an exported corpus; writes the parameters, the settings
+  they depend on and the curve, for `sweep --encoder`."""
+  from textattn import pretrain
+  config = apply_overrides(load_config(args.config),
+                           {"pretrain.objective": "mlm", **json.loads(args.overrides)})
+  pretrain.validate_config(config)
+  inputs, vocab_size = load_corpus(args.corpus, config)
+  t0 = time.perf_counter()
+  params, curve = pretrain.train_encoder(config, inputs, vocab_size)
+  seconds = time.perf_counter() - t0
+  np.savez(args.out, mlm_settings=json.dumps(pretrain.settings(config)),
+           curve=json.dumps(curve), seconds=seconds,
+           **{f"mlm:{name}": value for name, value in pretrain.flatten(params).items()})
+  import jax
+  print(json.dumps({"out": args.out, "seconds": seconds, "device": str(jax.devices()[0]),
+                    "last": curve[-1]}))
+
+
 def word2vec_settings(config) -> dict:
   from textattn import word_vectors
   return {**word_vectors.vector_settings(config), "scale": config.word2vec.scale}
@@ -130,7 +209,8 @@ def shorten(inputs: np.ndarray, max_len: int, truncation: str) -> np.ndarray:
   return out
 
 
-def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dict:
+def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
+            encoder_path: str = "") -> dict:
   import jax
   import jax.numpy as jnp
 
@@ -139,13 +219,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dic
   config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
   with np.load(data_path) as f:
     raw = {k: f[k] for k in f.files}
-  if config.max_len > int(raw["max_len"]):
-    raise ValueError(f"max_len {config.max_len} > exported {int(raw['max_len'])}")
-  exported = json.loads(str(raw["data_fields"]))
-  changed = {f: (config[f], v) for f, v in exported.items() if config[f] != v}
-  if changed:
-    raise ValueError(f"these fields differ from the export's (this, exported): {changed}; "
-                     f"export again with them instead.")
+  check_export(raw, config)
   splits = {}
   for name in ("train", "val"):
     inputs = raw[f"{name}_inputs"].astype(np.int32)
@@ -167,6 +241,9 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int) -> dic
     pretrained_tokens = (jnp.asarray(raw["w2v_table"]), jnp.asarray(raw["w2v_found"]))
   pretrained_params = None
   if pretrain.enabled(config):
+    if encoder_path:  # pretrained on the sweep machine (pretrain_encoder)
+      with np.load(encoder_path) as f:
+        raw = {**raw, **{k: f[k] for k in f.files if k.startswith("mlm")}}
     if "mlm_settings" not in raw:
       raise ValueError("pretrain.objective='mlm' needs the pretrained encoder in the export; "
                        "export with a config that sets it.")
@@ -215,7 +292,8 @@ def sweep(args) -> None:
   def launch(job):
     name, overrides, seed = job
     command = [sys.executable, __file__, "one", f"--data={args.data}", f"--config={args.config}",
-               f"--overrides={json.dumps(overrides)}", f"--seed={seed}"]
+               f"--overrides={json.dumps(overrides)}", f"--seed={seed}",
+               f"--encoder={args.encoder}"]
     # Several processes share one GPU: no process may grab most of its memory up front.
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
@@ -270,6 +348,7 @@ def main() -> None:
   p.add_argument("--seeds", default="0")
   p.add_argument("--jobs", type=int, default=1)
   p.add_argument("--out", default="")
+  p.add_argument("--encoder", default="", help="pretrained encoder (pretrain's --out)")
   p = sub.add_parser("summarize")
   p.add_argument("files", nargs="+")
   p = sub.add_parser("one")
@@ -277,15 +356,30 @@ def main() -> None:
   p.add_argument("--config", required=True)
   p.add_argument("--overrides", default="{}")
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--encoder", default="")
+  p = sub.add_parser("export-corpus")
+  p.add_argument("--config", required=True)
+  p.add_argument("--unlabeled-split", default="unsupervised")
+  p.add_argument("--out", required=True)
+  p = sub.add_parser("pretrain")
+  p.add_argument("--corpus", required=True)
+  p.add_argument("--config", required=True)
+  p.add_argument("--overrides", default="{}")
+  p.add_argument("--out", required=True)
   args = parser.parse_args()
   if args.command == "export":
     export(args)
+  elif args.command == "export-corpus":
+    export_corpus(args)
+  elif args.command == "pretrain":
+    pretrain_encoder(args)
   elif args.command == "sweep":
     sweep(args)
   elif args.command == "summarize":
     summarize(args)
   else:
-    print(json.dumps(run_one(args.data, args.config, json.loads(args.overrides), args.seed)))
+    print(json.dumps(run_one(args.data, args.config, json.loads(args.overrides), args.seed,
+                             args.encoder)))
 
 
 if __name__ == "__main__":

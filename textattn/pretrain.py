@@ -237,8 +237,6 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
   """Pretrained encoder parameters (nested dict of NumPy arrays, as `encoder_params`) and the
   training curve (a list of {"step", "pretrain/loss", "pretrain/accuracy", ...} rows), from the
   cache or trained now."""
-  from textattn import train as train_lib  # (train imports this module)
-
   validate_config(config)
   p = config.pretrain
   key_settings = settings(config)
@@ -259,10 +257,34 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
           f"cache {path}.", flush=True)
     return cached
 
+  inputs, cacheable = corpus(config, tokenizer)
+  params, curve = train_encoder(config, inputs, vocab_size)
+  if write and cacheable and path:
+    arrays = {f"param:{name}": value for name, value in flatten(params).items()}
+    try:
+      input_pipeline.atomic_write(
+          path, lambda f: np.savez(f, curve=np.asarray(json.dumps(curve)), **arrays), "wb")
+    except OSError as e:  # A read-only or full cache dir must not stop training.
+      logging.warning("Could not write the pretraining cache %s (%s).", path, e)
+  return params, curve
+
+
+def corpus(config, tokenizer) -> tuple[np.ndarray, bool]:
+  """The pretraining texts encoded as the classifier's inputs (int [N, max_len], empty texts
+  dropped) and whether they may be cached (see input_pipeline.pretraining_texts)."""
+  p = config.pretrain
   texts, cacheable = input_pipeline.pretraining_texts(config, p.unlabeled_split,
                                                       "pretrain.unlabeled_split")
   inputs = tokenizer.encode(texts, config.max_len, config.truncation)
-  inputs = inputs[(inputs != 0).any(axis=1)]
+  return inputs[(inputs != 0).any(axis=1)], cacheable
+
+
+def train_encoder(config, inputs: np.ndarray, vocab_size: int):
+  """Pretrains the encoder of `config`'s classifier on the encoded texts `inputs` (int [N, L]);
+  returns (encoder parameters as NumPy arrays, curve). Not cached: see `pretrain`."""
+  from textattn import train as train_lib  # (train imports this module)
+
+  p = config.pretrain
   if len(inputs) < p.batch_size:
     raise input_pipeline.DataError(
         f"the pretraining corpus has {len(inputs)} non-empty text(s), fewer than one batch of "
@@ -328,15 +350,7 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
                            acc=f"{row['pretrain/accuracy']:.3f}")
       pending, window_start = [], time.perf_counter()
   progress.close()
-  params = jax.tree.map(_host, encoder_params(state.params))
-  if write and cacheable and path:
-    arrays = {f"param:{name}": value for name, value in flatten(params).items()}
-    try:
-      input_pipeline.atomic_write(
-          path, lambda f: np.savez(f, curve=np.asarray(json.dumps(curve)), **arrays), "wb")
-    except OSError as e:  # A read-only or full cache dir must not stop training.
-      logging.warning("Could not write the pretraining cache %s (%s).", path, e)
-  return params, curve
+  return jax.tree.map(_host, encoder_params(state.params)), curve
 
 
 def write_curve(workdir: str, curve: list[dict]) -> None:

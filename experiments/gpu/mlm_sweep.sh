@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Masked-language-model pretraining for several epochs, then a validation-only fine-tuning sweep,
+# on a lent GPU (experiments/RESULTS.md, "Longer MLM pretraining"). Never sees the test split.
+#
+# Here, first (the exports are gitignored; .gpu/ is listed in .git/info/exclude):
+#   TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/val_sweep.py export-corpus \
+#     --config=configs/imdb_fastformer.py --out=.gpu/corpus_800.npz
+#   cp .sweep/imdb_800.npz .gpu/   # (val_sweep.py export --config=configs/imdb_fastformer.py)
+# Device tool: carry [".whl", ".gpu"], command "bash experiments/gpu/mlm_sweep.sh".
+# PHASE=pretrain or PHASE=finetune runs one half (encoders are kept in .gpu/ on the machine).
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+  .whl/*.whl .whl/pinned/*.whl 2>&1 | tail -2
+export PYTHONPATH=/tmp/site:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=3 \
+  PYTHONUNBUFFERED=1 JAX_PLATFORMS=cuda
+OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
+PHASE=${PHASE:-all}
+S=experiments/val_sweep.py
+
+# Pretraining settings: batch 256, lr 1e-3, 15% of the tokens (at most 128 / 64 per text).
+P20='"pretrain.unlabeled_split":"unsupervised","pretrain.batch_size":256,"pretrain.num_steps":5664,"pretrain.warmup_steps":500'
+P5='"pretrain.unlabeled_split":"unsupervised","pretrain.batch_size":256,"pretrain.num_steps":1416,"pretrain.warmup_steps":200'
+FF="pretrain.max_predictions=128"; SM="pretrain.max_predictions=64"
+V20="pretrain.objective=mlm,pretrain.unlabeled_split=unsupervised,pretrain.batch_size=256,pretrain.num_steps=5664,pretrain.warmup_steps=500"
+V5="pretrain.objective=mlm,pretrain.unlabeled_split=unsupervised,pretrain.batch_size=256,pretrain.num_steps=1416,pretrain.warmup_steps=200"
+
+if [ "$PHASE" != finetune ]; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  for job in "ff20 configs/imdb_fastformer.py {$P20,\"pretrain.max_predictions\":128,\"log_every_steps\":472}" \
+             "ff5 configs/imdb_fastformer.py {$P5,\"pretrain.max_predictions\":128,\"log_every_steps\":118}" \
+             "sm20 configs/imdb_softmax.py {$P20,\"pretrain.max_predictions\":64,\"log_every_steps\":472}"; do
+    set -- $job
+    python3 $S pretrain --corpus=.gpu/corpus_800.npz --config=$2 --overrides="$3" \
+      --out=.gpu/enc_$1.npz > "$OUT/pretrain_$1.log" 2>&1 &
+  done
+  wait
+  tail -n 2 "$OUT"/pretrain_*.log
+  cp .gpu/enc_*.npz "$OUT"/ 2>/dev/null
+fi
+
+if [ "$PHASE" != pretrain ]; then
+  python3 $S sweep --data=.gpu/imdb_800.npz --config=configs/imdb_fastformer.py --seeds=0,1,2 \
+    --jobs=12 --encoder=.gpu/enc_ff20.npz --out="$OUT/ff_mlm20.jsonl" \
+    --variant="mlm20:$V20,$FF" --variant="mlm20_lr3e-4:$V20,$FF,optimizer.learning_rate=3e-4" \
+    > "$OUT/ff_mlm20.log" 2>&1 &
+  python3 $S sweep --data=.gpu/imdb_800.npz --config=configs/imdb_fastformer.py --seeds=0,1,2 \
+    --jobs=6 --encoder=.gpu/enc_ff5.npz --out="$OUT/ff_mlm5.jsonl" \
+    --variant="mlm5:$V5,$FF" --variant="mlm5_lr3e-4:$V5,$FF,optimizer.learning_rate=3e-4" \
+    > "$OUT/ff_mlm5.log" 2>&1 &
+  python3 $S sweep --data=.gpu/imdb_800.npz --config=configs/imdb_softmax.py --seeds=0,1,2 \
+    --jobs=6 --encoder=.gpu/enc_sm20.npz --out="$OUT/sm_mlm20.jsonl" \
+    --variant="mlm20:$V20,$SM" --variant="mlm20_lr3e-4:$V20,$SM,optimizer.learning_rate=3e-4" \
+    > "$OUT/sm_mlm20.log" 2>&1 &
+  wait
+  grep -h -A4 "^variant" "$OUT"/*_mlm*.log; grep -h '"error"' "$OUT"/*.jsonl | cut -c1-600 | head -3
+fi
