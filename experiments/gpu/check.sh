@@ -9,12 +9,7 @@
 #   ... -d .whl/pinned flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8
 # Run (device tool): carry [".whl"], command "bash experiments/gpu/check.sh".
 # It has no TensorFlow/TFDS either, so test_input_pipeline.py (mock TFDS data) is not run.
-set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-  .whl/*.whl .whl/pinned/*.whl 2>&1 | tail -2
-export PYTHONPATH=/tmp/site:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=3 \
-  PYTHONUNBUFFERED=1 JAX_PLATFORMS=cuda
-OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
+source experiments/gpu/setup.sh
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import jax, flax, optax, orbax.checkpoint as o; \
