@@ -19,10 +19,11 @@ Two steps, so the sweep machine needs neither TFDS nor the text, and never sees 
   TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/val_sweep.py export-corpus \
       --config=configs/imdb_fastformer.py --unlabeled-split=unsupervised --out=.sweep/corpus.npz
   python experiments/val_sweep.py pretrain --corpus=.sweep/corpus.npz \
-      --config=configs/imdb_fastformer.py --overrides='{"pretrain.num_steps": 10000}' \
+      --config=configs/imdb_fastformer.py \
+      --overrides='{"model.embedding_init": "random", "pretrain.num_steps": 10000}' \
       --out=.sweep/encoder.npz
   python experiments/val_sweep.py sweep ... --encoder=.sweep/encoder.npz \
-      --variant='mlm:pretrain.objective=mlm,pretrain.num_steps=10000,...'
+      --variant='mlm:model.embedding_init=random,pretrain.objective=mlm,pretrain.num_steps=10000,...'
 
   # 3. Summarise sweep files (one JSON line per run, as written by --out).
   python experiments/val_sweep.py summarize experiments/sweeps/*.jsonl
@@ -131,6 +132,9 @@ def export_corpus(args) -> None:
   with config.unlocked():
     config.pretrain.objective = "mlm"
     config.pretrain.unlabeled_split = args.unlabeled_split
+    # (MLM pretraining refuses the word2vec start some configs use; the corpus does not depend
+    # on it.)
+    config.model.embedding_init = "random"
   pretrain.validate_config(config)
   with tempfile.TemporaryDirectory() as workdir:
     data = input_pipeline.load_dataset(config, workdir)
@@ -184,6 +188,7 @@ def pretrain_encoder(args) -> None:
   params, curve = pretrain.train_encoder(config, inputs, vocab_size)
   seconds = time.perf_counter() - t0
   np.savez(args.out, mlm_settings=json.dumps(pretrain.settings(config)),
+           data_fields=json.dumps({f: config[f] for f in DATA_FIELDS}),
            curve=json.dumps(curve), seconds=seconds,
            **{f"mlm:{name}": value for name, value in pretrain.flatten(params).items()})
   import jax
@@ -243,7 +248,12 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
   if pretrain.enabled(config):
     if encoder_path:  # pretrained on the sweep machine (pretrain_encoder)
       with np.load(encoder_path) as f:
-        raw = {**raw, **{k: f[k] for k in f.files if k.startswith("mlm")}}
+        encoder = {k: f[k] for k in f.files}
+      # Same data fields as both exports (corpus and arrays): the same vocabulary and carve.
+      if "data_fields" not in encoder:
+        raise ValueError(f"{encoder_path} does not record its data fields; pretrain it again.")
+      check_export({**encoder, "max_len": raw["max_len"]}, config)
+      raw = {**raw, **{k: v for k, v in encoder.items() if k.startswith("mlm")}}
     if "mlm_settings" not in raw:
       raise ValueError("pretrain.objective='mlm' needs the pretrained encoder in the export; "
                        "export with a config that sets it.")

@@ -258,6 +258,8 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
     return cached
 
   inputs, cacheable = corpus(config, tokenizer)
+  if jax.process_index() == 0 and write and cacheable and path:
+    print(f"The pretrained encoder will be cached in {path} for later runs.", flush=True)
   params, curve = train_encoder(config, inputs, vocab_size)
   if write and cacheable and path:
     arrays = {f"param:{name}": value for name, value in flatten(params).items()}
@@ -294,7 +296,7 @@ def train_encoder(config, inputs: np.ndarray, vocab_size: int):
   if is_main:
     print(f"Pretraining the encoder as a masked language model: {len(corpus):,} texts "
           f"({int((inputs != 0).sum()):,} tokens), {p.num_steps} steps of {p.batch_size} "
-          f"({p.num_steps * p.batch_size / len(corpus):.2f} epochs); cached for later runs.",
+          f"({p.num_steps * p.batch_size / len(corpus):.2f} epochs).",
           flush=True)
   model = models.build_model(config, num_classes=2, vocab_size=vocab_size)
   opt = copy.deepcopy(config.optimizer)
