@@ -258,10 +258,11 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
     return cached
 
   inputs, cacheable = corpus(config, tokenizer)
-  if jax.process_index() == 0 and write and cacheable and path:
+  will_cache = bool(write and cacheable and path)
+  if will_cache and jax.process_index() == 0:
     print(f"The pretrained encoder will be cached in {path} for later runs.", flush=True)
   params, curve = train_encoder(config, inputs, vocab_size)
-  if write and cacheable and path:
+  if will_cache:
     arrays = {f"param:{name}": value for name, value in flatten(params).items()}
     try:
       input_pipeline.atomic_write(
