@@ -27,6 +27,9 @@ def get_config() -> ml_collections.ConfigDict:
   # counted on the training split only; id 0 = padding, 1 = out-of-vocabulary) or "byte".
   config.tokenizer = "word"
   config.vocab_size = 20000
+  # Word tokenizer: "strip" deletes ASCII punctuation (Keras' default, as the seeds), "split"
+  # keeps each mark as a token of its own ("7/10!" -> "7 / 10 !").
+  config.punctuation = "strip"
   config.max_len = 200
   # "pre" drops tokens from the start (keeps the end of a review; Keras pad_sequences default),
   # "post" drops tokens from the end.

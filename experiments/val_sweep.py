@@ -89,7 +89,9 @@ def apply_overrides(config, overrides: dict):
 # Fields that decide the exported arrays: a sweep variant may not change them (max_len may only
 # shrink, see run_one).
 DATA_FIELDS = ("dataset", "val_fraction", "data_seed", "tokenizer", "vocab_size", "truncation",
-               "text_fields", "label_field")
+               "text_fields", "label_field", "punctuation")
+# What an export made before a field existed had (it was not recorded then).
+DATA_FIELD_DEFAULTS = {"punctuation": "strip"}
 
 
 def export(args) -> None:
@@ -169,7 +171,7 @@ def load_corpus(path: str, config) -> tuple[np.ndarray, int]:
 def check_export(raw: dict, config) -> None:
   if config.max_len > int(raw["max_len"]):
     raise ValueError(f"max_len {config.max_len} > exported {int(raw['max_len'])}")
-  exported = json.loads(str(raw["data_fields"]))
+  exported = {**DATA_FIELD_DEFAULTS, **json.loads(str(raw["data_fields"]))}
   changed = {f: (config[f], v) for f, v in exported.items() if config[f] != v}
   if changed:
     raise ValueError(f"these fields differ from the export's (this, exported): {changed}; "

@@ -152,7 +152,25 @@ def test_train_step_mode_uses_the_config_and_prints_examples_per_second(runs):
   from textattn import native
   assert row["implementation"] == ("native" if native.available() else "xla")
   assert row["embed_dim"] == "16" and row["num_heads"] == "2"  # the rest from the config
-  assert "train_step additive_auto L=16 batch=4 float32:" in stdout and "examples/s" in stdout
+  assert "train_step additive_auto L=16 batch=4 float32 lengths=half_to_full:" in stdout
+  assert "examples/s" in stdout and row["lengths"] == "half_to_full"
+
+
+@pytest.mark.parametrize("lengths", benchmark.LENGTHS)
+def test_random_inputs_have_the_requested_lengths(lengths):
+  spec = one_spec(lengths=lengths) | {"vocab_size": 50}
+  _, mask, tokens, _ = benchmark._random_inputs(spec, 64, 16)
+  assert mask[0].all() and ((tokens != 0) == mask).all()  # padding is exactly the masked part
+  counts = mask.sum(axis=1)
+  if lengths == "full":
+    assert (counts == 64).all()
+  else:
+    assert counts.min() >= 32 and (counts < 64).sum() >= 8  # padded examples, none below L/2
+
+
+def test_unknown_lengths_are_refused():
+  with pytest.raises(ValueError, match="lengths='short' is invalid; allowed: half_to_full, full"):
+    one_spec(lengths="short")
 
 
 def test_a_hanging_point_is_killed_and_recorded_as_timeout(points):

@@ -293,6 +293,22 @@ def test_workdir_created_with_another_tokenizer_is_refused(tmp_path):
     ip.load_dataset(make_config(tmp_path, dataset=path, tokenizer="byte"), workdir)
   with pytest.raises(ip.DataError, match="vocab_size=200.*config.vocab_size=300"):
     ip.load_dataset(make_config(tmp_path, dataset=path, vocab_size=300), workdir)
+  with pytest.raises(ip.DataError, match="punctuation='strip'.*config.punctuation='split'"):
+    ip.load_dataset(make_config(tmp_path, dataset=path, punctuation="split"), workdir)
+
+
+def test_split_punctuation_has_its_own_vocabulary_and_cache_entries(tmp_path):
+  path = write_csv(tmp_path / "d.csv", [f"good! film{i % 3},{i % 2}" for i in range(40)])
+  strip = ip.load_dataset(make_config(tmp_path, dataset=path), str(tmp_path / "w1"))
+  config = make_config(tmp_path, dataset=path, punctuation="split")
+  split = ip.load_dataset(config, str(tmp_path / "w2"))  # same cache_dir: must not reuse
+  assert "!" in split.tokenizer.words and "!" not in strip.tokenizer.words
+  bang = split.tokenizer.words.index("!") + tokenizer_lib.NUM_RESERVED
+  assert (split.train.inputs[:, 1] == bang).all() and (strip.train.inputs[:, 2] == 0).all()
+  again = ip.load_dataset(config, None)  # from the cache: the same ids
+  np.testing.assert_array_equal(again.train.inputs, split.train.inputs)
+  tokenizer, _ = ip.load_tokenizer(str(tmp_path / "w2"), config)
+  assert tokenizer.punctuation == "split"
 
 
 def test_label_outside_the_workdir_label_set_is_an_error(tmp_path):
@@ -381,6 +397,7 @@ def test_empty_texts_are_skipped_counted_and_never_encoded(tmp_path):
 
 
 @pytest.mark.parametrize("field, value", [("truncation", "middle"), ("tokenizer", "bpe"),
+                                          ("punctuation", "keep"),
                                           ("max_len", 0), ("vocab_size", 2),
                                           ("val_fraction", 0.5), ("val_fraction", -0.1)])
 def test_bad_config_names_the_field(tmp_path, field, value):

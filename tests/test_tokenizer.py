@@ -13,6 +13,20 @@ def test_standardize_lowercases_strips_line_breaks_and_punctuation():
       "great", "movie", "dont", "miss", "it", "1010", "end"]
 
 
+def test_split_punctuation_keeps_every_mark_as_a_token():
+  text = "Great MOVIE!<br /><br />Don't miss it... (10/10)<BR/>end"
+  assert tokenizer_lib.standardize(text, "split").split() == [
+      "great", "movie", "!", "don", "'", "t", "miss", "it", ".", ".", ".", "(", "10", "/",
+      "10", ")", "end"]
+  tokenizer = WordTokenizer.train(["Bad!! Good?"], vocab_size=10, punctuation="split")
+  assert tokenizer.words == ["!", "?", "bad", "good"]
+  assert tokenizer.encode(["good!"], 3, "post").tolist() == [[5, 2, 0]]
+  # The same words without the setting would encode "good!" as one unknown word.
+  assert WordTokenizer(tokenizer.words).encode(["good!"], 3, "post").tolist() == [[5, 0, 0]]
+  with pytest.raises(ValueError, match="punctuation='keep' is invalid; allowed: 'strip', "):
+    WordTokenizer(["a"], punctuation="keep")
+
+
 def test_vocab_reserves_padding_and_oov_and_counts_them_in_vocab_size():
   tokenizer = WordTokenizer.train(["b b b a a c"], vocab_size=4)
   assert tokenizer.words == ["b", "a"]  # 4 ids = padding, OOV and the top 2 words.
@@ -54,21 +68,26 @@ def test_invalid_truncation_is_rejected():
     WordTokenizer(["a"]).encode(["a"], 4, "middle")
 
 
-def test_json_round_trip_keeps_every_id():
-  tokenizer = WordTokenizer.train(["the cat sat on the mat", "é ü 日本"], vocab_size=50)
+@pytest.mark.parametrize("punctuation", tokenizer_lib.PUNCTUATIONS)
+def test_json_round_trip_keeps_every_id(punctuation):
+  tokenizer = WordTokenizer.train(["the cat sat on the mat!", "é ü 日本"], vocab_size=50,
+                                  punctuation=punctuation)
   restored = WordTokenizer.from_json(tokenizer.to_json())
-  assert restored.words == tokenizer.words
+  assert restored.words == tokenizer.words and restored.punctuation == punctuation
   assert restored.fingerprint() == tokenizer.fingerprint()
 
 
 def test_fingerprint_changes_when_any_id_changes():
   assert WordTokenizer(["a", "b"]).fingerprint() != WordTokenizer(["b", "a"]).fingerprint()
+  assert WordTokenizer(["a"]).fingerprint() != WordTokenizer(["a"], "split").fingerprint()
 
 
-def test_saved_hugging_face_tokenizer_reproduces_our_ids():
+@pytest.mark.parametrize("punctuation", tokenizer_lib.PUNCTUATIONS)
+def test_saved_hugging_face_tokenizer_reproduces_our_ids(punctuation):
   texts = ["I loved it.<br /><br />Best film of 2009, really!", "Worst. Movie. EVER?!",
-           "unseen words here", "don't   stop"]
-  tokenizer = WordTokenizer.train(texts[:2] + ["stop dont"], vocab_size=30)
+           "unseen words here", "don't   stop", "a$b+c=d ~e^f `g|h <i> \\ j *** 7/10"]
+  tokenizer = WordTokenizer.train(texts[:2] + ["stop dont", texts[4]], vocab_size=40,
+                                  punctuation=punctuation)
   hf = tokenizer.to_hf()
   ours = tokenizer.encode(texts, max_len=32, truncation="post")
   for row, text in zip(ours, texts):

@@ -85,6 +85,10 @@ INJECTABLE_FAILURES = ("error", "oom", "timeout")
 # implementation="cudnn" (attention.cudnn_attention); "native" the C++ FFI kernel (CPU).
 IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn")
 ATTENTIONS = ("softmax", "causal", "additive")
+# How long the random examples of a batch are: "half_to_full" = uniform in [L/2, L] with the
+# first example full (padding, as real text has); "full" = every example L tokens (no padding:
+# the work of a model that ignores the mask, such as the seed Keras model).
+LENGTHS = ("half_to_full", "full")
 
 # Sizes benchmarked in the attention / forward / forward+backward modes when no flag is given.
 SYNTHETIC_DEFAULTS = {"variants": "softmax,additive", "seq_lens": "256,512,1024,2048,4096",
@@ -95,7 +99,8 @@ COLUMNS = ("variant", "attention", "implementation", "seq_len", "batch_size", "m
            "embed_dim", "num_heads", "num_layers", "status", "compile_s", "median_ms", "p90_ms",
            "min_ms", "first_call_ms", "tokens_per_s", "examples_per_s", "peak_bytes", "peak_source",
            "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "rss_peak_bytes",
-           "flops", "max_abs_diff", "warmup", "repeats", "platform", "load_1m", "message")
+           "flops", "max_abs_diff", "warmup", "repeats", "lengths", "platform", "load_1m",
+           "message")
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py). train_step mode: the model, batch, max_len and "
@@ -152,6 +157,10 @@ _CHECK_AGAINST_REFERENCE = flags.DEFINE_bool(
     "absolute difference of the outputs (attention output, logits, or loss and every gradient) in "
     "max_abs_diff.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the parameters and the random inputs.")
+_LENGTHS = flags.DEFINE_enum(
+    "lengths", "half_to_full", LENGTHS, "Lengths of the random examples: half_to_full = uniform "
+    "in [L/2, L], the first one full (padding, as real text has); full = all L tokens (no "
+    "padding).")
 _INJECT_FAILURE = flags.DEFINE_string(
     "inject_failure", "", "For testing this tool: comma list of variant@seq_len=kind, kind one of "
     f"{', '.join(INJECTABLE_FAILURES)}; that point fails that way on purpose.")
@@ -299,6 +308,8 @@ def _random_inputs(spec: dict, seq_len: int, batch_size: int):
   rng = np.random.default_rng(spec["seed"])
   lengths = rng.integers(seq_len // 2 if seq_len > 1 else 1, seq_len + 1, batch_size)
   lengths[0] = seq_len  # the full length is always exercised
+  if spec.get("lengths", "half_to_full") == "full":
+    lengths[:] = seq_len
   padding_mask = np.arange(seq_len)[None, :] < lengths[:, None]
   tokens = np.where(padding_mask, rng.integers(1, max(spec["vocab_size"], 2),
                                                (batch_size, seq_len)), 0).astype(np.int32)
@@ -608,8 +619,10 @@ def run_point_in_subprocess(spec: dict, timeout_s: float) -> dict:
 def plan_points(config, settings: dict, mode: str, *, warmup: int = 2, repeats: int = 10,
                 time_budget_s: float = 0.0, memory_limit_gb: float = 8.0,
                 check_against_reference: bool = False, seed: int = 0, num_classes: int = 2,
-                injections: dict | None = None) -> list[dict]:
+                injections: dict | None = None, lengths: str = "half_to_full") -> list[dict]:
   """One spec (everything its subprocess needs, JSON-able) per variant x length."""
+  if lengths not in LENGTHS:
+    raise ValueError(f"lengths={lengths!r} is invalid; allowed: {', '.join(LENGTHS)}.")
   specs = []
   for variant in settings["variants"]:
     attention, implementation = parse_variant(variant)
@@ -621,6 +634,7 @@ def plan_points(config, settings: dict, mode: str, *, warmup: int = 2, repeats: 
           "num_heads": settings["num_heads"], "num_layers": settings["num_layers"],
           "vocab_size": settings["vocab_size"], "num_classes": num_classes, "seed": seed,
           "warmup": warmup, "repeats": repeats, "time_budget_s": time_budget_s,
+          "lengths": lengths,
           "memory_limit_gb": memory_limit_gb, "check_against_reference": check_against_reference,
           "inject": (injections or {}).get((variant, seq_len)),
           "config": point_config(config, settings, variant, seq_len).to_json()})
@@ -873,7 +887,7 @@ def main(argv):
         config, settings, mode, warmup=_WARMUP.value, repeats=_REPEATS.value,
         time_budget_s=_POINT_TIME_BUDGET_S.value, memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
         check_against_reference=_CHECK_AGAINST_REFERENCE.value, seed=_SEED.value,
-        num_classes=_NUM_CLASSES.value, injections=injections)
+        num_classes=_NUM_CLASSES.value, injections=injections, lengths=_LENGTHS.value)
     import ml_collections
 
     from textattn import models
@@ -890,7 +904,8 @@ def main(argv):
     for row in rows:
       if row["status"] == "ok":
         print(f"train_step {row['variant']} L={row['seq_len']} batch={row['batch_size']} "
-              f"{row['dtype']}: {row['examples_per_s']:,.1f} examples/s (median "
+              f"{row['dtype']} lengths={row['lengths']}: {row['examples_per_s']:,.1f} "
+              f"examples/s (median "
               f"{row['median_ms']:.2f} ms/step, p90 {row['p90_ms']:.2f} ms; compile "
               f"{row['compile_s']:.1f} s, not included)")
       else:

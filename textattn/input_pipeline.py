@@ -98,6 +98,8 @@ def _validate_config(config) -> None:
         "give a TFDS name such as 'imdb_reviews' or the path of a .csv/.tsv/.jsonl file")
   check(config.tokenizer in ("word", "byte"), "tokenizer", "allowed: 'word', 'byte'")
   check(config.truncation in tokenizer_lib.TRUNCATIONS, "truncation", "allowed: 'pre', 'post'")
+  check(config.get("punctuation", "strip") in tokenizer_lib.PUNCTUATIONS, "punctuation",
+        "allowed: 'strip' (delete ASCII punctuation, as Keras), 'split' (each mark a token)")
   check(is_int(config.max_len) and config.max_len >= 1, "max_len", "it must be an integer >= 1")
   if config.tokenizer == "word":
     check(is_int(config.vocab_size) and config.vocab_size > tokenizer_lib.NUM_RESERVED,
@@ -592,6 +594,10 @@ def load_tokenizer(workdir: str, config=None):
       raise DataError(f"{workdir} was created with vocab_size={info.get('config_vocab_size')} "
                       f"but config.vocab_size={config.vocab_size}; use a new workdir or the "
                       f"original value.")
+    if kind == "word" and tokenizer.punctuation != _punctuation(config):
+      raise DataError(f"{workdir} was created with punctuation={tokenizer.punctuation!r} but "
+                      f"config.punctuation={_punctuation(config)!r}; use a new workdir or the "
+                      f"original value.")
   return tokenizer, class_names
 
 
@@ -604,6 +610,7 @@ def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> No
       "vocab_size": tokenizer.vocab_size,
       "config_vocab_size": config.vocab_size,
       "class_names": class_names,
+      "punctuation": getattr(tokenizer, "punctuation", None),
       # For the record only; not checked on reuse.
       "dataset": config.dataset,
       "max_len": config.max_len,
@@ -612,6 +619,11 @@ def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> No
   # Written last: its presence marks the workdir's vocabulary as complete.
   atomic_write(os.path.join(workdir, DATA_INFO_FILE),
                 lambda f: json.dump(info, f, indent=2, ensure_ascii=False))
+
+
+def _punctuation(config) -> str:
+  """config.punctuation; configs written before the field existed mean Keras' "strip"."""
+  return config.get("punctuation", "strip")
 
 
 def _cache_dir(config) -> str:
@@ -663,7 +675,8 @@ def pretraining_texts(config, unlabeled_split: str,
 def word2vec_texts(config, unlabeled_split: str) -> tuple[list[list[str]], bool]:
   """pretraining_texts, standardised and split into words (the corpus of word_vectors)."""
   texts, cacheable = pretraining_texts(config, unlabeled_split)
-  return [tokenizer_lib.standardize(text).split() for text in texts], cacheable
+  punctuation = _punctuation(config)
+  return [tokenizer_lib.standardize(text, punctuation).split() for text in texts], cacheable
 
 
 class _Cache:
@@ -681,9 +694,12 @@ class _Cache:
             "val_fraction": float(config.val_fraction), "data_seed": int(config.data_seed)}
 
   def _vocab_path(self) -> str:
-    key = _key({**self.source_key(), "vocab_size": int(self.config.vocab_size)})
+    parts = {**self.source_key(), "vocab_size": int(self.config.vocab_size)}
+    punctuation = _punctuation(self.config)
+    if punctuation != "strip":  # (the key "strip" vocabularies had before the field existed)
+      parts["punctuation"] = punctuation
     return os.path.join(self.directory,
-                        f"{_slug(self.config)}-vocab{self.config.vocab_size}-{key}.json")
+                        f"{_slug(self.config)}-vocab{self.config.vocab_size}-{_key(parts)}.json")
 
   def _arrays_path(self, tokenizer) -> str:
     config = self.config
@@ -698,7 +714,10 @@ class _Cache:
     def read(path):
       with open(path, encoding="utf-8") as f:
         return tokenizer_lib.WordTokenizer.from_json(f.read())
-    return read_cache(self._vocab_path(), "vocabulary", read)
+    tokenizer = read_cache(self._vocab_path(), "vocabulary", read)
+    if tokenizer is not None and tokenizer.punctuation != _punctuation(self.config):
+      return None  # (not expected: the key has the setting) rebuilt rather than misused
+    return tokenizer
 
   def save_vocab(self, tokenizer) -> None:
     if self.writable and self.identity is not None:
@@ -780,12 +799,14 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
     # Key the cache by what was actually read, and never cache mocked TFDS data.
     cache = _Cache(config, source.identity() if source.cacheable() else None, writable=write)
     standardized = config.tokenizer == "word"
+    punctuation = getattr(tokenizer, "punctuation", _punctuation(config))
     if standardized:  # Once per text, not once for counting and again for encoding.
-      raw.texts = {s: [tokenizer_lib.standardize(t) for t in texts]
+      raw.texts = {s: [tokenizer_lib.standardize(t, punctuation) for t in texts]
                    for s, texts in raw.texts.items()}
     if tokenizer is None:
       tokenizer = tokenizer_lib.WordTokenizer.train(raw.texts["train"], config.vocab_size,
-                                                    standardized=standardized)
+                                                    standardized=standardized,
+                                                    punctuation=punctuation)
       cache.save_vocab(tokenizer)
     splits = {s: Split(tokenizer.encode(raw.texts[s], config.max_len, config.truncation,
                                         standardized=standardized), raw.labels[s])
