@@ -10,8 +10,10 @@ selection).
     TFDS_DATA_DIR=../shared/tensorflow_datasets \
       python -m textattn.main --config=configs/imdb_keras_fast.py --workdir=runs/keras_fast
 
-Result on this 2-core CPU (2026-11-22, night, nothing else running, warm token cache): seeds
-0, 1, 2: 87.08%, 87.09%, 87.33% test accuracy in 56, 61 and 67 s from launch. Run alternately
+Result on a 2-core Zen 3 CPU (2026-11-23, nothing else running, warm token cache): seeds 0, 1,
+2: 87.04%, 87.01%, 87.34% test accuracy in 29.8, 31.6 and 30.1 s from launch (43.5 s with a
+cold cache). On the earlier Zen 1 host (2026-11-22, night): 87.08%, 87.09%, 87.33% in 56, 61
+and 67 s. Run alternately
 with the earlier version of this config (two CPU devices and the fused XLA kernel: 87.10%,
 87.08%, 87.20% in 53-55 s in the afternoon, but 78-86 s tonight), this one took 21-29% less
 time in each pair: the machine's speed drifts, the ordering did not. How the recipe was chosen
