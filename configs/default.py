@@ -34,6 +34,11 @@ def get_config() -> ml_collections.ConfigDict:
   # "pre" drops tokens from the start (keeps the end of a review; Keras pad_sequences default),
   # "post" drops tokens from the end.
   config.truncation = "pre"
+  # "after_masked": tokens first, padding after, masked out of attention and pooling.
+  # "before_as_token": the Keras seed's computation: padding before the tokens (pad_sequences)
+  # and never masked, so id 0 is embedded, attended to and averaged like a token (mean pooling
+  # then also sees the review's length). Not with pretraining.
+  config.padding = "after_masked"
   # Where tokenised arrays are cached between runs. "" means ~/.cache/textattn.
   config.cache_dir = ""
 
@@ -111,7 +116,12 @@ def get_config() -> ml_collections.ConfigDict:
 
   # ---- Optimiser --------------------------------------------------------------
   config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.name = "adam"  # adam | adamw | rmsprop
+  # adam | adamw | rmsprop | keras_adam. "keras_adam" is Adam as the seed Keras model's optimizer
+  # computes it (Keras 3, TensorFlow backend): eps added before the bias correction, and the
+  # token table's second moment fed each token's per-occurrence squared gradients, summed, not
+  # the square of the summed gradient, so a token seen n times in a batch takes up to sqrt(n)
+  # times Adam's step (textattn/train.py, scale_by_keras_adam). No clipping or weight decay.
+  config.optimizer.name = "adam"
   config.optimizer.learning_rate = 1e-3
   config.optimizer.schedule = "constant"  # constant | cosine (both after linear warm-up)
   config.optimizer.warmup_steps = 0

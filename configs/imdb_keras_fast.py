@@ -25,6 +25,10 @@ from configs import imdb_keras_example
 
 def get_config():
   config = imdb_keras_example.get_config()
+  # The layout and optimizer this recipe was chosen and measured with (textattn's own), not the
+  # seed's exact computation that imdb_keras_example.py now uses.
+  config.padding = "after_masked"
+  config.optimizer.name = "adam"
   config.num_epochs = 1
   config.optimizer.learning_rate = 2e-3
   config.optimizer.warmup_steps = 100

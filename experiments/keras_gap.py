@@ -16,7 +16,11 @@ layouts of the same token arrays, seeds 0-2, and prints test accuracy after each
 All with attention_impl="fused" (XLA; the native kernel's padding fast path is for padding
 after the tokens).
 
-    TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/keras_gap.py [layouts] [seeds]
+    TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/keras_gap.py [layouts] [seeds] \
+        [adam|keras_adam]
+
+(the third argument: config.optimizer.name; "keras_adam" is the Keras model's own Adam, whose
+token-table second moment takes per-occurrence squared gradients: experiments/keras_step_check.py).
 """
 
 import os
@@ -28,8 +32,8 @@ import jax
 import numpy as np
 
 from configs import imdb_keras_example
-from textattn import input_pipeline, models, train
 from experiments.keras_seed import left_padded
+from textattn import input_pipeline, models, train
 
 LAYOUTS = ("right_mask", "left_mask", "left_nomask")
 
@@ -41,9 +45,10 @@ def layout(inputs: np.ndarray, name: str, vocab_size: int) -> np.ndarray:
   return left if name == "left_mask" else np.where(left == 0, vocab_size, left).astype(np.int32)
 
 
-def run(data, name: str, seed: int) -> list[float]:
+def run(data, name: str, seed: int, optimizer: str = "adam") -> list[float]:
   config = imdb_keras_example.get_config()
   config.model.attention_impl = "fused"
+  config.optimizer.name = optimizer
   config.seed = seed
   vocab = data.vocab_size + (1 if name == "left_nomask" else 0)
   model = models.build_model(config, 2, vocab_size=vocab)
@@ -74,11 +79,12 @@ def run(data, name: str, seed: int) -> list[float]:
 def main():
   layouts = sys.argv[1].split(",") if len(sys.argv) > 1 else LAYOUTS
   seeds = [int(s) for s in sys.argv[2].split(",")] if len(sys.argv) > 2 else [0, 1, 2]
+  optimizer = sys.argv[3] if len(sys.argv) > 3 else "adam"
   data = input_pipeline.load_dataset(imdb_keras_example.get_config(), None)
   for name in layouts:
     for seed in seeds:
-      accuracies = run(data, name, seed)
-      print(f"{name:12s} seed {seed}: test accuracy after each epoch "
+      accuracies = run(data, name, seed, optimizer)
+      print(f"{name:12s} {optimizer} seed {seed}: test accuracy after each epoch "
             f"{' '.join(f'{a:.4f}' for a in accuracies)}", flush=True)
 
 

@@ -89,14 +89,17 @@ def apply_overrides(config, overrides: dict):
 # Fields that decide the exported arrays: a sweep variant may not change them (max_len may only
 # shrink, see run_one).
 DATA_FIELDS = ("dataset", "val_fraction", "data_seed", "tokenizer", "vocab_size", "truncation",
-               "text_fields", "label_field", "punctuation")
+               "text_fields", "label_field", "punctuation", "padding")
 # What an export made before a field existed had (it was not recorded then).
-DATA_FIELD_DEFAULTS = {"punctuation": "strip"}
+DATA_FIELD_DEFAULTS = {"punctuation": "strip", "padding": "after_masked"}
 
 
 def export(args) -> None:
   from textattn import input_pipeline, pretrain, word_vectors
   config = load_config(args.config)
+  if config.get("padding", "after_masked") != "after_masked":
+    raise SystemExit(f"{args.config}: config.padding={config.padding!r}; the sweep stores and "
+                     "re-truncates left-aligned rows, so it needs padding='after_masked'.")
   with tempfile.TemporaryDirectory() as workdir:
     data = input_pipeline.load_dataset(config, workdir)
   dtype = np.uint16 if data.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32

@@ -397,7 +397,7 @@ def test_empty_texts_are_skipped_counted_and_never_encoded(tmp_path):
 
 
 @pytest.mark.parametrize("field, value", [("truncation", "middle"), ("tokenizer", "bpe"),
-                                          ("punctuation", "keep"),
+                                          ("punctuation", "keep"), ("padding", "pre"),
                                           ("max_len", 0), ("vocab_size", 2),
                                           ("val_fraction", 0.5), ("val_fraction", -0.1)])
 def test_bad_config_names_the_field(tmp_path, field, value):
@@ -405,6 +405,28 @@ def test_bad_config_names_the_field(tmp_path, field, value):
   config[field] = value
   with pytest.raises(ip.DataError, match=f"config.{field}="):
     ip.load_dataset(config, None)
+
+
+def test_pad_before_right_aligns_each_row_keeping_its_tokens_in_order():
+  left = np.array([[5, 6, 7, 0, 0], [9, 0, 0, 0, 0], [1, 2, 3, 4, 8], [0, 0, 0, 0, 0]], np.int32)
+  right = ip.pad_before(left)
+  np.testing.assert_array_equal(right, [[0, 0, 5, 6, 7], [0, 0, 0, 0, 9], [1, 2, 3, 4, 8],
+                                        [0, 0, 0, 0, 0]])
+  assert right.dtype == np.int32
+
+
+def test_before_as_token_padding_gives_keras_layout_from_the_same_cache(tmp_path):
+  config = make_config(tmp_path, max_len=12)
+  with tfds.testing.mock_data(num_examples=20):
+    after = ip.load_dataset(config, None)
+    config.padding = "before_as_token"
+    before = ip.load_dataset(config, None)
+  for a, b in ((after.train, before.train), (after.test, before.test)):
+    np.testing.assert_array_equal(b.labels, a.labels)
+    np.testing.assert_array_equal(b.inputs, ip.pad_before(a.inputs))
+    assert (b.inputs == 0).any()  # Some rows are padded: the check is not vacuous.
+    padding = b.inputs == 0  # Padding first: once a row reaches a token, no more padding.
+    assert (padding[:, 1:] <= padding[:, :-1]).all()
 
 
 # ---- Batches -------------------------------------------------------------------------------

@@ -66,6 +66,27 @@ def test_logits_ignore_padding(attention_name, impl, scoring, pooling):
   assert not np.allclose(np.asarray(apply(changed, mask))[0], logits[0])
 
 
+def test_padding_is_a_token_when_config_padding_is_before_as_token():
+  # The Keras seed's computation: nothing masked, so the number and the embedding of the
+  # padding ids change the logits; the masked default model ignores both.
+  config = small_config()
+  config.padding = "before_as_token"
+  unmasked = models.build_model(config, num_classes=2)
+  assert not unmasked.mask_padding and models.build_model(small_config(), 2).mask_padding
+  tokens = np.array([[0, 0, 0, 7, 8, 9]], np.int32)
+  params = unmasked.init(jax.random.key(0), tokens)
+  fewer = np.array([[0, 7, 8, 9]], np.int32)
+  logits = np.asarray(unmasked.apply(params, tokens))
+  assert not np.allclose(np.asarray(unmasked.apply(params, fewer)), logits, atol=1e-4)
+  table = params["params"]["embedding"]["token"]["embedding"]
+  moved = jax.tree_util.tree_map(lambda x: x, params)
+  moved["params"]["embedding"]["token"]["embedding"] = table.at[0].add(1.0)
+  assert not np.allclose(np.asarray(unmasked.apply(moved, tokens)), logits, atol=1e-4)
+  masked = models.build_model(small_config(), num_classes=2)
+  np.testing.assert_allclose(np.asarray(masked.apply(moved, tokens)),
+                             np.asarray(masked.apply(params, tokens)), atol=1e-5)
+
+
 def test_training_mode_uses_dropout_and_eval_mode_is_deterministic():
   config = small_config(dropout_rate=0.5)
   model = models.build_model(config, num_classes=2)

@@ -196,6 +196,7 @@ def test_pretraining_text_is_train_plus_unlabeled_never_validation_or_test(tmp_p
     ("model.embedding_init", "word2vec", ("config.pretrain.objective='mlm' trains the token "
                                          "embeddings itself")),
     ("dataset", "reviews.csv", "config.pretrain.unlabeled_split='unsupervised' names a TFDS"),
+    ("padding", "before_as_token", "needs config.padding='after_masked'"),
 ])
 def test_bad_pretraining_settings_are_one_clear_sentence(field, value, message):
   config = default.get_config()

@@ -58,13 +58,21 @@ _SHOW_SKIPPED = 5
 _LABELLED_SPLIT_PREFIXES = ("train", "valid", "test", "dev")
 
 
+# config.padding: "after_masked" (textattn's: tokens first, padding after, masked out of
+# attention and pooling) or "before_as_token" (the Keras seed's: pad_sequences puts padding
+# before the tokens and its model never masks it, so id 0 is embedded, attended to and averaged
+# like any token; the model then takes no padding mask, models.Classifier.mask_padding).
+PADDINGS = ("after_masked", "before_as_token")
+
+
 class DataError(ValueError):
   """Bad data or data configuration; the message names the file, row and problem."""
 
 
 @dataclasses.dataclass
 class Split:
-  inputs: np.ndarray  # int32 [N, max_len], 0 = padding, tokens left-aligned.
+  inputs: np.ndarray  # int32 [N, max_len], 0 = padding; tokens left-aligned (right-aligned
+  #                     with config.padding="before_as_token").
   labels: np.ndarray  # int32 [N]
 
   def __len__(self) -> int:
@@ -101,6 +109,9 @@ def _validate_config(config) -> None:
   check(config.get("punctuation", "strip") in tokenizer_lib.PUNCTUATIONS, "punctuation",
         "allowed: 'strip' (delete ASCII punctuation, as Keras), 'split' (each mark a token)")
   check(is_int(config.max_len) and config.max_len >= 1, "max_len", "it must be an integer >= 1")
+  check(config.get("padding", "after_masked") in PADDINGS, "padding",
+        "allowed: 'after_masked' (padding after the tokens, masked out), 'before_as_token' "
+        "(padding before the tokens and attended and pooled like a token, as the Keras seed)")
   if config.tokenizer == "word":
     check(is_int(config.vocab_size) and config.vocab_size > tokenizer_lib.NUM_RESERVED,
           "vocab_size", "it must be an integer > 2 (ids 0 and 1 are reserved)")
@@ -563,7 +574,8 @@ def check_unlabeled_split(config, field: str, purpose: str) -> None:
 def load_tokenizer(workdir: str, config=None):
   """(tokenizer, class_names) saved in `workdir`, or (None, None) if none is saved yet.
 
-  Used on resume and at prediction time: `tokenizer.encode(texts, max_len, truncation)`.
+  Used on resume and at prediction time: `tokenizer.encode(texts, max_len, truncation)`, then
+  `pad_before(...)` when the run used config.padding="before_as_token".
   With `config`, a tokenizer kind or vocab_size other than the workdir's is a DataError.
   """
   info_path = os.path.join(workdir, DATA_INFO_FILE)
@@ -819,9 +831,22 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
     class_names = saved_class_names
   if workdir and write and saved_tokenizer is None:
     _save_workdir(workdir, config, tokenizer, class_names)
+  if config.get("padding", "after_masked") == "before_as_token":
+    splits = {s: Split(pad_before(split.inputs), split.labels) for s, split in splits.items()}
   return Dataset(train=splits["train"], validation=splits["validation"], test=splits["test"],
                  class_names=list(class_names), vocab_size=tokenizer.vocab_size,
                  skipped=dict(skipped), tokenizer=tokenizer)
+
+
+def pad_before(inputs: np.ndarray) -> np.ndarray:
+  """Left-aligned rows (tokens, then 0s) -> right-aligned (0s, then the same tokens), the layout
+  of Keras' pad_sequences(padding="pre"). Token ids are never 0, so a row's token count is its
+  number of non-zero ids."""
+  length = inputs.shape[1]
+  shift = length - np.count_nonzero(inputs, axis=1)
+  source = np.arange(length)[None, :] - shift[:, None]
+  rows = np.arange(inputs.shape[0])[:, None]
+  return np.where(source >= 0, inputs[rows, np.maximum(source, 0)], 0).astype(inputs.dtype)
 
 
 def _remap_labels(splits: dict[str, Split], names: list[str], saved: list[str],

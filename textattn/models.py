@@ -1,7 +1,9 @@
 """Transformer text classifier: embeddings -> encoder blocks -> pooling -> head.
 
 Token id 0 is padding everywhere: the padding mask is `tokens != 0`, it is handed to every
-attention variant, and no pooling lets a padding position contribute.
+attention variant, and no pooling lets a padding position contribute. The one exception is
+`mask_padding=False` (config.padding="before_as_token", the Keras seed's computation): then
+nothing is masked and id 0 is a token like any other.
 """
 
 from __future__ import annotations
@@ -222,6 +224,7 @@ class Classifier(nn.Module):
   layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
   dropout_rng: str = "hash"
+  mask_padding: bool = True
 
   @nn.compact
   def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
@@ -236,7 +239,9 @@ class Classifier(nn.Module):
     # output layer is the token-embedding table (tied, as BERT's). mask_input: bool
     # [batch, length], True where the input embedding is the learned [MASK] vector. No word
     # dropout in this mode (the masking replaces it).
-    padding_mask = tokens != 0 if padding_mask is None else padding_mask.astype(bool)
+    if padding_mask is None:
+      padding_mask = tokens != 0 if self.mask_padding else jnp.ones(tokens.shape, bool)
+    padding_mask = padding_mask.astype(bool)
     token_drop = None
     if train and self.token_dropout_rate > 0.0 and mlm_positions is None:
       # Word dropout (Iyyer et al. 2015): each token's embedding is zeroed with this
@@ -369,7 +374,8 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
       token_dropout_rate=m.token_dropout_rate,
       attention=m.attention, attention_impl=impl,
       additive_scoring=m.additive_scoring, position=m.position, norm=m.norm, pooling=m.pooling,
-      layer_norm_epsilon=m.layer_norm_epsilon, dtype=DTYPES[m.dtype], dropout_rng=m.dropout_rng)
+      layer_norm_epsilon=m.layer_norm_epsilon, dtype=DTYPES[m.dtype], dropout_rng=m.dropout_rng,
+      mask_padding=config.get("padding", "after_masked") != "before_as_token")
 
 
 def count_parameters(params) -> int:

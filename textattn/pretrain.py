@@ -61,6 +61,10 @@ def validate_config(config) -> None:
                      f"{', '.join(repr(o) for o in OBJECTIVES)} ('' = no pretraining).")
   if not p.objective:
     return
+  if config.get("padding", "after_masked") != "after_masked":
+    raise ValueError(f"config.pretrain.objective={p.objective!r} needs config.padding="
+                     f"'after_masked' (got {config.padding!r}): masked-language-model "
+                     "pretraining predicts real tokens only.")
 
   for field, low in (("num_steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0),
                      ("max_predictions", 1)):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +28,7 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy as preserva
 from textattn import input_pipeline, models, pretrain, word_vectors
 
 EVAL_SPLITS = ("validation", "test")
-OPTIMIZERS = ("adam", "adamw", "rmsprop")
+OPTIMIZERS = ("adam", "adamw", "rmsprop", "keras_adam")
 SCHEDULES = ("constant", "cosine")
 FINAL_PARAMS = ("best", "last")
 
@@ -47,6 +47,9 @@ class TrainState(train_state_lib.TrainState):
   # average of params (see train_step), and evaluation uses it. {} when off.
   ema_decay: float = struct.field(pytree_node=False, default=0.0)
   label_smoothing: float = struct.field(pytree_node=False, default=0.0)  # (static)
+  # config.optimizer.name == "keras_adam" (static): train_step hands the optimizer the token
+  # table's per-occurrence squared gradients (see scale_by_keras_adam).
+  table_squares: bool = struct.field(pytree_node=False, default=False)
   ema_params: Any = None
 
   def eval_params(self):
@@ -92,6 +95,11 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
   models.check_choice("optimizer.name", opt.name, OPTIMIZERS)
   models.check_choice("optimizer.schedule", opt.schedule, SCHEDULES)
   models.check_choice("optimizer.embedding_update", opt.embedding_update, EMBEDDING_UPDATES)
+  if opt.name == "keras_adam" and (opt.grad_clip_norm or opt.weight_decay
+                                   or opt.embedding_update != "dense"):
+    raise ValueError("config.optimizer.name='keras_adam' is the seed's plain Keras Adam: it needs "
+                     "grad_clip_norm=0, weight_decay=0 and embedding_update='dense' (got "
+                     f"{opt.grad_clip_norm}, {opt.weight_decay}, {opt.embedding_update!r}).")
   if not opt.learning_rate > 0:
     raise ValueError(f"config.optimizer.learning_rate={opt.learning_rate} must be > 0.")
   for field in ("warmup_steps", "weight_decay", "grad_clip_norm"):
@@ -112,8 +120,9 @@ def init_train_state(model: models.Classifier, tx: optax.GradientTransformation,
   """Fresh parameters (from a dummy batch of `length` tokens), optimizer state and dropout key.
 
   `optimizer` is config.optimizer (missing fields, or None, mean their defaults); the state takes
-  its `embedding_update` ("dense"), `label_smoothing` (0) and `ema_decay` (0; > 0 adds a moving
-  average of the parameters that starts at them). `tx` is built from it by `make_optimizer`.
+  its `embedding_update` ("dense"), `label_smoothing` (0), `ema_decay` (0; > 0 adds a moving
+  average of the parameters that starts at them) and `name` ("keras_adam" makes train_step pass
+  the token table's per-occurrence squared gradients to the optimizer). `tx` is built from it by `make_optimizer`.
   `pretrained_tokens`: (table [vocab, embed], found bool [vocab]) from word_vectors; rows where
   `found` is True replace the random token embeddings, the others keep them.
   `pretrained_params`: the embedding and encoder parameters from pretrain.pretrain; they replace
@@ -139,6 +148,7 @@ def init_train_state(model: models.Classifier, tx: optax.GradientTransformation,
                            dropout_key=jax.random.key_data(dropout_rng),
                            embedding_update=embedding_update, ema_decay=ema_decay,
                            label_smoothing=label_smoothing,
+                           table_squares=optimizer.get("name") == "keras_adam",
                            ema_params=jax.tree.map(jnp.copy, params) if ema_decay else {})
 
 
@@ -245,9 +255,55 @@ def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.Gr
       chain.append(optax.add_decayed_weights(opt.weight_decay))
     if opt.name == "adam":
       chain.append(optax.adam(learning_rate, opt.b1, opt.b2, opt.eps))
+    elif opt.name == "keras_adam":
+      chain += [scale_by_keras_adam(opt.b1, opt.b2, opt.eps),
+                optax.scale_by_learning_rate(learning_rate)]
     else:
       chain.append(optax.rmsprop(learning_rate, eps=opt.eps))
   return optax.chain(*chain)
+
+
+class KerasAdamState(NamedTuple):
+  count: jax.Array  # int32 []
+  mu: optax.Updates
+  nu: optax.Updates
+
+
+def scale_by_keras_adam(b1: float, b2: float, eps: float) -> optax.GradientTransformationExtraArgs:
+  """Adam as the seed Keras model runs it (Keras 3 `keras.optimizers.Adam.update_step`, the
+  TensorFlow backend), for optimizer.name="keras_adam"; chain it before scale_by_learning_rate:
+
+    m <- m + (1 - b1) (g - m),   v <- v + (1 - b2) (s - v),
+    direction = sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps),
+
+  i.e. optax.adam with eps added before the bias correction, and with s = g * g except where the
+  extra argument `squared_grads` (a tree like the gradients) says otherwise. train_step passes,
+  for the token table, the sum over the batch's occurrences of each token of the squared
+  per-occurrence gradient: an Embedding layer's gradient reaches Keras' Adam as tf.IndexedSlices,
+  one slice per occurrence, and `ops.square` squares the slices before their duplicates are summed
+  into v (m gets the summed gradient). A token seen n times in a batch with equal per-occurrence
+  gradients therefore has sqrt(n) times Adam's step: frequent tokens' rows learn faster
+  (experiments/RESULTS.md, "the Keras model's Adam"). Not Adam's published update; opt-in.
+  """
+
+  def init_fn(params):
+    zeros = lambda p: jnp.zeros_like(p)
+    return KerasAdamState(jnp.zeros([], jnp.int32), jax.tree.map(zeros, params),
+                          jax.tree.map(zeros, params))
+
+  def update_fn(updates, state, params=None, *, squared_grads=None, **extra_args):
+    del params, extra_args
+    squares = jax.tree.map(jnp.square, updates) if squared_grads is None else squared_grads
+    mu = jax.tree.map(lambda m, g: m + (1 - b1) * (g - m), state.mu, updates)
+    nu = jax.tree.map(lambda v, s: v + (1 - b2) * (s - v), state.nu, squares)
+    count = optax.safe_increment(state.count)
+    t = count.astype(jnp.float32)
+    alpha = jnp.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+    direction = jax.tree.map(lambda m, v: (alpha * m / (jnp.sqrt(v) + eps)).astype(m.dtype),
+                             mu, nu)
+    return direction, KerasAdamState(count, mu, nu)
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,6 +382,9 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
   state.embedding_update="lazy" differentiates with respect to the looked-up embedding rows
   instead of the [vocab, embed] table and updates only the rows in the batch
   (`_lazy_embedding_update`); "dense" is the plain optax update of every parameter.
+  state.table_squares (optimizer "keras_adam") also differentiates with respect to the rows, to
+  hand the optimizer the token table's per-occurrence squared gradients (scale_by_keras_adam);
+  the table gradient itself is the same as dense.
   """
   dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)
   tokens = batch["inputs"]
@@ -346,6 +405,25 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     (grads, row_grads), (losses, logits) = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(
         state.params, rows)  # (grads' table entry is unused: the table is not read)
     state, grads = _lazy_embedding_update(state, grads, row_grads, tokens)
+  elif state.table_squares:
+    table = _token_table(state.params)
+    rows = jnp.take(table, tokens, axis=0)
+    (grads, row_grads), (losses, logits) = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(
+        state.params, rows)
+    flat_tokens = tokens.reshape(-1)
+    flat_rows = row_grads.reshape(flat_tokens.shape[0], -1).astype(table.dtype)
+    table_grad = jax.ops.segment_sum(flat_rows, flat_tokens, num_segments=table.shape[0])
+    table_squares = jax.ops.segment_sum(jnp.square(flat_rows), flat_tokens,
+                                        num_segments=table.shape[0])
+    grads = jax.tree_util.tree_map_with_path(
+        lambda path, g: table_grad if _is_token_table(path, g, table.shape) else g, grads)
+    squares = jax.tree_util.tree_map_with_path(
+        lambda path, g: table_squares if _is_token_table(path, g, table.shape) else jnp.square(g),
+        grads)
+    updates, opt_state = state.tx.update(grads, state.opt_state, state.params,
+                                         squared_grads=squares)
+    state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                          opt_state=opt_state)
   else:
     grads, (losses, logits) = jax.grad(loss_fn, has_aux=True)(state.params)
     state = state.apply_gradients(grads=grads)
