@@ -1,7 +1,8 @@
 """Does textattn's transcription compute the same training steps as the seed Keras model?
 
-experiments/keras_seed.py (the Keras model) learns faster than configs/imdb_keras_example.py in
-its first epoch on the same token arrays (experiments/RESULTS.md). This copies the Keras model's
+experiments/keras_seed.py (the Keras model) learned faster than configs/imdb_keras_example.py in
+its first epoch on the same token arrays until the config took the seed's padding layout and
+Keras 3's Adam (experiments/RESULTS.md, "The Keras model's Adam"). This copies the Keras model's
 initial weights into the transcription (configs/imdb_keras_example.py), switches dropout off in
 both, feeds both the same batches of IMDB training reviews (padded before the tokens, as the
 config's pipeline and Keras' pad_sequences do) and compares, after each of K Adam steps, the
@@ -10,10 +11,12 @@ losses and every parameter.
     TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/keras_step_check.py \
         [K] [adam|keras_adam]
 
-The second argument is textattn's config.optimizer.name (default "adam", the seed config's).
+The second argument is textattn's config.optimizer.name (default: the seed config's,
+"keras_adam"; "adam" is optax's Adam, which drifts from the Keras model from step 1).
 
-Prints, per step, both losses and the largest absolute parameter difference (and where). Float32 rounding grows through the steps; a wrong layer, initialiser or
-optimizer formula shows as a large difference at step 0 or 1.
+Prints, per step, both losses and the largest absolute parameter difference (and where).
+Float32 rounding grows through the steps; a wrong layer, initialiser or optimizer formula shows
+as a large difference at step 1.
 """
 
 import os
@@ -106,8 +109,8 @@ def compare_steps(inputs: np.ndarray, labels: np.ndarray, steps: int, optimizer:
 
 def main():
   steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-  optimizer = sys.argv[2] if len(sys.argv) > 2 else "adam"
   config = imdb_keras_example.get_config()
+  optimizer = sys.argv[2] if len(sys.argv) > 2 else config.optimizer.name
   data = input_pipeline.load_dataset(config, None)  # padding before the tokens, as Keras
   order = np.random.default_rng(0).permutation(len(data.train))[:steps * 32]
   compare_steps(data.train.inputs[order], data.train.labels[order], steps, optimizer,

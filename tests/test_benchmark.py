@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from configs import default
@@ -166,6 +167,24 @@ def test_random_inputs_have_the_requested_lengths(lengths):
     assert (counts == 64).all()
   else:
     assert counts.min() >= 32 and (counts < 64).sum() >= 8  # padded examples, none below L/2
+
+
+def test_train_step_batches_follow_the_configs_padding_layout():
+  # The seed config trains with padding before the tokens (config.padding="before_as_token"):
+  # the benchmark's step must see that layout, not the pipeline's default.
+  from configs import imdb_keras_example
+  config = imdb_keras_example.get_config()
+  config.update(vocab_size=50, max_len=16, batch_size=4)
+  config.model.embed_dim = 8
+  spec = one_spec(mode="train_step", seq_len=16) | {"vocab_size": 50, "num_classes": 2}
+  _, (_, batch) = benchmark._build(spec, config)
+  inputs = np.asarray(batch["inputs"])
+  padding = inputs == 0
+  assert padding.any() and (padding[:, 1:] <= padding[:, :-1]).all()  # zeros first, then tokens
+  config.padding = "after_masked"
+  _, (_, batch) = benchmark._build(spec, config)
+  padding = np.asarray(batch["inputs"]) == 0
+  assert padding.any() and (padding[:, :-1] <= padding[:, 1:]).all()
 
 
 def test_unknown_lengths_are_refused():

@@ -333,6 +333,10 @@ def _build(spec: dict, config, implementation: str | None = None):
       config.model.attention_impl = implementation
   seq_len, batch_size, mode = config.max_len, config.batch_size, spec["mode"]
   rng, padding_mask, tokens, labels = _random_inputs(spec, seq_len, batch_size)
+  if mode != "attention" and config.get("padding", "after_masked") == "before_as_token":
+    # The layout the model trains on: padding first, unmasked.
+    from textattn import input_pipeline
+    tokens = input_pipeline.pad_before(tokens)
   key = jax.random.key(spec["seed"])
   short = min(seq_len, 8)  # parameter shapes do not depend on the length: init cheaply
 
