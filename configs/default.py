@@ -64,6 +64,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Word dropout: each token's embedding zeroed with this probability in training (not
   # rescaled; its position embedding and its place in the mask stay). Off in the seeds.
   config.model.token_dropout_rate = 0.0
+  # > 0: add a hashed embedding of each (previous token, token) pair, this many rows, zero at
+  # the start (fastText's bigram features inside the encoder). 0 = off.
+  config.model.bigram_buckets = 0
   # Dropout mask bits: "hash" (counter-based integer hash keyed by threefry; fast on CPU) or
   # "threefry" (jax.random.bits). Both are sharding-invariant; see textattn/models.py.
   config.model.dropout_rng = "hash"

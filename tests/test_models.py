@@ -87,6 +87,40 @@ def test_padding_is_a_token_when_config_padding_is_before_as_token():
                              np.asarray(masked.apply(params, tokens)), atol=1e-5)
 
 
+def test_bigram_ids_are_in_range_and_order_sensitive():
+  tokens = jnp.array([[5, 9, 9, 5, 0, 0], [9, 5, 9, 5, 9, 5]], jnp.int32)
+  ids = np.asarray(models.bigram_ids(tokens, 1000))
+  assert ids.dtype == np.int32 and ids.min() >= 0 and ids.max() < 1000
+  assert ids[0, 1] == ids[1, 2] == ids[1, 4]  # (5, 9) wherever it occurs
+  assert ids[0, 3] == ids[1, 1]  # (9, 5)
+  assert len({ids[0, 1], ids[0, 2], ids[0, 3]}) == 3  # (5, 9), (9, 9), (9, 5): all distinct
+  assert ids[0, 0] != ids[1, 1]  # the opening word (0, 5) is not (9, 5)
+
+
+def test_bigram_embedding_starts_at_zero_ignores_padding_and_sees_word_order():
+  config = small_config(bigram_buckets=64)
+  model = models.build_model(config, num_classes=2)
+  plain = models.build_model(small_config(), num_classes=2)
+  tokens = np.array([[3, 4, 5, 6, 0, 0]], np.int32)
+  params = model.init(jax.random.key(0), tokens)
+  table = params["params"]["embedding"]["bigram"]["embedding"]
+  assert table.shape == (64, 8) and not np.asarray(table).any()
+  # At the start the model is the unigram model: drop the bigram table and the logits agree.
+  unigram = jax.tree_util.tree_map(lambda x: x, params)
+  del unigram["params"]["embedding"]["bigram"]
+  np.testing.assert_allclose(np.asarray(model.apply(params, tokens)),
+                             np.asarray(plain.apply(unigram, tokens)), atol=1e-6)
+  trained = jax.tree_util.tree_map(lambda x: x, params)
+  trained["params"]["embedding"]["bigram"]["embedding"] = jax.random.normal(
+      jax.random.key(1), table.shape)
+  apply = jax.jit(lambda p, t: model.apply(p, t))
+  logits = np.asarray(apply(trained, tokens))
+  assert not np.allclose(logits, np.asarray(apply(params, tokens)), atol=1e-4)
+  # Padding still changes nothing: more of it appended, logits unchanged.
+  np.testing.assert_allclose(np.asarray(apply(trained, np.pad(tokens, ((0, 0), (0, 4))))), logits,
+                             atol=1e-5)
+
+
 def test_training_mode_uses_dropout_and_eval_mode_is_deterministic():
   config = small_config(dropout_rate=0.5)
   model = models.build_model(config, num_classes=2)
@@ -183,6 +217,7 @@ def test_bfloat16_compute_keeps_float32_parameters_and_logits():
     ("model.dropout_rate", 1.5, ["config.model.dropout_rate=1.5"]),
     ("model.embed_dropout_rate", -0.1, ["config.model.embed_dropout_rate=-0.1"]),
     ("model.token_dropout_rate", 1.0, ["config.model.token_dropout_rate=1.0", "[0, 1)"]),
+    ("model.bigram_buckets", -5, ["config.model.bigram_buckets=-5", "integer >= 0"]),
 ])
 def test_bad_model_config_is_a_clear_value_error(field, value, words):
   config = small_config()

@@ -197,6 +197,7 @@ def test_pretraining_text_is_train_plus_unlabeled_never_validation_or_test(tmp_p
                                          "embeddings itself")),
     ("dataset", "reviews.csv", "config.pretrain.unlabeled_split='unsupervised' names a TFDS"),
     ("padding", "before_as_token", "needs config.padding='after_masked'"),
+    ("model.bigram_buckets", 1000, "config.model.bigram_buckets=1000: a masked token's bigrams"),
 ])
 def test_bad_pretraining_settings_are_one_clear_sentence(field, value, message):
   config = default.get_config()

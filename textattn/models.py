@@ -94,13 +94,25 @@ class Dropout(nn.Module):
     return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype), jnp.zeros_like(x))
 
 
+def bigram_ids(tokens: Array, buckets: int) -> Array:
+  """Each position's (previous token, token) pair hashed into [0, buckets): int32, same shape.
+  The first position's previous token is 0, so a review's opening word has a bigram of its own;
+  the id of a padding position is irrelevant (the caller zeroes its embedding)."""
+  tokens = tokens.astype(jnp.uint32)
+  previous = jnp.pad(tokens, ((0, 0), (1, 0)))[:, :-1]
+  mixed = _lowbias32(_lowbias32(previous + jnp.uint32(0x9E3779B9)) ^ tokens)
+  return (mixed % jnp.uint32(buckets)).astype(jnp.int32)
+
+
 class Embedding(nn.Module):
-  """Token embedding plus a learned (the seeds) or sinusoidal position embedding."""
+  """Token embedding plus a learned (the seeds) or sinusoidal position embedding, plus, with
+  bigram_buckets > 0, a hashed embedding of each position's (previous token, token) pair."""
   vocab_size: int
   max_len: int
   embed_dim: int
   position: str = "learned"
   dtype: Any = jnp.float32
+  bigram_buckets: int = 0
 
   @nn.compact
   def __call__(self, tokens: Array, token_embeddings: Array | None = None,
@@ -118,6 +130,13 @@ class Embedding(nn.Module):
                    dtype=self.dtype, name="token")(tokens)
     else:  # rows looked up by the caller (the lazy embedding update differentiates w.r.t. them)
       x = token_embeddings.astype(self.dtype)
+    if self.bigram_buckets:
+      # fastText's n-gram features inside the encoder: a table of bigram_buckets rows, zero at
+      # the start (so training starts from the unigram model), added to the token embedding of
+      # the pair's second token; never at padding (id 0). Word dropout below hides both.
+      bigrams = nn.Embed(self.bigram_buckets, self.embed_dim, embedding_init=nn.initializers.zeros,
+                         dtype=self.dtype, name="bigram")(bigram_ids(tokens, self.bigram_buckets))
+      x = x + jnp.where((tokens != 0)[..., None], bigrams, jnp.zeros_like(bigrams))
     if token_drop is not None:
       x = jnp.where(token_drop[..., None], jnp.zeros_like(x), x)
     if mask_input is not None:
@@ -225,6 +244,7 @@ class Classifier(nn.Module):
   dtype: Any = jnp.float32
   dropout_rng: str = "hash"
   mask_padding: bool = True
+  bigram_buckets: int = 0
 
   @nn.compact
   def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
@@ -250,7 +270,7 @@ class Classifier(nn.Module):
       token_drop = dropout_bits(self.make_rng("dropout"), tokens.shape,
                                 self.dropout_rng) < threshold
     embedding = Embedding(self.vocab_size, self.max_len, self.embed_dim, self.position,
-                          self.dtype, name="embedding")
+                          self.dtype, self.bigram_buckets, name="embedding")
     x = embedding(tokens, token_embeddings, token_drop, mask_input)
     # Dropout on the summed token + position embeddings (Vaswani et al. 2017; off in the seeds).
     x = Dropout(self.embed_dropout_rate, self.dropout_rng, name="embed_dropout")(
@@ -348,6 +368,9 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   for field, value in positive.items():
     if not isinstance(value, int) or value < 1:
       raise ValueError(f"config.{field}={value!r} must be a positive integer.")
+  if not isinstance(m.get("bigram_buckets", 0), int) or m.get("bigram_buckets", 0) < 0:
+    raise ValueError(f"config.model.bigram_buckets={m.bigram_buckets!r} must be an integer >= 0 "
+                     "(0 = no bigram embedding).")
   if m.mlp_dim < 0:
     raise ValueError(f"config.model.mlp_dim={m.mlp_dim} must be >= 0 (0 = no hidden layer).")
   for field in ("dropout_rate", "embed_dropout_rate", "token_dropout_rate"):
@@ -375,7 +398,8 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
       attention=m.attention, attention_impl=impl,
       additive_scoring=m.additive_scoring, position=m.position, norm=m.norm, pooling=m.pooling,
       layer_norm_epsilon=m.layer_norm_epsilon, dtype=DTYPES[m.dtype], dropout_rng=m.dropout_rng,
-      mask_padding=config.get("padding", "after_masked") != "before_as_token")
+      mask_padding=config.get("padding", "after_masked") != "before_as_token",
+      bigram_buckets=m.get("bigram_buckets", 0))
 
 
 def count_parameters(params) -> int:

@@ -61,6 +61,10 @@ def validate_config(config) -> None:
                      f"{', '.join(repr(o) for o in OBJECTIVES)} ('' = no pretraining).")
   if not p.objective:
     return
+  if config.model.get("bigram_buckets", 0):
+    raise ValueError(f"config.pretrain.objective={p.objective!r} cannot be used with "
+                     f"config.model.bigram_buckets={config.model.bigram_buckets}: a masked "
+                     "token's bigrams would give it away; set bigram_buckets=0.")
   if config.get("padding", "after_masked") != "after_masked":
     raise ValueError(f"config.pretrain.objective={p.objective!r} needs config.padding="
                      f"'after_masked' (got {config.padding!r}): masked-language-model "
@@ -93,7 +97,7 @@ def settings(config) -> dict:
       # The classifier head's own settings do not reach the encoder: a sweep over them shares
       # one pretraining. Of the pooling, only whether a CLS token is prepended does.
       "model": {k: v for k, v in config.model.to_dict().items()
-                if k not in ("mlp_dim", "token_dropout_rate", "pooling")},
+                if k not in ("mlp_dim", "token_dropout_rate", "pooling", "bigram_buckets")},
       "cls_token": config.model.pooling == "cls",
       "xla_flags": config.xla_flags,  # (compiler options can change the numbers)
       "max_len": int(config.max_len), "truncation": config.truncation,
