@@ -105,17 +105,6 @@ class EpochTimer(keras.callbacks.Callback):
     print(line, flush=True)
 
 
-def left_padded(inputs: np.ndarray) -> np.ndarray:
-  """textattn's arrays (tokens left-aligned, padding 0 after) in Keras pad_sequences' layout
-  (padding before the tokens); the kept tokens are the same (both truncate 'pre')."""
-  out = np.zeros_like(inputs)
-  for i, row in enumerate(inputs):
-    tokens = row[row != 0]
-    if len(tokens):
-      out[i, -len(tokens):] = tokens
-  return out
-
-
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("mode", choices=["speed", "imdb"])
@@ -147,8 +136,10 @@ def main():
 
   from configs import imdb_keras_example
   from textattn import input_pipeline
+  # The seed config pads before the tokens (config.padding="before_as_token"), as Keras'
+  # pad_sequences; both truncate "pre", so the kept tokens are the same.
   data = input_pipeline.load_dataset(imdb_keras_example.get_config(), None)
-  x_train, x_test = left_padded(data.train.inputs), left_padded(data.test.inputs)
+  x_train, x_test = data.train.inputs, data.test.inputs
   timer = EpochTimer(len(x_train))
   model.fit(x_train, data.train.labels, batch_size=BATCH, epochs=2, verbose=0,
             validation_data=(x_test, data.test.labels), callbacks=[timer])

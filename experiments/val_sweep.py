@@ -97,7 +97,7 @@ DATA_FIELD_DEFAULTS = {"punctuation": "strip", "padding": "after_masked"}
 def export(args) -> None:
   from textattn import input_pipeline, pretrain, word_vectors
   config = load_config(args.config)
-  if config.get("padding", "after_masked") != "after_masked":
+  if input_pipeline.pads_before(config):
     raise SystemExit(f"{args.config}: config.padding={config.padding!r}; the sweep stores and "
                      "re-truncates left-aligned rows, so it needs padding='after_masked'.")
   with tempfile.TemporaryDirectory() as workdir:

@@ -325,7 +325,7 @@ def _build(spec: dict, config, implementation: str | None = None):
   import optax
 
   from textattn import attention as attention_lib
-  from textattn import models
+  from textattn import input_pipeline, models
 
   config = config.copy_and_resolve_references()
   if implementation is not None:
@@ -333,10 +333,8 @@ def _build(spec: dict, config, implementation: str | None = None):
       config.model.attention_impl = implementation
   seq_len, batch_size, mode = config.max_len, config.batch_size, spec["mode"]
   rng, padding_mask, tokens, labels = _random_inputs(spec, seq_len, batch_size)
-  if mode != "attention" and config.get("padding", "after_masked") == "before_as_token":
-    # The layout the model trains on: padding first, unmasked.
-    from textattn import input_pipeline
-    tokens = input_pipeline.pad_before(tokens)
+  if mode != "attention" and input_pipeline.pads_before(config):
+    tokens = input_pipeline.pad_before(tokens)  # the layout the model trains on
   key = jax.random.key(spec["seed"])
   short = min(seq_len, 8)  # parameter shapes do not depend on the length: init cheaply
 

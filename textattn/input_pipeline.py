@@ -65,6 +65,11 @@ _LABELLED_SPLIT_PREFIXES = ("train", "valid", "test", "dev")
 PADDINGS = ("after_masked", "before_as_token")
 
 
+def pads_before(config) -> bool:
+  """Whether the config asks for the Keras seed's layout (config.padding="before_as_token")."""
+  return config.get("padding", PADDINGS[0]) == "before_as_token"
+
+
 class DataError(ValueError):
   """Bad data or data configuration; the message names the file, row and problem."""
 
@@ -109,7 +114,7 @@ def _validate_config(config) -> None:
   check(config.get("punctuation", "strip") in tokenizer_lib.PUNCTUATIONS, "punctuation",
         "allowed: 'strip' (delete ASCII punctuation, as Keras), 'split' (each mark a token)")
   check(is_int(config.max_len) and config.max_len >= 1, "max_len", "it must be an integer >= 1")
-  check(config.get("padding", "after_masked") in PADDINGS, "padding",
+  check(config.get("padding", PADDINGS[0]) in PADDINGS, "padding",
         "allowed: 'after_masked' (padding after the tokens, masked out), 'before_as_token' "
         "(padding before the tokens and attended and pooled like a token, as the Keras seed)")
   if config.tokenizer == "word":
@@ -831,7 +836,7 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
     class_names = saved_class_names
   if workdir and write and saved_tokenizer is None:
     _save_workdir(workdir, config, tokenizer, class_names)
-  if config.get("padding", "after_masked") == "before_as_token":
+  if pads_before(config):
     splits = {s: Split(pad_before(split.inputs), split.labels) for s, split in splits.items()}
   return Dataset(train=splits["train"], validation=splits["validation"], test=splits["test"],
                  class_names=list(class_names), vocab_size=tokenizer.vocab_size,

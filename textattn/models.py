@@ -368,7 +368,8 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   for field, value in positive.items():
     if not isinstance(value, int) or value < 1:
       raise ValueError(f"config.{field}={value!r} must be a positive integer.")
-  if not isinstance(m.get("bigram_buckets", 0), int) or m.get("bigram_buckets", 0) < 0:
+  buckets = m.get("bigram_buckets", 0)
+  if not isinstance(buckets, int) or buckets < 0:
     raise ValueError(f"config.model.bigram_buckets={m.bigram_buckets!r} must be an integer >= 0 "
                      "(0 = no bigram embedding).")
   if m.mlp_dim < 0:

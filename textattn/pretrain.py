@@ -65,7 +65,7 @@ def validate_config(config) -> None:
     raise ValueError(f"config.pretrain.objective={p.objective!r} cannot be used with "
                      f"config.model.bigram_buckets={config.model.bigram_buckets}: a masked "
                      "token's bigrams would give it away; set bigram_buckets=0.")
-  if config.get("padding", "after_masked") != "after_masked":
+  if input_pipeline.pads_before(config):
     raise ValueError(f"config.pretrain.objective={p.objective!r} needs config.padding="
                      f"'after_masked' (got {config.padding!r}): masked-language-model "
                      "pretraining predicts real tokens only.")

@@ -122,7 +122,8 @@ def init_train_state(model: models.Classifier, tx: optax.GradientTransformation,
   `optimizer` is config.optimizer (missing fields, or None, mean their defaults); the state takes
   its `embedding_update` ("dense"), `label_smoothing` (0), `ema_decay` (0; > 0 adds a moving
   average of the parameters that starts at them) and `name` ("keras_adam" makes train_step pass
-  the token table's per-occurrence squared gradients to the optimizer). `tx` is built from it by `make_optimizer`.
+  the token table's per-occurrence squared gradients to the optimizer). `tx` is built from it
+  by `make_optimizer`.
   `pretrained_tokens`: (table [vocab, embed], found bool [vocab]) from word_vectors; rows where
   `found` is True replace the random token embeddings, the others keep them.
   `pretrained_params`: the embedding and encoder parameters from pretrain.pretrain; they replace
@@ -287,9 +288,8 @@ def scale_by_keras_adam(b1: float, b2: float, eps: float) -> optax.GradientTrans
   """
 
   def init_fn(params):
-    zeros = lambda p: jnp.zeros_like(p)
-    return KerasAdamState(jnp.zeros([], jnp.int32), jax.tree.map(zeros, params),
-                          jax.tree.map(zeros, params))
+    return KerasAdamState(jnp.zeros([], jnp.int32), jax.tree.map(jnp.zeros_like, params),
+                          jax.tree.map(jnp.zeros_like, params))
 
   def update_fn(updates, state, params=None, *, squared_grads=None, **extra_args):
     del params, extra_args
@@ -400,21 +400,20 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
       losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
     return jnp.mean(losses), (losses, logits)
 
-  if state.embedding_update == "lazy":
-    rows = jnp.take(_token_table(state.params), tokens, axis=0)
+  if state.embedding_update == "lazy" or state.table_squares:
+    # Differentiate with respect to the looked-up rows (one gradient per token position);
+    # grads' table entry is then zero and unused: the model does not read the table.
+    table = _token_table(state.params)
     (grads, row_grads), (losses, logits) = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(
-        state.params, rows)  # (grads' table entry is unused: the table is not read)
+        state.params, jnp.take(table, tokens, axis=0))
+  if state.embedding_update == "lazy":
     state, grads = _lazy_embedding_update(state, grads, row_grads, tokens)
   elif state.table_squares:
-    table = _token_table(state.params)
-    rows = jnp.take(table, tokens, axis=0)
-    (grads, row_grads), (losses, logits) = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(
-        state.params, rows)
-    flat_tokens = tokens.reshape(-1)
-    flat_rows = row_grads.reshape(flat_tokens.shape[0], -1).astype(table.dtype)
-    table_grad = jax.ops.segment_sum(flat_rows, flat_tokens, num_segments=table.shape[0])
-    table_squares = jax.ops.segment_sum(jnp.square(flat_rows), flat_tokens,
-                                        num_segments=table.shape[0])
+    flat_rows = row_grads.reshape(tokens.size, -1).astype(table.dtype)
+    # One scatter for both: per token id, the summed gradient and the summed squares.
+    both = jax.ops.segment_sum(jnp.concatenate([flat_rows, jnp.square(flat_rows)], axis=1),
+                               tokens.reshape(-1), num_segments=table.shape[0])
+    table_grad, table_squares = jnp.split(both, 2, axis=1)
     grads = jax.tree_util.tree_map_with_path(
         lambda path, g: table_grad if _is_token_table(path, g, table.shape) else g, grads)
     squares = jax.tree_util.tree_map_with_path(
