@@ -1,6 +1,7 @@
 """Input pipeline: sources, train-only vocabulary, caching, workdir reuse, batches, bad input."""
 
 import itertools
+import hashlib
 import json
 import os
 import pathlib
@@ -100,6 +101,44 @@ def test_tfds_cache_round_trip_including_an_empty_validation_split(tmp_path, mon
   assert (len(first.train), len(first.validation), len(first.test)) == (12, 0, 3)
   assert again.validation.inputs.shape == (0, config.max_len)
   np.testing.assert_array_equal(again.train.inputs, first.train.inputs)
+
+
+def test_recopied_tfds_dir_keeps_its_cache_and_changed_bytes_do_not(tmp_path, monkeypatch):
+  """The cache key holds the prepared files' contents: a copy with new modification times (a
+  re-synced data dir) is served from the cache; a file whose bytes change is not."""
+  train = [(f"uniq{i} shared".encode(), i % 2) for i in range(12)]
+  config = make_config(tmp_path, val_fraction=0.0)
+  prepared = tmp_path / "tfds" / "imdb_reviews" / "prepared.tfrecord"
+  prepared.parent.mkdir(parents=True)
+  prepared.write_bytes(b"records v1")
+  monkeypatch.setattr(ip._TfdsSource, "cacheable", lambda self: True)  # Mocked data is not.
+  with fake_tfds({"train": train, "test": train[:3]}):
+    ip.load_dataset(config, None)
+    prepared.unlink()
+    prepared.write_bytes(b"records v1")  # the same bytes, re-copied: a new mtime
+    os.utime(prepared, ns=(1, 1))
+    with monkeypatch.context() as patch:
+      patch.setattr(ip._TfdsSource, "read", lambda *args: pytest.fail("cache not used"))
+      ip.load_dataset(config, None)
+    prepared.write_bytes(b"records v2")  # same size, new bytes: must be read again
+    with monkeypatch.context() as patch:
+      patch.setattr(ip._TfdsSource, "read", lambda *args: pytest.fail("cache not used"))
+      with pytest.raises(pytest.fail.Exception, match="cache not used"):
+        ip.load_dataset(config, None)
+
+
+def test_content_digest_is_memoised_by_path_size_and_mtime(tmp_path):
+  data = tmp_path / "d.bin"
+  data.write_bytes(b"abc")
+  memo_dir = tmp_path / "cache"
+  digest = ip.content_digest(str(data), str(memo_dir), write=False)
+  assert not memo_dir.exists()  # write=False (non-zero processes) writes nothing
+  assert ip.content_digest(str(data), str(memo_dir)) == digest == hashlib.sha256(b"abc").hexdigest()
+  (memo_file,) = (memo_dir / "digests").iterdir()
+  memo_file.write_text("f" * 64)  # a hit is served from the memo, without reading the file
+  assert ip.content_digest(str(data), str(memo_dir)) == "f" * 64
+  memo_file.write_text("garbage")  # an unreadable memo is recomputed, not trusted
+  assert ip.content_digest(str(data), str(memo_dir)) == digest
 
 
 def test_tfds_invalid_utf8_names_split_and_example(tmp_path):
@@ -249,15 +288,29 @@ def test_changed_file_is_not_served_from_a_stale_cache(tmp_path):
   assert len(ip.load_dataset(config, None).train) != len(before.train)
 
 
+def test_moved_file_with_the_same_content_uses_the_cache(tmp_path, monkeypatch):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
+  config = make_config(tmp_path, dataset=path)
+  first = ip.load_dataset(config, None)
+  moved = tmp_path / "elsewhere" / "d.csv"
+  moved.parent.mkdir()
+  moved.write_bytes(path.read_bytes())
+  config.dataset = str(moved)
+  monkeypatch.setattr(ip._FileSource, "read", lambda *args: pytest.fail("cache not used"))
+  np.testing.assert_array_equal(ip.load_dataset(config, None).train.inputs, first.train.inputs)
+
+
 def test_corrupt_cache_entry_is_rebuilt(tmp_path):
   path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
   config = make_config(tmp_path, dataset=path)
   first = ip.load_dataset(config, None)
-  for entry in pathlib.Path(config.cache_dir).iterdir():
+  entries = [p for p in pathlib.Path(config.cache_dir).rglob("*") if p.is_file()]
+  assert len(entries) == 3  # vocabulary, arrays, the data file's digest memo
+  for entry in entries:
     entry.write_bytes(entry.read_bytes()[:50])  # Truncated, as after a crash mid-copy.
   again = ip.load_dataset(config, None)
   np.testing.assert_array_equal(again.train.inputs, first.train.inputs)
-  assert all(entry.stat().st_size > 50 for entry in pathlib.Path(config.cache_dir).iterdir())
+  assert all(entry.stat().st_size > 50 for entry in entries)
 
 
 def test_workdir_vocabulary_is_reused_even_when_the_data_changes(tmp_path):
@@ -339,7 +392,10 @@ def test_an_error_leaves_existing_cache_and_workdir_intact(tmp_path):
   path.write_bytes(path.read_bytes() + b"bad \xff row,neg\r\n")
   with pytest.raises(ip.DataError, match="invalid UTF-8"):
     ip.load_dataset(config, str(workdir))
-  assert {**files_under(workdir), **files_under(config.cache_dir)} == before
+  after = {**files_under(workdir), **files_under(config.cache_dir)}
+  assert {p: after.get(p) for p in before} == before  # every entry there, byte for byte
+  added = set(after) - set(before)  # only the new bytes' digest memo, nothing derived from them
+  assert len(added) == 1 and all(p.parent.name == "digests" for p in added)
 
 
 # ---- Bad input -----------------------------------------------------------------------------

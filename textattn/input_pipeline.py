@@ -158,9 +158,34 @@ class _Raw:
   skipped: dict[str, int]
 
 
-def _file_identity(path: str) -> list:
+def content_digest(path: str, memo_dir: str | None = None, write: bool = True) -> str:
+  """sha256 of a file's bytes: what cache keys hold for source data, rather than modification
+  times, so a copied or re-synced data dir keeps its cache. Memoised as a small file in
+  `memo_dir` (when given; written only if `write`) keyed by (path, size, modification time),
+  so an unchanged file is read once, not at every start."""
   stat = os.stat(path)
-  return [os.path.realpath(path), stat.st_size, stat.st_mtime_ns]
+  memo = None
+  if memo_dir:
+    stamp = _key([os.path.realpath(path), stat.st_size, stat.st_mtime_ns])
+    memo = os.path.join(memo_dir, "digests", stamp)
+    try:
+      with open(memo, encoding="ascii") as f:
+        digest = f.read().strip()
+      if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+        return digest
+    except (OSError, UnicodeDecodeError):
+      pass
+  sha = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      sha.update(block)
+  digest = sha.hexdigest()
+  if memo and write:
+    try:
+      atomic_write(memo, lambda f: f.write(digest))
+    except OSError:  # A read-only cache dir only costs hashing again next time.
+      pass
+  return digest
 
 
 def _keep_tensorflow_off_accelerators() -> None:
@@ -182,27 +207,30 @@ class _TfdsSource:
     self.text_fields = _text_fields(config)
     self.label_field = config.label_field
     self.description = f"TFDS dataset {self.name!r}"
+    self.cache_dir = _cache_dir(config)
     self._read_from: str | None = None
 
   def _root(self) -> str:
     data_dir = self.data_dir or os.path.join("~", "tensorflow_datasets")
     return os.path.realpath(os.path.expanduser(data_dir))
 
-  def identity(self) -> list | None:
-    """Name, data dir and the stats of its prepared files; None when nothing is prepared."""
+  def identity(self, write: bool = True) -> list | None:
+    """Name and the names and contents (sha256) of its prepared files, not their location or
+    modification times: a re-copied or moved data dir keeps its cache. None when nothing is
+    prepared. `write`: whether the digests may be memoised in the cache dir."""
     base = os.path.join(self._root(), self.name.split("/")[0].split(":")[0])
     files = []
     for dirpath, _, filenames in os.walk(base):
       for filename in filenames:
         path = os.path.join(dirpath, filename)
         try:
-          stat = os.stat(path)
+          digest = content_digest(path, self.cache_dir, write)
         except OSError:  # Vanished mid-walk (TFDS preparing right now).
           continue
-        files.append([os.path.relpath(path, base), stat.st_size, stat.st_mtime_ns])
+        files.append([os.path.relpath(path, base), digest])
     if not files:
       return None
-    return ["tfds", self.name, self._root(), sorted(files), self.text_fields, self.label_field]
+    return ["tfds", self.name, sorted(files), self.text_fields, self.label_field]
 
   def cacheable(self) -> bool:
     """False when TFDS read from somewhere other than the data dir (e.g. mocked in tests)."""
@@ -341,11 +369,15 @@ class _FileSource:
     self.text_fields = _text_fields(config)
     self.label_field = config.label_field
     self.description = self.path
+    self.cache_dir = _cache_dir(config)
 
-  def identity(self) -> list | None:
+  def identity(self, write: bool = True) -> list | None:
+    """The file's content (sha256; memoised in the cache dir if `write`), not its path or
+    modification time: a copy or a moved file keeps its cache. None: no such file."""
     if not os.path.isfile(self.path):
       return None
-    return ["file", _file_identity(self.path), self.text_fields, self.label_field]
+    return ["file", content_digest(self.path, self.cache_dir, write), self.text_fields,
+            self.label_field]
 
   def cacheable(self) -> bool:
     return True
@@ -661,11 +693,13 @@ def _source(config) -> _FileSource | _TfdsSource:
   return _FileSource(config) if is_local_file(config.dataset) else _TfdsSource(config)
 
 
-def source_cache_path(config, what: str, key_parts: dict[str, Any], extension: str) -> str | None:
+def source_cache_path(config, what: str, key_parts: dict[str, Any], extension: str,
+                      write: bool = True) -> str | None:
   """A path in cache_dir for something derived from the config's data source (not yet read),
   its train/validation carve and `key_parts`; None when the source has no identity yet (TFDS
-  data not prepared, or a file that does not exist), so nothing is cached."""
-  identity = _source(config).identity()
+  data not prepared, or a file that does not exist), so nothing is cached. `write`: False
+  where nothing may be written to the cache dir (non-zero processes)."""
+  identity = _source(config).identity(write)
   if identity is None:
     return None
   key = _key({**_Cache(config, identity, writable=False).source_key(), "what": what,
@@ -803,7 +837,7 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
   tokenizer = saved_tokenizer
   if tokenizer is None and config.tokenizer == "byte":
     tokenizer = tokenizer_lib.ByteTokenizer()
-  cache = _Cache(config, source.identity(), writable=write)
+  cache = _Cache(config, source.identity(write), writable=write)
   if tokenizer is None:
     tokenizer = cache.load_vocab()
   cached = cache.load_arrays(tokenizer) if tokenizer is not None else None
@@ -814,7 +848,8 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
   else:
     raw = source.read(config.val_fraction, config.data_seed)
     # Key the cache by what was actually read, and never cache mocked TFDS data.
-    cache = _Cache(config, source.identity() if source.cacheable() else None, writable=write)
+    cache = _Cache(config, source.identity(write) if source.cacheable() else None,
+                   writable=write)
     standardized = config.tokenizer == "word"
     punctuation = getattr(tokenizer, "punctuation", _punctuation(config))
     if standardized:  # Once per text, not once for counting and again for encoding.

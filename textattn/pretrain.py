@@ -250,7 +250,7 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
   key_settings = settings(config)
   path = input_pipeline.source_cache_path(
       config, "mlm", {"tokenizer": tokenizer.fingerprint(), "vocab_size": int(vocab_size),
-                      "settings": key_settings}, ".npz")
+                      "settings": key_settings}, ".npz", write=write)
   cached = _load(path) if path else None
   if jax.process_count() > 1:
     # Every process must take the same branch (pretraining steps are collective): pretrain

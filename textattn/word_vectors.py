@@ -147,7 +147,7 @@ def pretrained_token_table(config, tokenizer, vocab_size: int, *,
   key_settings = vector_settings(config)
   path = input_pipeline.source_cache_path(
       config, f"word2vec{dim}", {"tokenizer": tokenizer.fingerprint(), "settings": key_settings,
-                                 "gensim": _gensim_version(), "word2vec_version": _CACHE_VERSION}, ".npz")
+                                 "gensim": _gensim_version(), "word2vec_version": _CACHE_VERSION}, ".npz", write=write)
   cached = _load(path, vocab_size, dim) if path else None
   if cached is not None:
     table, found = cached
