@@ -1,7 +1,7 @@
 """Input pipeline: sources, train-only vocabulary, caching, workdir reuse, batches, bad input."""
 
-import itertools
 import hashlib
+import itertools
 import json
 import os
 import pathlib
