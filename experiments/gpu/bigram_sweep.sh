@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The decisive validation-only comparison of hashed bigram embeddings for the softmax config,
+# 20 fresh seeds (10-29) a side, on a lent GPU. Never sees test. Rule, written (2026-11-23,
+# 20:10) before any of these runs: adopt model.bigram_buckets=65536 in configs/imdb_softmax.py
+# if the mean best validation of "bigram" beats "base" by >= 0.002 over seeds 10-29 (about two
+# standard errors of a 20-seed paired difference; the two CPU looks, seeds 0-4, were null:
+# experiments/RESULTS.md, "softmax with and without bigrams, five seeds a side").
+#
+# Here, first (gitignored): the softmax config's train + validation split, word2vec table included:
+#   TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/val_sweep.py export \
+#     --config=configs/imdb_softmax.py --out=.gpu/imdb_400_w2v.npz
+# Device tool: carry [".whl", ".gpu"], command "bash experiments/gpu/bigram_sweep.sh"
+# (.whl/ as experiments/gpu/check.sh describes). Smoke-tested on CPU with 30 steps.
+source experiments/gpu/setup.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 experiments/val_sweep.py sweep --data=.gpu/imdb_400_w2v.npz \
+  --config=configs/imdb_softmax.py --seeds=$(seq -s, 10 29) --jobs=${JOBS:-20} \
+  --variant="base:model.bigram_buckets=0" --variant="bigram:model.bigram_buckets=65536" \
+  --out="$OUT/sm_bigram.jsonl" > "$OUT/sm_bigram.log" 2>&1
+grep -h -A4 "^variant" "$OUT/sm_bigram.log"; grep -h '"error"' "$OUT"/*.jsonl | cut -c1-600 | head -3
