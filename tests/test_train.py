@@ -19,7 +19,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from textattn import models, train
+from textattn import compare, input_pipeline, models, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 POSITIVE = ["good", "great", "fine", "superb", "lovely"]
@@ -365,7 +365,8 @@ def test_ema_survives_a_resume_bit_for_bit(tmp_path, data_file, capsys):
 
 def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
   config = tiny_config(data_file, tmp_path / "cache", num_train_steps=120, eval_every_steps=40,
-                       checkpoint_every_steps=40, log_every_steps=20)
+                       checkpoint_every_steps=40, log_every_steps=20,
+                       eval_batch_size=20)  # 48 test examples: the last batch is padded
   report = train.train_and_evaluate(config, str(tmp_path / "run"))
   rows = read_metrics(tmp_path / "run")
   losses = [r["train/loss"] for r in rows if "train/loss" in r]
@@ -379,6 +380,13 @@ def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
   assert val[report["test/params_from_step"]] == max(val.values()), (val, report)
   assert os.path.exists(tmp_path / "run" / "config.json")
   assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run"))
+  # Per-example test predictions of the reported parameters, in the test split's order.
+  labels, probabilities = compare.load_predictions(str(tmp_path / "run"))
+  test_labels = input_pipeline.load_dataset(config, None).test.labels
+  np.testing.assert_array_equal(labels, test_labels)
+  assert probabilities.shape == (report["test/count"], 2) == (48, 2)
+  np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)
+  assert np.mean(probabilities.argmax(-1) == labels) == pytest.approx(report["test/accuracy"])
 
 
 def test_best_checkpoint_is_kept_and_found_across_restarts(tmp_path):
@@ -524,6 +532,12 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
   assert all(p.returncode == 0 for p in procs), outputs
   assert "process 1/2" in outputs[1] or "process 1/2" in outputs[0]
   assert_rows_close(baseline, eval_rows(tmp_path / "procs"))
+  # The test predictions are gathered in the same order from every layout.
+  labels, probabilities = compare.load_predictions(str(tmp_path / "one"))
+  for other in ("four", "procs"):
+    other_labels, other_probabilities = compare.load_predictions(str(tmp_path / other))
+    np.testing.assert_array_equal(other_labels, labels)
+    np.testing.assert_allclose(other_probabilities, probabilities, atol=1e-5)
 
 
 def test_two_devices_from_the_config_match_one_device_with_the_lazy_embedding_update(

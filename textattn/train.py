@@ -445,17 +445,22 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
   return state, metrics
 
 
-def eval_step(state: TrainState, batch: dict, num_classes: int) -> dict:
-  """Sums over the real (weight 1) examples of a padded eval batch, and a confusion matrix."""
+def eval_step(state: TrainState, batch: dict, num_classes: int,
+              probabilities: bool = False) -> dict:
+  """Sums over the real (weight 1) examples of a padded eval batch, and a confusion matrix;
+  with `probabilities`, also each row's predicted class probabilities ([B, num_classes])."""
   logits = state.apply_fn({"params": state.eval_params()}, batch["inputs"], train=False)
   weights = batch["weights"]
   losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
   predictions = jnp.argmax(logits, -1)
   confusion = jnp.einsum("bi,bj->ij", jax.nn.one_hot(batch["labels"], num_classes) * weights[:, None],
                          jax.nn.one_hot(predictions, num_classes))
-  return {"loss_sum": jnp.sum(losses * weights),
-          "correct": jnp.sum((predictions == batch["labels"]) * weights),
-          "count": jnp.sum(weights), "confusion": confusion}
+  out = {"loss_sum": jnp.sum(losses * weights),
+         "correct": jnp.sum((predictions == batch["labels"]) * weights),
+         "count": jnp.sum(weights), "confusion": confusion}
+  if probabilities:
+    out["probabilities"] = jax.nn.softmax(logits.astype(jnp.float32), -1)
+  return out
 
 
 def summarize_eval(sums: dict, class_names: list[str], prefix: str) -> dict:
@@ -538,6 +543,24 @@ def _write_json_atomic(path: str, obj: Any) -> None:
   with open(tmp, "w") as f:
     json.dump(obj, f, indent=2, sort_keys=True)
   os.replace(tmp, path)
+
+
+PREDICTIONS_FILE = "test_predictions.npz"
+
+
+def write_predictions(workdir: str, labels: np.ndarray, probabilities: np.ndarray,
+                      class_names: list[str], params_from_step: int) -> None:
+  """DIR/test_predictions.npz: for every test example, in the split's order, its label and the
+  class probabilities the reported parameters predict; what `python -m textattn.compare`
+  pairs two runs by."""
+  if probabilities.shape != (len(labels), len(class_names)):
+    raise ValueError(f"probabilities {probabilities.shape} do not match {len(labels)} labels "
+                     f"and {len(class_names)} classes.")
+  arrays = {"labels": np.asarray(labels, np.int32),
+            "probabilities": np.asarray(probabilities, np.float32),
+            "class_names": np.array(class_names), "params_from_step": np.int64(params_from_step)}
+  input_pipeline.atomic_write(os.path.join(workdir, PREDICTIONS_FILE),
+                              lambda f: np.savez(f, **arrays), "wb")
 
 
 def _shape_signature(params) -> dict:
@@ -672,14 +695,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   p_eval_step = jax.jit(lambda s, b: eval_step(s, b, num_classes),
                         in_shardings=(state_sharding, data_sharding), out_shardings=replicated,
                         compiler_options=options)
+  p_test_step = jax.jit(lambda s, b: eval_step(s, b, num_classes, probabilities=True),
+                        in_shardings=(state_sharding, data_sharding), out_shardings=replicated,
+                        compiler_options=options)
 
   def evaluate(state, split, prefix):
-    totals = None
+    """Metrics; on test also the per-example probabilities (under "probabilities", in the
+    split's order; eval batches are consecutive examples, padding at the end)."""
+    step_fn = p_test_step if prefix == "test" else p_eval_step
+    totals, probabilities = None, []
     for batch in input_pipeline.eval_batches(split, config.eval_batch_size, jax.process_index(),
                                              jax.process_count()):
-      sums = p_eval_step(state, to_global(batch, data_sharding))
+      sums = step_fn(state, to_global(batch, data_sharding))
+      if prefix == "test":
+        probabilities.append(sums.pop("probabilities"))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-    return summarize_eval(jax.device_get(totals), data.class_names, prefix)
+    metrics = summarize_eval(jax.device_get(totals), data.class_names, prefix)
+    if prefix == "test":
+      metrics["probabilities"] = np.concatenate(jax.device_get(probabilities))[:len(split)]
+    return metrics
 
   def save(step, state, metrics=None):
     manager.save(step, args=ocp.args.Composite(
@@ -700,7 +734,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                        unit="step", dynamic_ncols=True, mininterval=1.0)
   pending, window_start, window_examples = [], time.perf_counter(), 0
   batch = first_batch if start_step < total_steps else None
-  last_eval = None
+  last_eval, test_probabilities = None, None
   for step in range(start_step, total_steps):
     state, metrics = compiled(state, batch)
     pending.append(metrics)
@@ -738,6 +772,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       if eval_now:
         eval_metrics = evaluate(state, eval_data, eval_prefix)
         last_eval = (done, eval_metrics)
+        test_probabilities = eval_metrics.pop("probabilities", None)
         # (A final eval on test is written once, as the test report below.)
         if is_main and not (is_last and eval_prefix == "test"):
           writer.write(done, eval_metrics)
@@ -766,11 +801,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   else:
     report_step = total_steps
   if (last_eval is not None and eval_prefix == "test" and last_eval[0] == report_step):
-    test_metrics = last_eval[1]
+    test_metrics = dict(last_eval[1])
   else:
     test_metrics = evaluate(state, data.test, "test")
+    test_probabilities = test_metrics.pop("probabilities")
   test_metrics["test/params_from_step"] = int(report_step)
   if is_main:
+    write_predictions(workdir, data.test.labels, test_probabilities, data.class_names,
+                      report_step)
     writer.write(total_steps, test_metrics)
     print("Test report: " + ", ".join(
         f"{k.split('/', 1)[1]}={v:.4f}" if isinstance(v, float) else f"{k.split('/', 1)[1]}={v}"

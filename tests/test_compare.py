@@ -1,0 +1,76 @@
+"""Paired comparison of two runs' test predictions (textattn.compare)."""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from textattn import compare, train
+
+
+def one_hot_probabilities(predictions, num_classes=2):
+  return np.eye(num_classes, dtype=np.float32)[predictions]
+
+
+def test_mcnemar_exact_p_matches_the_binomial_tail():
+  # b=10, c=2: 2 * (C(12,0) + C(12,1) + C(12,2)) / 2^12
+  assert compare.mcnemar_exact_p(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)
+  assert compare.mcnemar_exact_p(2, 10) == compare.mcnemar_exact_p(10, 2)
+  assert compare.mcnemar_exact_p(5, 5) == 1.0
+  assert compare.mcnemar_exact_p(0, 0) == 1.0
+  assert compare.mcnemar_exact_p(0, 20) == pytest.approx(2 / 2 ** 20)
+
+
+def test_compare_counts_discordant_examples_and_the_paired_interval():
+  labels = np.array([0, 1, 0, 1, 0, 1, 0, 1])
+  a = np.array([0, 1, 0, 1, 1, 0, 1, 1])  # right on 0,1,2,3,7
+  b = np.array([0, 1, 0, 0, 0, 1, 0, 1])  # right on 0,1,2,4,5,6,7
+  result = compare.compare(labels, one_hot_probabilities(a), labels, one_hot_probabilities(b))
+  assert (result.count, result.only_a_right, result.only_b_right) == (8, 1, 3)
+  assert (result.accuracy_a, result.accuracy_b) == (5 / 8, 7 / 8)
+  assert result.difference == pytest.approx(2 / 8)
+  per_example = np.array([0, 0, 0, -1, 1, 1, 1, 0], np.float64)
+  half_width = 1.96 * per_example.std(ddof=1) / math.sqrt(8)
+  assert result.ci95 == pytest.approx((0.25 - half_width, 0.25 + half_width))
+  assert result.mcnemar_p == pytest.approx(compare.mcnemar_exact_p(1, 3))
+
+
+def test_runs_on_different_examples_are_refused():
+  labels = np.array([0, 1, 0, 1])
+  with pytest.raises(compare.CompareError, match="same test examples.*labels differ"):
+    compare.compare(labels, one_hot_probabilities(labels), labels[::-1],
+                    one_hot_probabilities(labels))
+  with pytest.raises(compare.CompareError, match="4 and 3 examples"):
+    compare.compare(labels, one_hot_probabilities(labels), labels[:3],
+                    one_hot_probabilities(labels[:3]))
+
+
+def run_cli(*args):
+  return subprocess.run([sys.executable, "-m", "textattn.compare", *map(str, args)],
+                        check=False, capture_output=True, text=True, timeout=60)
+
+
+def test_cli_reads_what_training_writes_and_refuses_bad_input_in_one_line(tmp_path):
+  labels = np.array([0, 1, 1, 0, 1])
+  for name, predictions in (("a", [0, 1, 0, 1, 1]), ("b", [0, 1, 1, 0, 1])):
+    os.makedirs(tmp_path / name)
+    train.write_predictions(str(tmp_path / name), labels,
+                            one_hot_probabilities(np.array(predictions)), ["neg", "pos"], 7)
+  ok = run_cli(tmp_path / "a", tmp_path / "b")
+  assert ok.returncode == 0, ok.stderr
+  assert "A " in ok.stdout and "accuracy 0.6000" in ok.stdout and "accuracy 1.0000" in ok.stdout
+  assert "B - A: +40.00 points" in ok.stdout and "only A right: 0; only B right: 2" in ok.stdout
+
+  missing = run_cli(tmp_path / "a", tmp_path / "nowhere")
+  assert missing.returncode == 1 and missing.stdout == ""
+  assert missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
+
+  os.makedirs(tmp_path / "c")
+  train.write_predictions(str(tmp_path / "c"), labels[:4],
+                          one_hot_probabilities(labels[:4]), ["neg", "pos"], 7)
+  mismatched = run_cli(tmp_path / "a", tmp_path / "c")
+  assert mismatched.returncode == 1 and "not evaluated on the same test examples" in mismatched.stderr
+  assert run_cli(tmp_path / "a").returncode == 2  # usage

@@ -1,0 +1,120 @@
+"""Paired comparison of two finished runs on the same test examples.
+
+    python -m textattn.compare runs/softmax runs/fastformer
+
+Reads each workdir's `test_predictions.npz` (written at the end of every run: per test
+example its label and predicted class probabilities, from the parameters the test report used)
+and prints both accuracies, their difference with a 95% confidence interval for the paired
+difference (normal approximation over examples: each example contributes +1, 0 or -1), and
+McNemar's exact test (two-sided binomial test on the examples exactly one run gets right).
+The runs must have evaluated the same examples in the same order: same count, same labels.
+
+This measures how sure a difference is *for these two trained models* on this test set; it
+says nothing about seed-to-seed variation, which needs several seeds per configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+
+import numpy as np
+
+PREDICTIONS_FILE = "test_predictions.npz"  # (= train.PREDICTIONS_FILE; no JAX import here)
+
+
+class CompareError(ValueError):
+  """A workdir without predictions, or two runs not evaluated on the same examples."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  count: int
+  accuracy_a: float
+  accuracy_b: float
+  difference: float  # accuracy_b - accuracy_a
+  ci95: tuple[float, float]
+  only_a_right: int
+  only_b_right: int
+  mcnemar_p: float
+
+
+def load_predictions(workdir: str) -> tuple[np.ndarray, np.ndarray]:
+  """(labels [N], probabilities [N, C]) of a finished run."""
+  path = os.path.join(workdir, PREDICTIONS_FILE)
+  if not os.path.isfile(path):
+    raise CompareError(f"{path} does not exist: give the workdir of a run that finished (runs "
+                       f"write their test predictions there at the end).")
+  try:
+    with np.load(path, allow_pickle=False) as archive:
+      labels, probabilities = archive["labels"], archive["probabilities"]
+  except (OSError, ValueError, KeyError) as error:
+    raise CompareError(f"{path} is not a readable predictions file ({error}).") from error
+  if labels.ndim != 1 or probabilities.shape[:1] != labels.shape or probabilities.ndim != 2:
+    raise CompareError(f"{path} holds labels {labels.shape} and probabilities "
+                       f"{probabilities.shape}; expected [N] and [N, classes].")
+  return labels, probabilities
+
+
+def mcnemar_exact_p(only_a: int, only_b: int) -> float:
+  """Two-sided exact McNemar p-value: 2 P(X <= min) for X ~ Binomial(only_a + only_b, 1/2)."""
+  n = only_a + only_b
+  if n == 0:
+    return 1.0
+  tail = sum(math.comb(n, k) for k in range(min(only_a, only_b) + 1))
+  return min(1.0, 2 * tail / 2 ** n)
+
+
+def compare(labels_a: np.ndarray, probabilities_a: np.ndarray, labels_b: np.ndarray,
+            probabilities_b: np.ndarray) -> Comparison:
+  if labels_a.shape != labels_b.shape or not np.array_equal(labels_a, labels_b):
+    raise CompareError(
+        f"the runs were not evaluated on the same test examples ({len(labels_a)} and "
+        f"{len(labels_b)} examples{', labels differ' if len(labels_a) == len(labels_b) else ''}); "
+        f"a paired comparison needs the same dataset, test split and order.")
+  right_a = probabilities_a.argmax(-1) == labels_a
+  right_b = probabilities_b.argmax(-1) == labels_b
+  n = len(labels_a)
+  per_example = right_b.astype(np.float64) - right_a
+  difference = float(per_example.mean())
+  stderr = float(per_example.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+  only_a = int(np.sum(right_a & ~right_b))
+  only_b = int(np.sum(right_b & ~right_a))
+  return Comparison(count=n, accuracy_a=float(right_a.mean()), accuracy_b=float(right_b.mean()),
+                    difference=difference,
+                    ci95=(difference - 1.96 * stderr, difference + 1.96 * stderr),
+                    only_a_right=only_a, only_b_right=only_b,
+                    mcnemar_p=mcnemar_exact_p(only_a, only_b))
+
+
+def report(a: str, b: str, result: Comparison) -> str:
+  low, high = result.ci95
+  return "\n".join([
+      f"test examples: {result.count:,}",
+      f"A {a}: accuracy {result.accuracy_a:.4f}",
+      f"B {b}: accuracy {result.accuracy_b:.4f}",
+      f"B - A: {100 * result.difference:+.2f} points, 95% CI [{100 * low:+.2f}, {100 * high:+.2f}]",
+      (f"only A right: {result.only_a_right:,}; only B right: {result.only_b_right:,}; "
+       f"McNemar exact p = {result.mcnemar_p:.3g}"),
+  ])
+
+
+def main(argv: list[str]) -> int:
+  if len(argv) != 3:
+    print("usage: python -m textattn.compare WORKDIR_A WORKDIR_B", file=sys.stderr)
+    return 2
+  try:
+    labels_a, probabilities_a = load_predictions(argv[1])
+    labels_b, probabilities_b = load_predictions(argv[2])
+    result = compare(labels_a, probabilities_a, labels_b, probabilities_b)
+  except CompareError as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 1
+  print(report(argv[1], argv[2], result))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv))
