@@ -11,10 +11,12 @@
 #     --config=configs/imdb_softmax.py --out=.gpu/imdb_400_w2v.npz
 # Device tool: carry [".whl", ".gpu"], command "bash experiments/gpu/bigram_sweep.sh"
 # (.whl/ as experiments/gpu/check.sh describes). Smoke-tested on CPU with 30 steps.
+# Runs already done on the CPU are in experiments/sweeps/softmax_bigram_cpu.jsonl: pass only
+# the missing seeds (--seeds), and decide on all 20 a side, pooled.
 source experiments/gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 experiments/val_sweep.py sweep --data=.gpu/imdb_400_w2v.npz \
-  --config=configs/imdb_softmax.py --seeds=$(seq -s, 10 29) --jobs=${JOBS:-20} \
+  --config=configs/imdb_softmax.py --seeds=${SEEDS:-$(seq -s, 10 29)} --jobs=${JOBS:-20} \
   --variant="base:model.bigram_buckets=0" --variant="bigram:model.bigram_buckets=65536" \
   --out="$OUT/sm_bigram.jsonl" > "$OUT/sm_bigram.log" 2>&1
 grep -h -A4 "^variant" "$OUT/sm_bigram.log"; grep -h '"error"' "$OUT"/*.jsonl | cut -c1-600 | head -3
