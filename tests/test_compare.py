@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from textattn import compare, train
+from textattn import compare
 
 
 def one_hot_probabilities(predictions, num_classes=2):
@@ -57,7 +57,7 @@ def test_cli_reads_what_training_writes_and_refuses_bad_input_in_one_line(tmp_pa
   labels = np.array([0, 1, 1, 0, 1])
   for name, predictions in (("a", [0, 1, 0, 1, 1]), ("b", [0, 1, 1, 0, 1])):
     os.makedirs(tmp_path / name)
-    train.write_predictions(str(tmp_path / name), labels,
+    compare.write_predictions(str(tmp_path / name), labels,
                             one_hot_probabilities(np.array(predictions)), ["neg", "pos"], 7)
   ok = run_cli(tmp_path / "a", tmp_path / "b")
   assert ok.returncode == 0, ok.stderr
@@ -69,7 +69,7 @@ def test_cli_reads_what_training_writes_and_refuses_bad_input_in_one_line(tmp_pa
   assert missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
 
   os.makedirs(tmp_path / "c")
-  train.write_predictions(str(tmp_path / "c"), labels[:4],
+  compare.write_predictions(str(tmp_path / "c"), labels[:4],
                           one_hot_probabilities(labels[:4]), ["neg", "pos"], 7)
   mismatched = run_cli(tmp_path / "a", tmp_path / "c")
   assert mismatched.returncode == 1 and "not evaluated on the same test examples" in mismatched.stderr

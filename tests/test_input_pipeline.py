@@ -133,11 +133,15 @@ def test_content_digest_is_memoised_by_path_size_and_mtime(tmp_path):
   memo_dir = tmp_path / "cache"
   digest = ip.content_digest(str(data), str(memo_dir), write=False)
   assert not memo_dir.exists()  # write=False (non-zero processes) writes nothing
+  ip._DIGESTS.clear()  # (a new process)
   assert ip.content_digest(str(data), str(memo_dir)) == digest == hashlib.sha256(b"abc").hexdigest()
   (memo_file,) = (memo_dir / "digests").iterdir()
-  memo_file.write_text("f" * 64)  # a hit is served from the memo, without reading the file
+  memo_file.write_text("f" * 64)  # a new process is served from the memo, not the file
+  ip._DIGESTS.clear()
   assert ip.content_digest(str(data), str(memo_dir)) == "f" * 64
+  assert ip.content_digest(str(data), None) == "f" * 64  # and this process remembers it
   memo_file.write_text("garbage")  # an unreadable memo is recomputed, not trusted
+  ip._DIGESTS.clear()
   assert ip.content_digest(str(data), str(memo_dir)) == digest
 
 
@@ -308,6 +312,7 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
   assert len(entries) == 3  # vocabulary, arrays, the data file's digest memo
   for entry in entries:
     entry.write_bytes(entry.read_bytes()[:50])  # Truncated, as after a crash mid-copy.
+  ip._DIGESTS.clear()  # (read by a new process)
   again = ip.load_dataset(config, None)
   np.testing.assert_array_equal(again.train.inputs, first.train.inputs)
   assert all(entry.stat().st_size > 50 for entry in entries)

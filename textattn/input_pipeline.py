@@ -158,20 +158,26 @@ class _Raw:
   skipped: dict[str, int]
 
 
+_DIGESTS: dict[str, str] = {}  # (path, size, mtime) stamp -> sha256, this process
+
+
 def content_digest(path: str, memo_dir: str | None = None, write: bool = True) -> str:
   """sha256 of a file's bytes: what cache keys hold for source data, rather than modification
   times, so a copied or re-synced data dir keeps its cache. Memoised as a small file in
   `memo_dir` (when given; written only if `write`) keyed by (path, size, modification time),
-  so an unchanged file is read once, not at every start."""
+  so an unchanged file is read once, not at every start (and in this process, once at all:
+  a run asks for the source's identity two or three times)."""
   stat = os.stat(path)
-  memo = None
-  if memo_dir:
-    stamp = _key([os.path.realpath(path), stat.st_size, stat.st_mtime_ns])
-    memo = os.path.join(memo_dir, "digests", stamp)
+  stamp = _key([os.path.realpath(path), stat.st_size, stat.st_mtime_ns])
+  if stamp in _DIGESTS:
+    return _DIGESTS[stamp]
+  memo = os.path.join(memo_dir, "digests", stamp) if memo_dir else None
+  if memo:
     try:
       with open(memo, encoding="ascii") as f:
         digest = f.read().strip()
       if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+        _DIGESTS[stamp] = digest
         return digest
     except (OSError, UnicodeDecodeError):
       pass
@@ -179,7 +185,7 @@ def content_digest(path: str, memo_dir: str | None = None, write: bool = True) -
   with open(path, "rb") as f:
     for block in iter(lambda: f.read(1 << 20), b""):
       sha.update(block)
-  digest = sha.hexdigest()
+  digest = _DIGESTS[stamp] = sha.hexdigest()
   if memo and write:
     try:
       atomic_write(memo, lambda f: f.write(digest))

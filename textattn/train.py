@@ -25,7 +25,7 @@ from flax import struct
 from flax.training import train_state as train_state_lib
 from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 
-from textattn import input_pipeline, models, pretrain, word_vectors
+from textattn import compare, input_pipeline, models, pretrain, word_vectors
 
 EVAL_SPLITS = ("validation", "test")
 OPTIMIZERS = ("adam", "adamw", "rmsprop", "keras_adam")
@@ -545,24 +545,6 @@ def _write_json_atomic(path: str, obj: Any) -> None:
   os.replace(tmp, path)
 
 
-PREDICTIONS_FILE = "test_predictions.npz"
-
-
-def write_predictions(workdir: str, labels: np.ndarray, probabilities: np.ndarray,
-                      class_names: list[str], params_from_step: int) -> None:
-  """DIR/test_predictions.npz: for every test example, in the split's order, its label and the
-  class probabilities the reported parameters predict; what `python -m textattn.compare`
-  pairs two runs by."""
-  if probabilities.shape != (len(labels), len(class_names)):
-    raise ValueError(f"probabilities {probabilities.shape} do not match {len(labels)} labels "
-                     f"and {len(class_names)} classes.")
-  arrays = {"labels": np.asarray(labels, np.int32),
-            "probabilities": np.asarray(probabilities, np.float32),
-            "class_names": np.array(class_names), "params_from_step": np.int64(params_from_step)}
-  input_pipeline.atomic_write(os.path.join(workdir, PREDICTIONS_FILE),
-                              lambda f: np.savez(f, **arrays), "wb")
-
-
 def _shape_signature(params) -> dict:
   flat = jax.tree_util.tree_flatten_with_path(params)[0]
   return {"/".join(str(getattr(k, "key", k)) for k in path): list(leaf.shape)
@@ -700,8 +682,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         compiler_options=options)
 
   def evaluate(state, split, prefix):
-    """Metrics; on test also the per-example probabilities (under "probabilities", in the
-    split's order; eval batches are consecutive examples, padding at the end)."""
+    """(metrics, per-example class probabilities in the split's order on test, else None).
+    Eval batches are consecutive examples with the padding at the end."""
     step_fn = p_test_step if prefix == "test" else p_eval_step
     totals, probabilities = None, []
     for batch in input_pipeline.eval_batches(split, config.eval_batch_size, jax.process_index(),
@@ -711,9 +693,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         probabilities.append(sums.pop("probabilities"))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     metrics = summarize_eval(jax.device_get(totals), data.class_names, prefix)
-    if prefix == "test":
-      metrics["probabilities"] = np.concatenate(jax.device_get(probabilities))[:len(split)]
-    return metrics
+    if prefix != "test":
+      return metrics, None
+    return metrics, np.concatenate(jax.device_get(probabilities))[:len(split)]
 
   def save(step, state, metrics=None):
     manager.save(step, args=ocp.args.Composite(
@@ -734,7 +716,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                        unit="step", dynamic_ncols=True, mininterval=1.0)
   pending, window_start, window_examples = [], time.perf_counter(), 0
   batch = first_batch if start_step < total_steps else None
-  last_eval, test_probabilities = None, None
+  last_eval = None
   for step in range(start_step, total_steps):
     state, metrics = compiled(state, batch)
     pending.append(metrics)
@@ -770,9 +752,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                              ex_per_s=f"{train_metrics['train/examples_per_sec']:.0f}")
       eval_metrics = None
       if eval_now:
-        eval_metrics = evaluate(state, eval_data, eval_prefix)
-        last_eval = (done, eval_metrics)
-        test_probabilities = eval_metrics.pop("probabilities", None)
+        eval_metrics, probabilities = evaluate(state, eval_data, eval_prefix)
+        last_eval = (done, eval_metrics, probabilities)
         # (A final eval on test is written once, as the test report below.)
         if is_main and not (is_last and eval_prefix == "test"):
           writer.write(done, eval_metrics)
@@ -801,14 +782,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   else:
     report_step = total_steps
   if (last_eval is not None and eval_prefix == "test" and last_eval[0] == report_step):
-    test_metrics = dict(last_eval[1])
+    _, test_metrics, test_probabilities = last_eval
   else:
-    test_metrics = evaluate(state, data.test, "test")
-    test_probabilities = test_metrics.pop("probabilities")
+    test_metrics, test_probabilities = evaluate(state, data.test, "test")
   test_metrics["test/params_from_step"] = int(report_step)
   if is_main:
-    write_predictions(workdir, data.test.labels, test_probabilities, data.class_names,
-                      report_step)
+    compare.write_predictions(workdir, data.test.labels, test_probabilities, data.class_names,
+                              report_step)
     writer.write(total_steps, test_metrics)
     print("Test report: " + ", ".join(
         f"{k.split('/', 1)[1]}={v:.4f}" if isinstance(v, float) else f"{k.split('/', 1)[1]}={v}"
