@@ -489,6 +489,107 @@ def test_changed_optimizer_under_an_existing_workdir_is_a_clear_error(tmp_path, 
     train.train_and_evaluate(clipped, str(tmp_path / "run"))
 
 
+def test_a_resume_with_other_training_settings_is_refused_and_changes_nothing(tmp_path,
+                                                                              data_file):
+  # Same shapes, other training: without the run contract these resumed silently.
+  run = tmp_path / "run"
+  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10), str(run))
+  params_before, metrics_before = restore_params(run)[1], read_metrics(run)
+  checkpoints_before = sorted(os.listdir(run / "checkpoints"))
+  refused = [
+      ({"optimizer.learning_rate": 1e-2}, r"started with config\.optimizer\.learning_rate=0\.003 "
+                                          r"but this command has 0\.01"),
+      ({"model.attention": "causal"}, r"config\.model\.attention='softmax' but .* 'causal'"),
+      # A re-carved validation split would hold reviews the checkpoint already trained on.
+      ({"val_fraction": 0.2}, r"config\.val_fraction=0\.1 but this command has 0\.2"),
+      ({"seed": 1, "batch_size": 16}, r"config\.batch_size=8 .* \(and 1 more: seed\)"),
+  ]
+  for overrides, message in refused:
+    config = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **overrides)
+    with pytest.raises(train.RunError, match=message):
+      train.train_and_evaluate(config, str(run))
+  # Other data under the same settings (the file rewritten in place: same path, same config).
+  write_sentiment_jsonl(data_file, seed=1)
+  with pytest.raises(train.RunError, match=r"was trained on other data than this command loads"):
+    train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20), str(run))
+  assert_trees_identical(params_before, restore_params(run)[1])
+  assert read_metrics(run) == metrics_before
+  assert sorted(os.listdir(run / "checkpoints")) == checkpoints_before
+
+
+def test_only_a_constant_schedule_may_be_extended_on_resume(tmp_path, data_file, monkeypatch,
+                                                             capsys):
+  # (A constant one extends exactly: test_ema_survives_a_resume_bit_for_bit resumes 10 -> 20.)
+  cosine = {"optimizer.schedule": "cosine", "optimizer.warmup_steps": 2}
+  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10, **cosine),
+                           str(tmp_path / "run"))
+  longer = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **cosine)
+  with pytest.raises(train.RunError, match=r"started to last 10 steps and this command asks "
+                                           r"for 20; with optimizer.schedule='cosine'"):
+    train.train_and_evaluate(longer, str(tmp_path / "run"))
+  # Settings a resume may change (where data and caches live, how often to log) are accepted.
+  same = tiny_config(data_file, tmp_path / "c", num_train_steps=10, log_every_steps=3,
+                     eval_batch_size=8, **cosine)
+  # On other hardware the resume goes on, saying exactness is no longer promised.
+  real = train.machine_signature()
+  monkeypatch.setattr(train, "machine_signature", lambda: {**real, "cpu_cores": 96})
+  capsys.readouterr()
+  assert train.train_and_evaluate(same, str(tmp_path / "run"))["test/params_from_step"] > 0
+  out = capsys.readouterr().out
+  assert "Warning: resuming on other hardware" in out and "'cpu_cores': 96" in out, out[-2000:]
+
+
+def test_an_unreadable_latest_checkpoint_is_one_sentence_naming_the_older_one(tmp_path,
+                                                                               data_file):
+  run = tmp_path / "run"
+  config = tiny_config(data_file, tmp_path / "c", num_train_steps=20)
+  train.train_and_evaluate(config, str(run))
+  params_at_20 = restore_params(run, 20)[1]
+  # The arrays (the bulk of a checkpoint, what a full disk or a bad copy truncates).
+  damaged = [p for p in (run / "checkpoints" / "20" / "state").rglob("*") if p.is_file()]
+  assert damaged
+  for path in damaged:
+    path.write_bytes(b"\0garbage")
+  with pytest.raises(train.RunError, match=r"checkpoint at step 20 .* cannot be read .*; move "
+                                           r".*20 out of the way to resume from step 10"):
+    train.train_and_evaluate(config, str(run))
+  assert (run / "checkpoints" / "10").is_dir()  # nothing deleted
+  # The advice works: with it moved aside the run resumes at 10 and redoes 20 exactly.
+  (run / "checkpoints" / "20").rename(tmp_path / "aside")
+  train.train_and_evaluate(config, str(run))
+  assert_trees_identical(params_at_20, restore_params(run, 20)[1])
+  # Damage Orbax reads on opening the directory (the saved metrics) is one sentence too.
+  metrics_files = [p for p in (run / "checkpoints" / "20" / "metrics").rglob("*") if p.is_file()]
+  assert metrics_files
+  for path in metrics_files:
+    path.write_bytes(b"\0garbage")
+  with pytest.raises(train.RunError, match=r"checkpoints in .* cannot be read .*move the "
+                                           r"damaged step directory out of the way"):
+    train.train_and_evaluate(config, str(run))
+
+
+def test_workdir_problems_exit_one_with_one_sentence(tmp_path, data_file):
+  # main's handling of RunError: a resume with other settings, a workdir that is a file, and a
+  # damaged metrics file, each one line on stderr, exit 1, no traceback, nothing changed.
+  run = tmp_path / "run"
+  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10), str(run))
+  metrics_path = run / "metrics.jsonl"
+  other_lr = run_main(cli_args(data_file, tmp_path / "c", num_train_steps=10,
+                               **{"optimizer.learning_rate": 0.01}), run)
+  assert other_lr.returncode == 1, other_lr.stderr[-2000:]
+  assert "error: The run in" in other_lr.stderr and "Traceback" not in other_lr.stderr
+  a_file = tmp_path / "not-a-dir"
+  a_file.write_text("keep me")
+  with pytest.raises(train.RunError, match=r"is a file, not a directory"):
+    train.train_and_evaluate(tiny_config(data_file, tmp_path / "c"), str(a_file))
+  assert a_file.read_text() == "keep me"
+  rows = metrics_path.read_text().splitlines(keepends=True)
+  metrics_path.write_text("".join([rows[0], "{not json\n"] + rows[1:]))
+  with pytest.raises(train.RunError, match=r"metrics.jsonl line 2 is not JSON; fix or remove"):
+    train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+                             str(run))
+
+
 def free_port():
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))

@@ -61,9 +61,10 @@ def main(argv):
   try:
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except (ValueError, train.NonFiniteLossError) as error:
-    # A user's mistake (bad config, bad data) or a diverged run: one clear sentence, exit 1.
-    if isinstance(error, input_pipeline.DataError) or not isinstance(error, ValueError) or (
-        str(error).startswith(("config.", "The model in"))):
+    # A user's mistake (bad config, bad data, a workdir of another run) or a diverged run:
+    # one clear sentence, exit 1. Other ValueErrors are bugs: their traceback is kept.
+    if isinstance(error, (input_pipeline.DataError, train.RunError,
+                          train.NonFiniteLossError)) or str(error).startswith("config."):
       print(f"error: {error}", file=sys.stderr)
       sys.exit(1)
     raise

@@ -8,6 +8,7 @@ with `jax.jit` over a one-axis ("data") device mesh: the batch is sharded, the s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -59,6 +60,11 @@ class TrainState(train_state_lib.TrainState):
 
 class NonFiniteLossError(RuntimeError):
   pass
+
+
+class RunError(ValueError):
+  """The workdir cannot be used with this command (another run's checkpoints, an unreadable
+  file); the message is one sentence naming the problem and what to do. Nothing is changed."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -513,7 +519,8 @@ class MetricWriter:
         parsed.append((line if line.endswith("\n") else line + "\n", json.loads(line)))
       except json.JSONDecodeError:
         if number != len(rows) - 1:
-          raise ValueError(f"{self.path} line {number + 1} is not JSON; fix or remove it.")
+          raise RunError(f"{self.path} line {number + 1} is not JSON; fix or remove that "
+                         f"line to resume this run.")
         logging.warning("Dropping the unfinished last line of %s.", self.path)
     # The final test report is always produced again at the end of the run, so it goes too.
     keep = [line for line, row in parsed
@@ -571,6 +578,116 @@ def _checkpoint_manager(workdir: str, config) -> ocp.CheckpointManager:
                                options=options)
 
 
+# Config fields a resumed run may change: where things are read from and how often to log,
+# evaluate or keep checkpoints, the hardware and kernels (float rounding only), and which
+# parameters the final report uses. Everything else must match the run being resumed, and the
+# tokenised data must be the same arrays (RUN_FINGERPRINT). num_epochs / num_train_steps are
+# compared as the run's length, which may change only where the schedule does not depend on
+# it (a constant one: a longer run then continues exactly as a run started that long).
+RESUMABLE_CHANGES = frozenset({
+    "dataset", "data_dir", "cache_dir", "eval_batch_size", "log_every_steps",
+    "eval_every_steps", "checkpoint_every_steps", "keep_checkpoints", "num_cpu_devices",
+    "xla_flags", "deterministic", "final_params", "model.attention_impl", "num_epochs",
+    "num_train_steps"})
+
+
+def data_fingerprint(data: input_pipeline.Dataset) -> str:
+  """sha256 of the tokenised splits and labels a run trains, validates and tests on."""
+  digest = hashlib.sha256()
+  for split in (data.train, data.validation, data.test):
+    for array in (split.inputs, split.labels):
+      digest.update(str((array.dtype.str, array.shape)).encode())
+      digest.update(np.ascontiguousarray(array).tobytes())
+  digest.update(json.dumps(data.class_names).encode())
+  return digest.hexdigest()
+
+
+def _flat_config(config: ml_collections.ConfigDict) -> dict:
+  flat = {}
+
+  def walk(prefix, node):
+    for key, value in node.items():
+      if isinstance(value, dict):
+        walk(f"{prefix}{key}.", value)
+      else:
+        flat[prefix + key] = value
+  walk("", json.loads(config.to_json_best_effort()))
+  return flat
+
+
+def run_contract(config: ml_collections.ConfigDict, data_print: str, total_steps: int) -> dict:
+  """What a checkpoint records so a resume can check it continues the same training."""
+  return {"config": {k: v for k, v in _flat_config(config).items()
+                     if k not in RESUMABLE_CHANGES},
+          "data_fingerprint": data_print, "total_steps": total_steps}
+
+
+def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: str) -> None:
+  """RunError unless `current` (run_contract of this command) continues the run `saved` was
+  written by. Fields one side lacks (added to textattn later) are not compared."""
+  if saved is None:
+    logging.warning("The checkpoints in %s predate run contracts; the resume is not checked.",
+                    workdir)
+    return
+  before, now = saved["config"], current["config"]
+  differing = sorted(k for k in set(before) & set(now) if before[k] != now[k])
+  if differing:
+    first = differing[0]
+    more = f" (and {len(differing) - 1} more: {', '.join(differing[1:4])}" + (
+        ", ...)" if len(differing) > 4 else ")") if len(differing) > 1 else ""
+    raise RunError(
+        f"The run in {workdir} was started with config.{first}={before[first]!r} but this "
+        f"command has {now[first]!r}{more}; a resume must continue the same training, so use "
+        f"the original values or a new --workdir.")
+  if saved["data_fingerprint"] != current["data_fingerprint"]:
+    raise RunError(
+        f"The run in {workdir} was trained on other data than this command loads (its "
+        f"tokenised train/validation/test arrays differ: another dataset file or version, "
+        f"split, vocabulary or length); use the original data or a new --workdir.")
+  if saved["total_steps"] != current["total_steps"] and schedule != "constant":
+    raise RunError(
+        f"The run in {workdir} was started to last {saved['total_steps']} steps and this "
+        f"command asks for {current['total_steps']}; with optimizer.schedule={schedule!r} the "
+        f"learning rate depends on the length, so use the original num_epochs/num_train_steps "
+        f"or a new --workdir (only a constant schedule may be extended).")
+
+
+def machine_signature() -> dict:
+  """What a step's float rounding may depend on: backend, devices, and on a CPU the cores this
+  process may use (XLA's and the native kernels' thread counts follow them) and the CPU model
+  (the native kernels are built with -march=native)."""
+  signature = {"backend": jax.default_backend(), "devices": jax.device_count(),
+               "device_kind": jax.devices()[0].device_kind}
+  if signature["backend"] == "cpu":
+    try:
+      signature["cpu_cores"] = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+      signature["cpu_cores"] = os.cpu_count()
+    signature["cpu_model"] = _cpu_model()
+  return signature
+
+
+def _cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  import platform
+  return platform.processor() or platform.machine()
+
+
+def _unreadable_checkpoint(manager, step: int, error: Exception) -> RunError:
+  older = [s for s in manager.all_steps() if s < step]
+  fallback = (f"move {manager.directory / str(step)} out of the way to resume from step "
+              f"{max(older)}" if older else "move it out of the way to start afresh")
+  return RunError(f"The checkpoint at step {step} in {manager.directory} cannot be read "
+                  f"({type(error).__name__}: {str(error)[:200]}); {fallback}, or use a new "
+                  f"--workdir.")
+
+
 def _check_same_model(checkpoint_shapes: dict, current_shapes: dict, workdir: str) -> None:
   if checkpoint_shapes == current_shapes:
     return
@@ -579,7 +696,7 @@ def _check_same_model(checkpoint_shapes: dict, current_shapes: dict, workdir: st
     if checkpoint_shapes.get(name) != current_shapes.get(name):
       differing = name
       break
-  raise ValueError(
+  raise RunError(
       f"The model in {workdir} does not match this config: state entry {differing!r} has "
       f"shape {checkpoint_shapes.get(differing)} in the checkpoint and "
       f"{current_shapes.get(differing)} now (a changed model, or an optimizer with other "
@@ -590,6 +707,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains (or resumes), evaluates, and returns the final report's metrics."""
   validate_config(config, jax.device_count())
   is_main = jax.process_index() == 0
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise RunError(f"--workdir={workdir} is a file, not a directory; name a directory (it is "
+                   f"created if missing).")
   os.makedirs(workdir, exist_ok=True)
   data_sharding, replicated = data_parallel_shardings()
 
@@ -609,6 +729,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"{train_iter.steps_per_epoch} steps) when config.final_params='best', so every "
         f"checkpoint carries the validation accuracy it is chosen by.")
   tx = make_optimizer(config.optimizer, total_steps)
+  contract = run_contract(config, data_fingerprint(data), total_steps)
+  machine = machine_signature()
   eval_data = data.validation if config.eval_split == "validation" else data.test
   eval_prefix = "val" if config.eval_split == "validation" else "test"
   if len(eval_data) == 0:
@@ -631,16 +753,33 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     print(f"Model: {config.model.attention} attention, {config.model.pooling} pooling\n"
           + models.parameter_table(abstract_state.params), flush=True)
 
-  manager = _checkpoint_manager(workdir, config)
+  try:
+    manager = _checkpoint_manager(workdir, config)
+  except Exception as e:  # noqa: BLE001 -- e.g. a damaged checkpoint's metrics or metadata
+    raise RunError(f"The checkpoints in {os.path.join(workdir, 'checkpoints')} cannot be read "
+                   f"({type(e).__name__}: {str(e)[:200]}); move the damaged step directory "
+                   f"out of the way to resume from an older one, or use a new --workdir.") from e
   start_step = 0
   latest = manager.latest_step()
   if latest is not None:
-    meta = manager.restore(latest, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    try:
+      meta = manager.restore(latest, args=ocp.args.Composite(
+          meta=ocp.args.JsonRestore()))["meta"]
+    except Exception as e:  # noqa: BLE001 -- any failure to read it is the same advice
+      raise _unreadable_checkpoint(manager, latest, e) from e
     _check_same_model(meta["param_shapes"], shapes, workdir)
-    restored = manager.restore(latest, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state_with_sharding(abstract_state,
-                                                                    state_sharding)),
-        data=ocp.args.JsonRestore()))
+    check_same_run(meta.get("run"), contract, config.optimizer.schedule, workdir)
+    if is_main and meta.get("machine", machine) != machine:
+      print(f"Warning: resuming on other hardware than the checkpoint was written on "
+            f"({meta['machine']} then, {machine} now): the run continues, but float rounding "
+            f"may differ, so it need not end bit-identical to an uninterrupted run.", flush=True)
+    try:
+      restored = manager.restore(latest, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract_state_with_sharding(abstract_state,
+                                                                      state_sharding)),
+          data=ocp.args.JsonRestore()))
+    except Exception as e:  # noqa: BLE001
+      raise _unreadable_checkpoint(manager, latest, e) from e
     state = restored["state"].replace(apply_fn=model.apply, tx=tx)
     train_iter.set_state(restored["data"])
     start_step = int(latest)
@@ -665,9 +804,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if is_main:
     config_path = os.path.join(workdir, "config.json")
     if os.path.exists(config_path) and start_step:
-      with open(config_path) as f:
-        if json.load(f) != json.loads(config.to_json_best_effort()):
-          os.replace(config_path, os.path.join(workdir, f"config.before-step-{start_step}.json"))
+      try:
+        with open(config_path) as f:
+          same = json.load(f) == json.loads(config.to_json_best_effort())
+      except (OSError, ValueError):
+        same = False  # unreadable: kept aside like a changed one, never overwritten
+      if not same:
+        os.replace(config_path, os.path.join(workdir, f"config.before-step-{start_step}.json"))
     _write_json_atomic(config_path, json.loads(config.to_json_best_effort()))
 
   options = step_compiler_options(config)
@@ -700,7 +843,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   def save(step, state, metrics=None):
     manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(train_iter.get_state()),
-        meta=ocp.args.JsonSave({"param_shapes": shapes, "class_names": data.class_names})),
+        meta=ocp.args.JsonSave({"param_shapes": shapes, "class_names": data.class_names,
+                                "run": contract, "machine": machine})),
         metrics=metrics)
 
   if start_step < total_steps:
