@@ -227,6 +227,10 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
   from textattn import input_pipeline, models, pretrain, train
 
   config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
+  if jax.default_backend() != "cpu":
+    # Full float32 products, as on a CPU (JAX's GPU default is TF32), so that lines from
+    # both backends differ only by rounding order and may be pooled.
+    jax.config.update("jax_default_matmul_precision", "highest")
   with np.load(data_path) as f:
     raw = {k: f[k] for k in f.files}
   check_export(raw, config)
@@ -277,8 +281,10 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
   state = jax.jit(lambda rng, tokens, encoder: train.init_train_state(
       model, tx, rng, config.max_len, config.optimizer, tokens, encoder))(
           jax.random.key(config.seed), pretrained_tokens, pretrained_params)
-  step_fn = jax.jit(train.train_step, donate_argnums=0)
-  eval_fn = jax.jit(lambda s, b: train.eval_step(s, b, num_classes))
+  # As the trainer compiles them: config.xla_flags, and deterministic ops on a GPU.
+  options = train.step_compiler_options(config)
+  step_fn = jax.jit(train.train_step, donate_argnums=0, compiler_options=options)
+  eval_fn = jax.jit(lambda s, b: train.eval_step(s, b, num_classes), compiler_options=options)
 
   def evaluate(state):
     totals = None
@@ -295,7 +301,10 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
       curve.append((step, evaluate(state)))
   best_step, best = max(curve, key=lambda c: c[1])  # first best, as the checkpoint manager
   return {"val_best": best, "val_best_step": best_step, "val_last": curve[-1][1],
-          "curve": curve, "seconds": time.perf_counter() - t0, "device": str(jax.devices()[0])}
+          "curve": curve, "seconds": time.perf_counter() - t0, "device": str(jax.devices()[0]),
+          "backend": jax.default_backend(), "jax": jax.__version__,
+          "matmul_precision": jax.config.jax_default_matmul_precision,
+          "compiler_options": options}
 
 
 def sweep(args) -> None:

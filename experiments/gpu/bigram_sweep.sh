@@ -13,6 +13,11 @@
 # (.whl/ as experiments/gpu/check.sh describes). Smoke-tested on CPU with 30 steps.
 # Runs already done on the CPU are in experiments/sweeps/softmax_bigram_cpu.jsonl: pass only
 # the missing seeds (--seeds), and decide on all 20 a side, pooled.
+# Amended 2026-11-23 22:15, before any GPU line and touching only arithmetic: val_sweep.py now
+# runs GPU lines with full float32 products (jax_default_matmul_precision="highest"; JAX's GPU
+# default is TF32) and compiles the steps as the trainer does (deterministic ops on a GPU), so
+# pooled CPU and GPU lines differ only by rounding order; each line records its backend, jax
+# version, precision and compiler options. (No-ops on the CPU: its lines are unchanged.)
 source experiments/gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 experiments/val_sweep.py sweep --data=.gpu/imdb_400_w2v.npz \
