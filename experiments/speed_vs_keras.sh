@@ -19,14 +19,14 @@ for round in $(seq "${1:-1}"); do
     # so every example costs all 200 positions, as in Keras; Keras 3's Adam).
     python -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py \
       --config.model.attention=$attention --repeats=60 --warmup=10 \
-      --out_dir=runs/speed_vs_keras 2>&1 | grep "^train_step" | sed "s/^/seed layout: /"
+      --out_dir=runs/speed_vs_keras --overwrite 2>&1 | grep "^train_step" | sed "s/^/seed layout: /"
     # textattn's own layout (padding after the tokens, masked; optax Adam), with the benchmark's
     # padded batches and with full-length ones.
     for lengths in half_to_full full; do
       python -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py \
         --config.model.attention=$attention --repeats=60 --warmup=10 --lengths=$lengths \
         --config.padding=after_masked --config.optimizer.name=adam \
-        --out_dir=runs/speed_vs_keras 2>&1 | grep "^train_step" | sed "s/^/masked, $lengths: /"
+        --out_dir=runs/speed_vs_keras --overwrite 2>&1 | grep "^train_step" | sed "s/^/masked, $lengths: /"
     done
   done
 done

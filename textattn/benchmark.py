@@ -2,7 +2,7 @@
 
     python -m textattn.benchmark --variants=softmax,softmax_chunked,additive \
         --seq_lens=256,1024,4096 --batch_size=4 --embed_dim=256 --num_heads=4 --num_layers=1 \
-        --mode=forward+backward --out_dir=experiments/seq_len/cpu
+        --mode=forward+backward --out_dir=runs/seq_len
 
     # The real training step of a config (what the speed work measures): examples/s.
     python -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py
@@ -135,8 +135,13 @@ _NUM_CLASSES = flags.DEFINE_integer("num_classes", 2, "Output classes of the cla
 _MODE = flags.DEFINE_enum("mode", "forward+backward", MODES, "What is timed.")
 _WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed calls after compilation.")
 _REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls; median and p90 are over these.")
-_OUT_DIR = flags.DEFINE_string("out_dir", "runs/benchmark",
-                               "Where results.csv, results.md and the plots are written.")
+_OUT_DIR = flags.DEFINE_string(
+    "out_dir", "", "Where results.csv, results.md and the plots are written; default "
+    "runs/benchmark/<UTC date-time>, new each run. A directory already holding results is "
+    "refused unless --overwrite.")
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite", False, "Replace the results already in --out_dir (they are rewritten point by "
+    "point, so an interrupted sweep leaves a partial table there).")
 _POINT_TIME_BUDGET_S = flags.DEFINE_float(
     "point_time_budget_s", 0.0, "If > 0: no further warm-up or timed call starts once a point's "
     "calls have taken this many seconds; at least one call is timed (if the warm-up used the "
@@ -643,6 +648,9 @@ def plan_points(config, settings: dict, mode: str, *, warmup: int = 2, repeats: 
   return specs
 
 
+OUTPUTS = ("results.csv", "results.md", "time_vs_length.png", "memory_vs_length.png")
+
+
 def run_sweep(specs: Sequence[dict], *, timeout_s: float, out_dir: str, command: str) -> list[dict]:
   """Runs every point in its own subprocess, one after another; writes and returns the rows."""
   os.makedirs(out_dir, exist_ok=True)
@@ -876,10 +884,16 @@ def main(argv):
            "batch_size": _BATCH_SIZE.value, "embed_dim": _EMBED_DIM.value,
            "num_heads": _NUM_HEADS.value, "num_layers": _NUM_LAYERS.value,
            "dtype": _DTYPE.value, "vocab_size": _VOCAB_SIZE.value}
+  out_dir = _OUT_DIR.value or os.path.join(
+      "runs", "benchmark", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
   try:
-    if os.path.exists(_OUT_DIR.value) and not os.path.isdir(_OUT_DIR.value):
-      raise ValueError(f"--out_dir={_OUT_DIR.value} exists and is not a directory; give a new "
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+      raise ValueError(f"--out_dir={out_dir} exists and is not a directory; give a new "
                        f"or an existing directory.")
+    existing = [name for name in OUTPUTS if os.path.exists(os.path.join(out_dir, name))]
+    if existing and not _OVERWRITE.value:
+      raise ValueError(f"--out_dir={out_dir} already holds results ({', '.join(existing)}); "
+                       f"give a new --out_dir, or --overwrite to replace them.")
     if _WARMUP.value < 0 or _REPEATS.value < 1:
       raise ValueError(f"--warmup={_WARMUP.value} must be >= 0 and --repeats={_REPEATS.value} "
                        ">= 1.")
@@ -900,8 +914,7 @@ def main(argv):
     sys.exit(1)
 
   command = "python -m textattn.benchmark " + " ".join(sys.argv[1:])
-  rows = run_sweep(specs, timeout_s=_POINT_TIMEOUT_S.value, out_dir=_OUT_DIR.value,
-                   command=command)
+  rows = run_sweep(specs, timeout_s=_POINT_TIMEOUT_S.value, out_dir=out_dir, command=command)
   if mode == "train_step":
     for row in rows:
       if row["status"] == "ok":
@@ -913,8 +926,7 @@ def main(argv):
       else:
         print(f"train_step {row['variant']} L={row['seq_len']}: {row['status']} "
               f"({row['message']})")
-  outputs = ("results.csv", "results.md", "time_vs_length.png", "memory_vs_length.png")
-  print("Wrote " + ", ".join(os.path.join(_OUT_DIR.value, name) for name in outputs))
+  print("Wrote " + ", ".join(os.path.join(out_dir, name) for name in OUTPUTS))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ timeout 240 python3 experiments/gpu/determinism.py 2>&1 | grep -v "^W0000\|^I000
 #    (TF32).
 bench() {
   python3 -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py \
-    --warmup=5 --repeats=50 --out_dir=/tmp/bench "$@" 2>&1 | grep -E "^train_step|rror" | head -3
+    --warmup=5 --repeats=50 --out_dir=/tmp/bench --overwrite "$@" 2>&1 | grep -E "^train_step|rror" | head -3
 }
 for batch in ${BATCHES:-32 256}; do
   for attention in softmax additive; do

@@ -2,8 +2,9 @@
 # The commands behind experiments/seq_len/README.md, run from the repository root in this order.
 # About 35 minutes on the 2-core CPU (under the shared load noted in the README).
 set -euo pipefail
+# --overwrite: re-running replaces the committed tables in place (git diff shows the change).
 common=(--batch_size=4 --embed_dim=256 --num_heads=4 --num_layers=1 --dtype=float32
-        --mode=forward+backward --point_memory_limit_gb=8)
+        --mode=forward+backward --point_memory_limit_gb=8 --overwrite)
 
 # 1. The sweep (about 15 minutes): 1 warm-up + 5 timed calls, at most 30 s of calls per point,
 #    180 s per point in all (the chunked kernel at 16,384 does not fit in that; see 3).
