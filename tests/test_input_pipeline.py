@@ -560,9 +560,13 @@ def test_eval_yields_every_example_exactly_once(batch_size, process_count):
 
 
 def test_eval_padding_rows_are_real_examples_with_zero_weight():
-  batch = list(ip.eval_batches(numbered_split(5), 4))[-1]
+  # Ids and labels start at 1 and 7, so a copy of example 0 differs from an all-zero row (a
+  # fully padded row, which the padding must not be: it would be masked out everywhere).
+  split = ip.Split(numbered_split(5).inputs + 1, np.arange(7, 12, dtype=np.int32))
+  batch = list(ip.eval_batches(split, 4))[-1]
   assert batch["weights"].tolist() == [1, 0, 0, 0]
-  assert batch["inputs"][1:].tolist() == [[0, 0, 0]] * 3  # Copies of example 0.
+  assert batch["inputs"].tolist() == [[5, 5, 5]] + [[1, 1, 1]] * 3  # Copies of example 0.
+  assert batch["labels"].tolist() == [11, 7, 7, 7]
 
 
 def test_batch_size_errors():

@@ -129,7 +129,12 @@ def test_training_mode_uses_dropout_and_eval_mode_is_deterministic():
   a = model.apply(params, tokens, train=True, rngs={"dropout": jax.random.key(1)})
   b = model.apply(params, tokens, train=True, rngs={"dropout": jax.random.key(2)})
   assert not np.allclose(a, b)
-  np.testing.assert_array_equal(model.apply(params, tokens), model.apply(params, tokens))
+  # Evaluation ignores a dropout key even when one is given (without one, Flax would raise if
+  # dropout ran; with one it would silently drop).
+  plain = np.asarray(model.apply(params, tokens))
+  for key in (1, 2):
+    np.testing.assert_array_equal(
+        model.apply(params, tokens, train=False, rngs={"dropout": jax.random.key(key)}), plain)
 
 
 def test_embedding_dropout_drops_embedding_elements_only_when_asked():
@@ -151,7 +156,9 @@ def test_embedding_dropout_drops_embedding_elements_only_when_asked():
   # Evaluation never drops.
   model = models.build_model(small_config(dropout_rate=0.0, embed_dropout_rate=0.5), 2)
   params = model.init(jax.random.key(0), tokens)
-  np.testing.assert_array_equal(model.apply(params, tokens), model.apply(params, tokens))
+  np.testing.assert_array_equal(
+      model.apply(params, tokens, train=False, rngs={"dropout": jax.random.key(1)}),
+      model.apply(params, tokens))
 
 
 def test_token_dropout_zeroes_whole_token_embeddings_in_training_only():
