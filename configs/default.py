@@ -46,7 +46,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.model = ml_collections.ConfigDict()
   config.model.attention = "softmax"  # softmax | causal | additive
   # Softmax/causal kernel: xla (reference einsum) | dot_product (jax.nn.dot_product_attention's
-  # default, the XLA path) | cudnn (its cuDNN flash attention: GPU + bfloat16 only) | chunked
+  # default, the XLA path) | cudnn (its cuDNN flash attention: GPU + bfloat16 only;
+  # experimental, never run yet) | chunked
   # (memory-efficient, exact) | fused (exact, hand-written backward, XLA) | native (exact, C++
   # XLA FFI kernel compiled on first use; CPU and one device only, the fastest there) | auto
   # (native on a one-device CPU run where it builds, else fused). Additive attention has two:
