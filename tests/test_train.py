@@ -503,6 +503,9 @@ def test_a_resume_with_other_training_settings_is_refused_and_changes_nothing(tm
       # A re-carved validation split would hold reviews the checkpoint already trained on.
       ({"val_fraction": 0.2}, r"config\.val_fraction=0\.1 but this command has 0\.2"),
       ({"seed": 1, "batch_size": 16}, r"config\.batch_size=8 .* \(and 1 more: seed\)"),
+      # Which steps are evaluated and kept decides the best checkpoint, hence the test report.
+      ({"eval_every_steps": 5}, r"config\.eval_every_steps=10 but this command has 5"),
+      ({"final_params": "last"}, r"config\.final_params='best' but this command has 'last'"),
   ]
   for overrides, message in refused:
     config = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **overrides)
@@ -531,12 +534,30 @@ def test_only_a_constant_schedule_may_be_extended_on_resume(tmp_path, data_file,
   same = tiny_config(data_file, tmp_path / "c", num_train_steps=10, log_every_steps=3,
                      eval_batch_size=8, **cosine)
   # On other hardware the resume goes on, saying exactness is no longer promised.
-  real = train.machine_signature()
-  monkeypatch.setattr(train, "machine_signature", lambda: {**real, "cpu_cores": 96})
+  real = train.machine_signature
+  monkeypatch.setattr(train, "machine_signature", lambda c: {**real(c), "cpu_cores": 96})
   capsys.readouterr()
   assert train.train_and_evaluate(same, str(tmp_path / "run"))["test/params_from_step"] > 0
   out = capsys.readouterr().out
-  assert "Warning: resuming on other hardware" in out and "'cpu_cores': 96" in out, out[-2000:]
+  assert re.search(r"Warning: resuming with other hardware .*\(cpu_cores: \d+ -> 96\)", out), \
+      out[-2000:]
+  # Shorter than the checkpoints already there: refused (checked before the schedule).
+  with pytest.raises(train.RunError, match=r"checkpoint at step 10 and this command asks for "
+                                           r"5 steps in all; a run cannot be shortened"):
+    train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=5,
+                                         **cosine), str(tmp_path / "run"))
+
+
+def test_a_constant_run_is_extended_only_from_an_end_on_its_evaluation_grid(tmp_path,
+                                                                             data_file):
+  # Ended at 15 with evaluations every 10: the longer run would evaluate and keep step 15,
+  # which an uninterrupted 30-step run never does, so its report could differ.
+  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=15),
+                           str(tmp_path / "run"))
+  with pytest.raises(train.RunError, match=r"ended at step 15, which is off its "
+                                           r"evaluation/checkpoint grid \(every 10 / 10 steps\)"):
+    train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=30),
+                             str(tmp_path / "run"))
 
 
 def test_an_unreadable_latest_checkpoint_is_one_sentence_naming_the_older_one(tmp_path,
@@ -550,8 +571,9 @@ def test_an_unreadable_latest_checkpoint_is_one_sentence_naming_the_older_one(tm
   assert damaged
   for path in damaged:
     path.write_bytes(b"\0garbage")
-  with pytest.raises(train.RunError, match=r"checkpoint at step 20 .* cannot be read .*; move "
-                                           r".*20 out of the way to resume from step 10"):
+  with pytest.raises(train.RunError, match=r"checkpoint at step 20 .* cannot be read .*; if its "
+                                           r"files are damaged, move .*20 out of the way to "
+                                           r"resume from step 10"):
     train.train_and_evaluate(config, str(run))
   assert (run / "checkpoints" / "10").is_dir()  # nothing deleted
   # The advice works: with it moved aside the run resumes at 10 and redoes 20 exactly.
@@ -563,8 +585,8 @@ def test_an_unreadable_latest_checkpoint_is_one_sentence_naming_the_older_one(tm
   assert metrics_files
   for path in metrics_files:
     path.write_bytes(b"\0garbage")
-  with pytest.raises(train.RunError, match=r"checkpoints in .* cannot be read .*move the "
-                                           r"damaged step directory out of the way"):
+  with pytest.raises(train.RunError, match=r"checkpoints in .* cannot be read .*if a step's "
+                                           r"files are damaged, move that step directory out"):
     train.train_and_evaluate(config, str(run))
 
 
@@ -639,6 +661,21 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
     other_labels, other_probabilities = compare.load_predictions(str(tmp_path / other))
     np.testing.assert_array_equal(other_labels, labels)
     np.testing.assert_allclose(other_probabilities, probabilities, atol=1e-5)
+
+  # A problem only process 0 can see (its metrics file, damaged) stops both processes at
+  # once, each with one line, rather than leaving process 1 waiting in a collective.
+  metrics_path = tmp_path / "procs" / "metrics.jsonl"
+  rows = metrics_path.read_text().splitlines(keepends=True)
+  metrics_path.write_text("".join([rows[0], "{damaged\n"] + rows[1:]))
+  address = f"127.0.0.1:{free_port()}"
+  procs = [run_main(args + [f"--coordinator_address={address}", "--num_processes=2",
+                            f"--process_id={i}"], tmp_path / "procs", wait=False)
+           for i in range(2)]
+  outputs = [p.communicate(timeout=180)[0] for p in procs]
+  assert [p.returncode for p in procs] == [1, 1], outputs
+  assert "metrics.jsonl line 2 is not JSON" in outputs[0], outputs[0][-2000:]
+  assert "error: Process 0 cannot resume this run" in outputs[1], outputs[1][-2000:]
+  assert "Traceback" not in outputs[0] + outputs[1]
 
 
 def test_two_devices_from_the_config_match_one_device_with_the_lazy_embedding_update(

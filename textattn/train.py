@@ -507,11 +507,13 @@ class MetricWriter:
       self._tensorboard = tensorboardX.SummaryWriter(workdir, flush_secs=30,
                                                      purge_step=start_step or None)
 
-  def drop_after(self, step: int) -> None:
-    """On resume: rows past the restored step will be produced again, so drop them."""
-    if not self.enabled or not os.path.exists(self.path):
-      return
-    with open(self.path) as f:
+  @staticmethod
+  def read_rows(path: str, warn: bool = True) -> list[tuple[str, dict]]:
+    """(line, row) per JSON line of a metrics file; an unfinished last line (a kill while it
+    was written) is left out; any other line that is not JSON is a RunError."""
+    if not os.path.exists(path):
+      return []
+    with open(path) as f:
       rows = [line for line in f if line.strip()]
     parsed = []
     for number, line in enumerate(rows):
@@ -519,9 +521,23 @@ class MetricWriter:
         parsed.append((line if line.endswith("\n") else line + "\n", json.loads(line)))
       except json.JSONDecodeError:
         if number != len(rows) - 1:
-          raise RunError(f"{self.path} line {number + 1} is not JSON; fix or remove that "
-                         f"line to resume this run.")
-        logging.warning("Dropping the unfinished last line of %s.", self.path)
+          raise RunError(f"{path} line {number + 1} is not JSON; fix or remove that line to "
+                         f"resume this run.") from None
+        if warn:
+          logging.warning("Dropping the unfinished last line of %s.", path)
+    return parsed
+
+  @staticmethod
+  def check_readable(path: str) -> None:
+    MetricWriter.read_rows(path, warn=False)
+
+  def drop_after(self, step: int) -> None:
+    """On resume: rows past the restored step will be produced again, so drop them."""
+    if not self.enabled or not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      rows = [line for line in f if line.strip()]
+    parsed = self.read_rows(self.path)
     # The final test report is always produced again at the end of the run, so it goes too.
     keep = [line for line, row in parsed
             if row.get("step", 0) <= step and "test/params_from_step" not in row]
@@ -578,17 +594,19 @@ def _checkpoint_manager(workdir: str, config) -> ocp.CheckpointManager:
                                options=options)
 
 
-# Config fields a resumed run may change: where things are read from and how often to log,
-# evaluate or keep checkpoints, the hardware and kernels (float rounding only), and which
-# parameters the final report uses. Everything else must match the run being resumed, and the
-# tokenised data must be the same arrays (RUN_FINGERPRINT). num_epochs / num_train_steps are
-# compared as the run's length, which may change only where the schedule does not depend on
-# it (a constant one: a longer run then continues exactly as a run started that long).
+# Config fields a resumed run may change: where data and caches are read from (the data
+# itself is checked by its fingerprint), the logging window and evaluation batch size (the
+# train-metric rows' windows, the evaluation sums' rounding), how many checkpoints are kept, and
+# the hardware and kernel settings (float rounding only; a change is reported as a warning, see
+# machine_signature). Everything else must match the run being resumed: parameters, checkpoints
+# and every evaluation and test figure then come out as in an uninterrupted run. The run's
+# length (num_epochs / num_train_steps) may grow only where nothing depends on it: a constant
+# schedule, and an old end on the evaluation and checkpoint grid (so the extended run evaluates
+# and keeps the same steps an uninterrupted longer run would).
 RESUMABLE_CHANGES = frozenset({
-    "dataset", "data_dir", "cache_dir", "eval_batch_size", "log_every_steps",
-    "eval_every_steps", "checkpoint_every_steps", "keep_checkpoints", "num_cpu_devices",
-    "xla_flags", "deterministic", "final_params", "model.attention_impl", "num_epochs",
-    "num_train_steps"})
+    "dataset", "data_dir", "cache_dir", "text_fields", "label_field", "eval_batch_size",
+    "log_every_steps", "keep_checkpoints", "num_cpu_devices", "xla_flags", "deterministic",
+    "model.attention_impl", "num_epochs", "num_train_steps"})
 
 
 def data_fingerprint(data: input_pipeline.Dataset) -> str:
@@ -615,14 +633,21 @@ def _flat_config(config: ml_collections.ConfigDict) -> dict:
   return flat
 
 
-def run_contract(config: ml_collections.ConfigDict, data_print: str, total_steps: int) -> dict:
+def run_contract(config: ml_collections.ConfigDict, data_print: str, total_steps: int,
+                 eval_every: int, checkpoint_every: int) -> dict:
   """What a checkpoint records so a resume can check it continues the same training."""
   return {"config": {k: v for k, v in _flat_config(config).items()
                      if k not in RESUMABLE_CHANGES},
-          "data_fingerprint": data_print, "total_steps": total_steps}
+          "data_fingerprint": data_print, "total_steps": total_steps,
+          "eval_every": eval_every, "checkpoint_every": checkpoint_every}
 
 
-def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: str) -> None:
+def _same(a, b) -> bool:
+  return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: str,
+                   latest_step: int) -> None:
   """RunError unless `current` (run_contract of this command) continues the run `saved` was
   written by. Fields one side lacks (added to textattn later) are not compared."""
   if saved is None:
@@ -630,7 +655,7 @@ def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: st
                     workdir)
     return
   before, now = saved["config"], current["config"]
-  differing = sorted(k for k in set(before) & set(now) if before[k] != now[k])
+  differing = sorted(k for k in set(before) & set(now) if not _same(before[k], now[k]))
   if differing:
     first = differing[0]
     more = f" (and {len(differing) - 1} more: {', '.join(differing[1:4])}" + (
@@ -644,20 +669,36 @@ def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: st
         f"The run in {workdir} was trained on other data than this command loads (its "
         f"tokenised train/validation/test arrays differ: another dataset file or version, "
         f"split, vocabulary or length); use the original data or a new --workdir.")
-  if saved["total_steps"] != current["total_steps"] and schedule != "constant":
+  old, new = saved["total_steps"], current["total_steps"]
+  if new == old:
+    return
+  if new < latest_step:
     raise RunError(
-        f"The run in {workdir} was started to last {saved['total_steps']} steps and this "
-        f"command asks for {current['total_steps']}; with optimizer.schedule={schedule!r} the "
-        f"learning rate depends on the length, so use the original num_epochs/num_train_steps "
-        f"or a new --workdir (only a constant schedule may be extended).")
+        f"The run in {workdir} has a checkpoint at step {latest_step} and this command asks for "
+        f"{new} steps in all; a run cannot be shortened after the fact: use the original "
+        f"num_epochs/num_train_steps, or a new --workdir.")
+  if schedule != "constant":
+    raise RunError(
+        f"The run in {workdir} was started to last {old} steps and this command asks for "
+        f"{new}; with optimizer.schedule={schedule!r} the learning rate depends on the length, "
+        f"so use the original num_epochs/num_train_steps or a new --workdir.")
+  if old % current["eval_every"] or old % current["checkpoint_every"]:
+    raise RunError(
+        f"The run in {workdir} ended at step {old}, which is off its evaluation/checkpoint grid "
+        f"(every {current['eval_every']} / {current['checkpoint_every']} steps), so extending it "
+        f"to {new} steps would evaluate and keep steps an uninterrupted run would not; use a "
+        f"new --workdir.")
 
 
-def machine_signature() -> dict:
-  """What a step's float rounding may depend on: backend, devices, and on a CPU the cores this
-  process may use (XLA's and the native kernels' thread counts follow them) and the CPU model
-  (the native kernels are built with -march=native)."""
+def machine_signature(config: ml_collections.ConfigDict) -> dict:
+  """What a step's float rounding may depend on: the backend and devices, JAX's version, the
+  kernel and XLA settings, and on a CPU the cores this process may use (XLA's and the native
+  kernels' thread counts follow them) and the CPU model (native kernels use -march=native)."""
+  import jaxlib
   signature = {"backend": jax.default_backend(), "devices": jax.device_count(),
-               "device_kind": jax.devices()[0].device_kind}
+               "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
+               "jaxlib": jaxlib.__version__, "attention_impl": config.model.attention_impl,
+               "xla_flags": config.xla_flags, "deterministic": config.deterministic}
   if signature["backend"] == "cpu":
     try:
       signature["cpu_cores"] = len(os.sched_getaffinity(0))
@@ -665,6 +706,26 @@ def machine_signature() -> dict:
       signature["cpu_cores"] = os.cpu_count()
     signature["cpu_model"] = _cpu_model()
   return signature
+
+
+def _stop_together(problem: RunError | None) -> None:
+  """Raise `problem` here, and a RunError on every other process, if any process has one."""
+  if jax.process_count() == 1:
+    if problem is not None:
+      raise problem
+    return
+  from jax.experimental import multihost_utils
+  flags = np.asarray(multihost_utils.process_allgather(
+      np.asarray(problem is not None, np.int32))).reshape(-1)
+  if problem is not None:
+    raise problem
+  if flags.any():
+    raise RunError(f"Process {int(np.argmax(flags))} cannot resume this run (its message says "
+                   f"why), so process {jax.process_index()} stops too.")
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+  return " ".join(str(text).split())[:limit]
 
 
 def _cpu_model() -> str:
@@ -681,11 +742,11 @@ def _cpu_model() -> str:
 
 def _unreadable_checkpoint(manager, step: int, error: Exception) -> RunError:
   older = [s for s in manager.all_steps() if s < step]
-  fallback = (f"move {manager.directory / str(step)} out of the way to resume from step "
-              f"{max(older)}" if older else "move it out of the way to start afresh")
+  fallback = (f"to resume from step {max(older)}" if older else "to start afresh")
   return RunError(f"The checkpoint at step {step} in {manager.directory} cannot be read "
-                  f"({type(error).__name__}: {str(error)[:200]}); {fallback}, or use a new "
-                  f"--workdir.")
+                  f"({type(error).__name__}: {_one_line(error)}); if its files are damaged, move "
+                  f"{manager.directory / str(step)} out of the way {fallback} (or use a new "
+                  f"--workdir), else fix the cause (permissions, disk) and re-run.")
 
 
 def _check_same_model(checkpoint_shapes: dict, current_shapes: dict, workdir: str) -> None:
@@ -729,8 +790,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"{train_iter.steps_per_epoch} steps) when config.final_params='best', so every "
         f"checkpoint carries the validation accuracy it is chosen by.")
   tx = make_optimizer(config.optimizer, total_steps)
-  contract = run_contract(config, data_fingerprint(data), total_steps)
-  machine = machine_signature()
+  contract = run_contract(config, data_fingerprint(data), total_steps, eval_every,
+                          checkpoint_every)
+  machine = machine_signature(config)
   eval_data = data.validation if config.eval_split == "validation" else data.test
   eval_prefix = "val" if config.eval_split == "validation" else "test"
   if len(eval_data) == 0:
@@ -757,22 +819,40 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     manager = _checkpoint_manager(workdir, config)
   except Exception as e:  # noqa: BLE001 -- e.g. a damaged checkpoint's metrics or metadata
     raise RunError(f"The checkpoints in {os.path.join(workdir, 'checkpoints')} cannot be read "
-                   f"({type(e).__name__}: {str(e)[:200]}); move the damaged step directory "
-                   f"out of the way to resume from an older one, or use a new --workdir.") from e
+                   f"({type(e).__name__}: {_one_line(e)}); if a step's files are damaged, move "
+                   f"that step directory out of the way to resume from an older one (or use a "
+                   f"new --workdir), else fix the cause (permissions, disk) and re-run.") from e
   start_step = 0
   latest = manager.latest_step()
+  # Every check that can stop a resume runs before any collective, and the processes agree on
+  # the verdict (one of them may see a damaged file the others do not), so none is left waiting.
+  problem = None
   if latest is not None:
     try:
       meta = manager.restore(latest, args=ocp.args.Composite(
           meta=ocp.args.JsonRestore()))["meta"]
     except Exception as e:  # noqa: BLE001 -- any failure to read it is the same advice
-      raise _unreadable_checkpoint(manager, latest, e) from e
-    _check_same_model(meta["param_shapes"], shapes, workdir)
-    check_same_run(meta.get("run"), contract, config.optimizer.schedule, workdir)
-    if is_main and meta.get("machine", machine) != machine:
-      print(f"Warning: resuming on other hardware than the checkpoint was written on "
-            f"({meta['machine']} then, {machine} now): the run continues, but float rounding "
-            f"may differ, so it need not end bit-identical to an uninterrupted run.", flush=True)
+      problem = _unreadable_checkpoint(manager, latest, e)
+    if problem is None:
+      try:
+        _check_same_model(meta["param_shapes"], shapes, workdir)
+        check_same_run(meta.get("run"), contract, config.optimizer.schedule, workdir, latest)
+      except RunError as e:
+        problem = e
+  if problem is None and is_main:
+    try:
+      MetricWriter.check_readable(os.path.join(workdir, "metrics.jsonl"))
+    except RunError as e:
+      problem = e
+  _stop_together(problem)
+  if latest is not None:
+    changed = {k: (v, machine.get(k)) for k, v in meta.get("machine", machine).items()
+               if machine.get(k) != v}
+    if is_main and changed:
+      print("Warning: resuming with other hardware or kernel settings than the checkpoint was "
+            "written with (" + ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            + "): the run continues, but float rounding may differ, so it need not end "
+            "bit-identical to an uninterrupted run.", flush=True)
     try:
       restored = manager.restore(latest, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract_state_with_sharding(abstract_state,
