@@ -210,8 +210,8 @@ def test_a_point_over_the_memory_limit_is_recorded_as_oom_without_running(points
     ("--variants=softmax,softmax_flash", "error: --variants: 'softmax_flash' is not a known variant"),
     ("--out_dir={file}", "error: --out_dir={file} exists and is not a directory"),
     # Results already there (the committed tables): a sweep would rewrite them point by point.
-    ("--out_dir={dir}", "error: --out_dir={dir} already holds results (results.csv); give a "
-                        "new --out_dir, or --overwrite"),
+    ("--out_dir={dir}", ("error: --out_dir={dir} already holds results (results.csv); give a "
+                         "new --out_dir, or --overwrite")),
 ], ids=["variant", "out_dir", "out_dir_with_results"])
 def test_bad_flags_fail_with_one_sentence_and_touch_nothing(tmp_path, bad, message):
   a_file = tmp_path / "results.csv"

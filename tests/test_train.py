@@ -497,8 +497,8 @@ def test_a_resume_with_other_training_settings_is_refused_and_changes_nothing(tm
   params_before, metrics_before = restore_params(run)[1], read_metrics(run)
   checkpoints_before = sorted(os.listdir(run / "checkpoints"))
   refused = [
-      ({"optimizer.learning_rate": 1e-2}, r"started with config\.optimizer\.learning_rate=0\.003 "
-                                          r"but this command has 0\.01"),
+      ({"optimizer.learning_rate": 1e-2}, (r"started with config\.optimizer\.learning_rate=0\.003 "
+                                           r"but this command has 0\.01")),
       ({"model.attention": "causal"}, r"config\.model\.attention='softmax' but .* 'causal'"),
       # A re-carved validation split would hold reviews the checkpoint already trained on.
       ({"val_fraction": 0.2}, r"config\.val_fraction=0\.1 but this command has 0\.2"),

@@ -214,12 +214,17 @@ def _native_pool() -> bool:
   return NATIVE_WORKERS == "xla"
 
 
-def _native_threads() -> int:
-  """Threads per native call: the cores this process may use."""
+def usable_cores() -> int:
+  """The CPU cores this process may use (its affinity mask, where the OS has one)."""
   try:
     return max(1, len(os.sched_getaffinity(0)))
   except AttributeError:  # macOS
     return os.cpu_count() or 1
+
+
+def _native_threads() -> int:
+  """Threads per native call: the cores this process may use."""
+  return usable_cores()
 
 
 def _native_forward_call(causal, q, k, v, mask):

@@ -65,7 +65,8 @@ def find_compiler() -> list[str] | None:
   return None
 
 
-def _cpu_signature() -> str:
+def cpu_signature() -> str:
+  """The CPU's feature flags (what -march=native compiles for)."""
   try:  # Linux: the feature flags decide what -march=native emits
     for line in Path("/proc/cpuinfo").read_text().splitlines():
       if line.startswith(("flags", "Features")):
@@ -81,7 +82,7 @@ def _library_path(compiler: list[str]) -> Path:
                            check=False).stdout.splitlines()[:1]
   key = hashlib.sha256()
   for part in (*(source.read_bytes() for source in SOURCES + HEADERS), repr(version).encode(),
-               repr(_FLAGS).encode(), jaxlib.__version__.encode(), _cpu_signature().encode(),
+               repr(_FLAGS).encode(), jaxlib.__version__.encode(), cpu_signature().encode(),
                sys.platform.encode()):
     key.update(part)
   return cache_dir() / f"textattn_kernels-{key.hexdigest()[:16]}.so"

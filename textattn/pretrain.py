@@ -201,12 +201,12 @@ def transfer(params, pretrained):
   return unflatten({name: flat.get(name, value) for name, value in target.items()})
 
 
-def flatten(tree, prefix: str = "") -> dict:
+def flatten(tree, prefix: str = "", separator: str = _SEPARATOR) -> dict:
   out = {}
   for key, value in tree.items():
-    name = f"{prefix}{_SEPARATOR}{key}" if prefix else str(key)
+    name = f"{prefix}{separator}{key}" if prefix else str(key)
     if isinstance(value, dict):
-      out.update(flatten(value, name))
+      out.update(flatten(value, name, separator))
     else:
       out[name] = value
   return out

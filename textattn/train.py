@@ -508,11 +508,12 @@ class MetricWriter:
                                                      purge_step=start_step or None)
 
   @staticmethod
-  def read_rows(path: str, warn: bool = True) -> list[tuple[str, dict]]:
-    """(line, row) per JSON line of a metrics file; an unfinished last line (a kill while it
-    was written) is left out; any other line that is not JSON is a RunError."""
+  def read_rows(path: str, warn: bool = True) -> tuple[list[tuple[str, dict]], int]:
+    """((line, row) per JSON line of a metrics file, its number of non-empty lines). An
+    unfinished last line (a kill while it was written) is left out; any other line that is
+    not JSON is a RunError. Checked on every resume, before anything is changed."""
     if not os.path.exists(path):
-      return []
+      return [], 0
     with open(path) as f:
       rows = [line for line in f if line.strip()]
     parsed = []
@@ -525,23 +526,17 @@ class MetricWriter:
                          f"resume this run.") from None
         if warn:
           logging.warning("Dropping the unfinished last line of %s.", path)
-    return parsed
-
-  @staticmethod
-  def check_readable(path: str) -> None:
-    MetricWriter.read_rows(path, warn=False)
+    return parsed, len(rows)
 
   def drop_after(self, step: int) -> None:
     """On resume: rows past the restored step will be produced again, so drop them."""
-    if not self.enabled or not os.path.exists(self.path):
+    if not self.enabled:
       return
-    with open(self.path) as f:
-      rows = [line for line in f if line.strip()]
-    parsed = self.read_rows(self.path)
+    parsed, lines = self.read_rows(self.path)
     # The final test report is always produced again at the end of the run, so it goes too.
     keep = [line for line, row in parsed
             if row.get("step", 0) <= step and "test/params_from_step" not in row]
-    if len(keep) != len(rows):
+    if len(keep) != lines:
       tmp = self.path + ".tmp"
       with open(tmp, "w") as f:
         f.writelines(keep)
@@ -620,24 +615,11 @@ def data_fingerprint(data: input_pipeline.Dataset) -> str:
   return digest.hexdigest()
 
 
-def _flat_config(config: ml_collections.ConfigDict) -> dict:
-  flat = {}
-
-  def walk(prefix, node):
-    for key, value in node.items():
-      if isinstance(value, dict):
-        walk(f"{prefix}{key}.", value)
-      else:
-        flat[prefix + key] = value
-  walk("", json.loads(config.to_json_best_effort()))
-  return flat
-
-
 def run_contract(config: ml_collections.ConfigDict, data_print: str, total_steps: int,
                  eval_every: int, checkpoint_every: int) -> dict:
   """What a checkpoint records so a resume can check it continues the same training."""
-  return {"config": {k: v for k, v in _flat_config(config).items()
-                     if k not in RESUMABLE_CHANGES},
+  flat = pretrain.flatten(json.loads(config.to_json_best_effort()), separator=".")
+  return {"config": {k: v for k, v in flat.items() if k not in RESUMABLE_CHANGES},
           "data_fingerprint": data_print, "total_steps": total_steps,
           "eval_every": eval_every, "checkpoint_every": checkpoint_every}
 
@@ -693,18 +675,17 @@ def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: st
 def machine_signature(config: ml_collections.ConfigDict) -> dict:
   """What a step's float rounding may depend on: the backend and devices, JAX's version, the
   kernel and XLA settings, and on a CPU the cores this process may use (XLA's and the native
-  kernels' thread counts follow them) and the CPU model (native kernels use -march=native)."""
+  kernels' thread counts follow them) and a hash of its feature flags (what -march=native and
+  XLA compile for)."""
   import jaxlib
   signature = {"backend": jax.default_backend(), "devices": jax.device_count(),
                "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
                "jaxlib": jaxlib.__version__, "attention_impl": config.model.attention_impl,
                "xla_flags": config.xla_flags, "deterministic": config.deterministic}
   if signature["backend"] == "cpu":
-    try:
-      signature["cpu_cores"] = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-      signature["cpu_cores"] = os.cpu_count()
-    signature["cpu_model"] = _cpu_model()
+    from textattn import attention, native
+    signature["cpu_cores"] = attention.usable_cores()
+    signature["cpu_features"] = hashlib.sha256(native.cpu_signature().encode()).hexdigest()[:12]
   return signature
 
 
@@ -726,18 +707,6 @@ def _stop_together(problem: RunError | None) -> None:
 
 def _one_line(text: str, limit: int = 200) -> str:
   return " ".join(str(text).split())[:limit]
-
-
-def _cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  import platform
-  return platform.processor() or platform.machine()
 
 
 def _unreadable_checkpoint(manager, step: int, error: Exception) -> RunError:
@@ -817,7 +786,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   try:
     manager = _checkpoint_manager(workdir, config)
-  except Exception as e:  # noqa: BLE001 -- e.g. a damaged checkpoint's metrics or metadata
+  except Exception as e:  # e.g. a damaged checkpoint's metrics or metadata
     raise RunError(f"The checkpoints in {os.path.join(workdir, 'checkpoints')} cannot be read "
                    f"({type(e).__name__}: {_one_line(e)}); if a step's files are damaged, move "
                    f"that step directory out of the way to resume from an older one (or use a "
@@ -831,7 +800,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     try:
       meta = manager.restore(latest, args=ocp.args.Composite(
           meta=ocp.args.JsonRestore()))["meta"]
-    except Exception as e:  # noqa: BLE001 -- any failure to read it is the same advice
+    except Exception as e:  # noqa: BLE001 -- any failure to read it gets the same advice
       problem = _unreadable_checkpoint(manager, latest, e)
     if problem is None:
       try:
@@ -841,7 +810,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         problem = e
   if problem is None and is_main:
     try:
-      MetricWriter.check_readable(os.path.join(workdir, "metrics.jsonl"))
+      MetricWriter.read_rows(os.path.join(workdir, "metrics.jsonl"), warn=False)
     except RunError as e:
       problem = e
   _stop_together(problem)
@@ -858,7 +827,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
           state=ocp.args.StandardRestore(abstract_state_with_sharding(abstract_state,
                                                                       state_sharding)),
           data=ocp.args.JsonRestore()))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
       raise _unreadable_checkpoint(manager, latest, e) from e
     state = restored["state"].replace(apply_fn=model.apply, tx=tx)
     train_iter.set_state(restored["data"])
