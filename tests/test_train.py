@@ -88,6 +88,18 @@ def run_main(args, workdir, env_extra=None, wait=True, block_tensorflow=None, **
                         check=False)
 
 
+def communicate_all(procs, timeout):
+  """Each process's output; on a timeout every process still running is killed first, so a
+  hung multi-process run fails its test without leaving processes behind."""
+  try:
+    return [p.communicate(timeout=timeout)[0] for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.communicate()
+
+
 def read_metrics(workdir):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     return [json.loads(line) for line in f if line.strip()]
@@ -651,7 +663,7 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
   procs = [run_main(args + [f"--coordinator_address={address}", "--num_processes=2",
                             f"--process_id={i}"], tmp_path / "procs", wait=False)
            for i in range(2)]
-  outputs = [p.communicate(timeout=300)[0] for p in procs]
+  outputs = communicate_all(procs, timeout=300)
   assert all(p.returncode == 0 for p in procs), outputs
   assert "process 1/2" in outputs[1] or "process 1/2" in outputs[0]
   assert_rows_close(baseline, eval_rows(tmp_path / "procs"))
@@ -671,10 +683,36 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
   procs = [run_main(args + [f"--coordinator_address={address}", "--num_processes=2",
                             f"--process_id={i}"], tmp_path / "procs", wait=False)
            for i in range(2)]
-  outputs = [p.communicate(timeout=180)[0] for p in procs]
+  outputs = communicate_all(procs, timeout=180)
   assert [p.returncode for p in procs] == [1, 1], outputs
   assert "metrics.jsonl line 2 is not JSON" in outputs[0], outputs[0][-2000:]
   assert "error: Process 0 cannot resume this run" in outputs[1], outputs[1][-2000:]
+  assert "Traceback" not in outputs[0] + outputs[1]
+
+  # So does a checkpoint only process 1 fails to read (a sitecustomize hook makes its reads of
+  # the "meta" item raise): reading it through manager.restore left process 0 in Orbax's
+  # restore barrier, which process 1 never reached, until the barrier's timeout.
+  metrics_path.write_text("".join(rows))
+  hook = tmp_path / "fail_meta_hook"
+  hook.mkdir()
+  (hook / "sitecustomize.py").write_text(
+      "import orbax.checkpoint as ocp\n"
+      "original = ocp.JsonCheckpointHandler.restore\n"
+      "def restore(self, directory, *args, **kwargs):\n"
+      "  if str(directory).rstrip('/').endswith('meta'):\n"
+      "    raise PermissionError(13, 'Permission denied (test hook)', str(directory))\n"
+      "  return original(self, directory, *args, **kwargs)\n"
+      "ocp.JsonCheckpointHandler.restore = restore\n")
+  address = f"127.0.0.1:{free_port()}"
+  procs = [run_main(args + [f"--coordinator_address={address}", "--num_processes=2",
+                            f"--process_id={i}"], tmp_path / "procs",
+                    {"PYTHONPATH": os.pathsep.join([str(hook), str(REPO)])} if i else None,
+                    wait=False)
+           for i in range(2)]
+  outputs = communicate_all(procs, timeout=180)
+  assert [p.returncode for p in procs] == [1, 1], outputs
+  assert "cannot be read (PermissionError" in outputs[1], outputs[1][-2000:]
+  assert "error: Process 1 cannot resume this run" in outputs[0], outputs[0][-2000:]
   assert "Traceback" not in outputs[0] + outputs[1]
 
 

@@ -718,6 +718,14 @@ def _unreadable_checkpoint(manager, step: int, error: Exception) -> RunError:
                   f"--workdir), else fix the cause (permissions, disk) and re-run.")
 
 
+def _read_meta(manager, step: int) -> dict:
+  """The checkpoint's "meta" item, read by Orbax's JSON handler itself rather than through
+  manager.restore: that ends in a barrier across processes, which a process whose read failed
+  never reaches, so the others would wait there until its timeout instead of agreeing (in
+  _stop_together) to stop at once."""
+  return ocp.JsonCheckpointHandler().restore(manager.directory / str(step) / "meta")
+
+
 def _check_same_model(checkpoint_shapes: dict, current_shapes: dict, workdir: str) -> None:
   if checkpoint_shapes == current_shapes:
     return
@@ -798,8 +806,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   problem = None
   if latest is not None:
     try:
-      meta = manager.restore(latest, args=ocp.args.Composite(
-          meta=ocp.args.JsonRestore()))["meta"]
+      meta = _read_meta(manager, latest)
     except Exception as e:  # noqa: BLE001 -- any failure to read it gets the same advice
       problem = _unreadable_checkpoint(manager, latest, e)
     if problem is None:
