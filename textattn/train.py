@@ -681,7 +681,9 @@ def machine_signature(config: ml_collections.ConfigDict) -> dict:
   signature = {"backend": jax.default_backend(), "devices": jax.device_count(),
                "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
                "jaxlib": jaxlib.__version__, "attention_impl": config.model.attention_impl,
-               "xla_flags": config.xla_flags, "deterministic": config.deterministic}
+               "xla_flags": config.xla_flags, "deterministic": config.deterministic,
+               # None: JAX's default (TF32 products on recent NVIDIA GPUs, float32 on CPUs).
+               "matmul_precision": jax.config.jax_default_matmul_precision}
   if signature["backend"] == "cpu":
     from textattn import attention, native
     signature["cpu_cores"] = attention.usable_cores()
