@@ -15,11 +15,10 @@ from tests.test_input_pipeline import fake_tfds, make_config
 from tests.test_train import (
   assert_rows_close,
   cli_args,
-  communicate_all,
   eval_rows,
-  free_port,
   read_metrics,
   run_main,
+  run_two_processes,
   write_sentiment_jsonl,
 )
 from textattn import input_pipeline as ip
@@ -281,11 +280,9 @@ def test_two_processes_pretrain_together_when_only_one_has_the_cache(tmp_path):
                "pretrain.warmup_steps": 2}
   one = run_main(cli_args(data, tmp_path / "cache0", **overrides), tmp_path / "one")
   assert one.returncode == 0, one.stderr[-3000:]
-  address = f"127.0.0.1:{free_port()}"
-  procs = [run_main(cli_args(data, tmp_path / f"cache{i}", **overrides)
-                    + [f"--coordinator_address={address}", "--num_processes=2",
-                       f"--process_id={i}"], tmp_path / "two", wait=False) for i in range(2)]
-  outputs = communicate_all(procs, timeout=300)
+  procs, outputs = run_two_processes(
+      lambda i: cli_args(data, tmp_path / f"cache{i}", **overrides), tmp_path / "two",
+      timeout=300)
   assert all(p.returncode == 0 for p in procs), outputs
   assert "Pretraining the encoder" in outputs[0] and "read from the cache" not in outputs[0]
   assert list((tmp_path / "cache1").glob("*-mlm-*.npz"))  # process 1 wrote its own cache

@@ -88,11 +88,18 @@ def run_main(args, workdir, env_extra=None, wait=True, block_tensorflow=None, **
                         check=False)
 
 
-def communicate_all(procs, timeout):
-  """Each process's output; on a timeout every process still running is killed first, so a
-  hung multi-process run fails its test without leaving processes behind."""
+def run_two_processes(args, workdir, timeout, env_extra=(None, None)):
+  """textattn.main as processes 0 and 1 of one jax.distributed run on localhost. `args`: the
+  flags of both, or a function of the process index; `env_extra`: one dict (or None) each.
+  Returns the processes (finished) and their outputs; on a timeout every process still running
+  is killed first, so a hung run fails its test without leaving processes behind."""
+  address = f"127.0.0.1:{free_port()}"
+  procs = [run_main((args(i) if callable(args) else args)
+                    + [f"--coordinator_address={address}", "--num_processes=2",
+                       f"--process_id={i}"], workdir, env_extra[i], wait=False)
+           for i in range(2)]
   try:
-    return [p.communicate(timeout=timeout)[0] for p in procs]
+    return procs, [p.communicate(timeout=timeout)[0] for p in procs]
   finally:
     for p in procs:
       if p.poll() is None:
@@ -661,11 +668,7 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
   assert "4 global devices" in four.stderr + four.stdout
   assert_rows_close(baseline, eval_rows(tmp_path / "four"))
 
-  address = f"127.0.0.1:{free_port()}"
-  procs = [run_main(args + [f"--coordinator_address={address}", "--num_processes=2",
-                            f"--process_id={i}"], tmp_path / "procs", wait=False)
-           for i in range(2)]
-  outputs = communicate_all(procs, timeout=300)
+  procs, outputs = run_two_processes(args, tmp_path / "procs", timeout=300)
   assert all(p.returncode == 0 for p in procs), outputs
   assert "process 1/2" in outputs[1] or "process 1/2" in outputs[0]
   assert_rows_close(baseline, eval_rows(tmp_path / "procs"))
@@ -681,11 +684,7 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
   metrics_path = tmp_path / "procs" / "metrics.jsonl"
   rows = metrics_path.read_text().splitlines(keepends=True)
   metrics_path.write_text("".join([rows[0], "{damaged\n"] + rows[1:]))
-  address = f"127.0.0.1:{free_port()}"
-  procs = [run_main(args + [f"--coordinator_address={address}", "--num_processes=2",
-                            f"--process_id={i}"], tmp_path / "procs", wait=False)
-           for i in range(2)]
-  outputs = communicate_all(procs, timeout=180)
+  procs, outputs = run_two_processes(args, tmp_path / "procs", timeout=180)
   assert [p.returncode for p in procs] == [1, 1], outputs
   assert "metrics.jsonl line 2 is not JSON" in outputs[0], outputs[0][-2000:]
   assert "error: Process 0 cannot resume this run" in outputs[1], outputs[1][-2000:]
@@ -705,13 +704,9 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
       "    raise PermissionError(13, 'Permission denied (test hook)', str(directory))\n"
       "  return original(self, directory, *args, **kwargs)\n"
       "ocp.JsonCheckpointHandler.restore = restore\n")
-  address = f"127.0.0.1:{free_port()}"
-  procs = [run_main(args + [f"--coordinator_address={address}", "--num_processes=2",
-                            f"--process_id={i}"], tmp_path / "procs",
-                    {"PYTHONPATH": os.pathsep.join([str(hook), str(REPO)])} if i else None,
-                    wait=False)
-           for i in range(2)]
-  outputs = communicate_all(procs, timeout=180)
+  procs, outputs = run_two_processes(
+      args, tmp_path / "procs", timeout=180,
+      env_extra=(None, {"PYTHONPATH": os.pathsep.join([str(hook), str(REPO)])}))
   assert [p.returncode for p in procs] == [1, 1], outputs
   assert "cannot be read (PermissionError" in outputs[1], outputs[1][-2000:]
   assert "error: Process 1 cannot resume this run" in outputs[0], outputs[0][-2000:]
