@@ -22,7 +22,8 @@ def get_config():
   config.model.attention = "causal"
   config.model.pooling = "last"
   # As it was run for the result above (imdb_softmax.py has since moved to 3 epochs with word
-  # dropout and the word2vec start of the token embeddings; bigrams were never tried here).
+  # dropout, the word2vec start of the token embeddings and hashed bigram embeddings; bigrams
+  # were never tried here).
   config.num_epochs = 2
   config.model.token_dropout_rate = 0.0
   config.model.embedding_init = "random"

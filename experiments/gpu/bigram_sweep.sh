@@ -18,6 +18,8 @@
 # default is TF32) and compiles the steps as the trainer does (deterministic ops on a GPU), so
 # pooled CPU and GPU lines differ only by rounding order; each line records its backend, jax
 # version, precision and compiler options. (No-ops on the CPU: its lines are unchanged.)
+# Decided 2026-11-24 on 20 seeds a side, all run on the CPU (no GPU was lent): +0.00248, so
+# adopted (experiments/RESULTS.md). Both variants pin bigram_buckets, so this still compares them.
 source experiments/gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 experiments/val_sweep.py sweep --data=.gpu/imdb_400_w2v.npz \

@@ -13,13 +13,14 @@ PHASE=${PHASE:-all}
 S=experiments/val_sweep.py
 
 # Pretraining settings: batch 256, lr 1e-3, 15% of the tokens (at most 128 / 64 per text). The
-# configs then had the random start, 3 epochs and word dropout 0.2; the overrides pin them (MLM
-# pretraining trains the token table itself and refuses the word2vec start the configs now use).
-P20='"model.embedding_init":"random","pretrain.unlabeled_split":"unsupervised","pretrain.batch_size":256,"pretrain.num_steps":5664,"pretrain.warmup_steps":500'
-P5='"model.embedding_init":"random","pretrain.unlabeled_split":"unsupervised","pretrain.batch_size":256,"pretrain.num_steps":1416,"pretrain.warmup_steps":200'
+# configs then had the random start, 3 epochs, word dropout 0.2 and no bigram embeddings; the
+# overrides pin them (MLM pretraining trains the token table itself and refuses the word2vec
+# start and the hashed bigram embeddings the configs now use).
+P20='"model.embedding_init":"random","model.bigram_buckets":0,"pretrain.unlabeled_split":"unsupervised","pretrain.batch_size":256,"pretrain.num_steps":5664,"pretrain.warmup_steps":500'
+P5='"model.embedding_init":"random","model.bigram_buckets":0,"pretrain.unlabeled_split":"unsupervised","pretrain.batch_size":256,"pretrain.num_steps":1416,"pretrain.warmup_steps":200'
 FF="pretrain.max_predictions=128"; SM="pretrain.max_predictions=64"
-V20="model.embedding_init=random,num_epochs=3,model.token_dropout_rate=0.2,pretrain.objective=mlm,pretrain.unlabeled_split=unsupervised,pretrain.batch_size=256,pretrain.num_steps=5664,pretrain.warmup_steps=500"
-V5="model.embedding_init=random,num_epochs=3,model.token_dropout_rate=0.2,pretrain.objective=mlm,pretrain.unlabeled_split=unsupervised,pretrain.batch_size=256,pretrain.num_steps=1416,pretrain.warmup_steps=200"
+V20="model.embedding_init=random,model.bigram_buckets=0,num_epochs=3,model.token_dropout_rate=0.2,pretrain.objective=mlm,pretrain.unlabeled_split=unsupervised,pretrain.batch_size=256,pretrain.num_steps=5664,pretrain.warmup_steps=500"
+V5="model.embedding_init=random,model.bigram_buckets=0,num_epochs=3,model.token_dropout_rate=0.2,pretrain.objective=mlm,pretrain.unlabeled_split=unsupervised,pretrain.batch_size=256,pretrain.num_steps=1416,pretrain.warmup_steps=200"
 
 if [ "$PHASE" != finetune ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
