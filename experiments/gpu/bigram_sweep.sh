@@ -20,10 +20,13 @@
 # version, precision and compiler options. (No-ops on the CPU: its lines are unchanged.)
 # Decided 2026-11-24 on 20 seeds a side, all run on the CPU (no GPU was lent): +0.00248, so
 # adopted (experiments/RESULTS.md). Both variants pin bigram_buckets, so this still compares them.
+# The same comparison for the Fastformer config (pre-registered 2026-11-24, RESULTS):
+#   CONFIG=configs/imdb_fastformer.py DATA=.gpu/imdb_800_w2v.npz SEEDS=... bash this script
+# after `val_sweep.py export --config=configs/imdb_fastformer.py --out=.gpu/imdb_800_w2v.npz`.
 source experiments/gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 experiments/val_sweep.py sweep --data=.gpu/imdb_400_w2v.npz \
-  --config=configs/imdb_softmax.py --seeds=${SEEDS:-$(seq -s, 10 29)} --jobs=${JOBS:-20} \
+python3 experiments/val_sweep.py sweep --data=${DATA:-.gpu/imdb_400_w2v.npz} \
+  --config=${CONFIG:-configs/imdb_softmax.py} --seeds=${SEEDS:-$(seq -s, 10 29)} --jobs=${JOBS:-20} \
   --variant="base:model.bigram_buckets=0" --variant="bigram:model.bigram_buckets=65536" \
   --out="$OUT/sm_bigram.jsonl" > "$OUT/sm_bigram.log" 2>&1
 grep -h -A4 "^variant" "$OUT/sm_bigram.log"; grep -h '"error"' "$OUT"/*.jsonl | cut -c1-600 | head -3
