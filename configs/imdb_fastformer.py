@@ -15,8 +15,9 @@ own learned vector, zero at the start, added to the token embedding), adopted on
 mean best validation 0.9000 over seeds 0-3 against 0.8969 without (seeds 0-2). A weak test:
 the rule was written after seeds 0-1 (their test figures included) had been seen, and the
 comparison is unpaired, against earlier runs on another machine, with a bar of about one
-standard error; the softmax config's stricter five-seed look at the same change found no
-validation gain (experiments/RESULTS.md).
+standard error. The softmax config adopted the same change on a stricter test (20 fresh seeds
+a side, paired, rule written first: +0.25 points); this config's adoption is being re-checked
+the same way (experiments/RESULTS.md, 2026-11-24).
 
 Result on this 2-core CPU (2026-11-23, Zen 3): seed 0 validation 0.8964, test accuracy
 89.43% (weighted F1 0.894), 15 min wall on one core (`taskset -c 0`, the other core training)
