@@ -12,11 +12,12 @@ accuracy (validation = 10% of the training split).
     TFDS_DATA_DIR=../shared/tensorflow_datasets \
       python -m textattn.main --config=configs/imdb_softmax.py --workdir=runs/imdb_softmax
 
-Result on this 2-core CPU (Zen 3 host, 2026-11-23): seed 0: best validation 0.9024 (steps
-2100 and 2109; the test uses 2109's parameters), test accuracy 88.93% (weighted F1 0.889), 27 min with the vectors cached, sharing the
-cores with two other training runs; seeds 1-4 (one core each, `taskset`): test 88.23% /
-88.98% / 89.00% / 88.85%; 5 seeds: 88.80% +- 0.32 (4 of 5 above the project's 88.5%). Re-run with this file as shipped
-(2026-11-24, both cores, nothing else running): the same metrics exactly, test 88.93%, 10.7 min.
+Result on this 2-core CPU (Zen 3 host, 2026-11-23): seed 0: best validation 0.9024 (steps 2100
+and 2109; the test uses 2109's parameters), test accuracy 88.93% (weighted F1 0.889), 27 min
+with the vectors cached, sharing the cores with two other training runs; seeds 1-4 (one core
+each, `taskset`): test 88.23% / 88.98% / 89.00% / 88.85%; 5 seeds: 88.80% +- 0.32 (4 of 5 above
+the project's 88.5%). Re-run with this file as shipped (2026-11-24, both cores, nothing else
+running): the same metrics exactly, test 88.93%, 10.7 min.
 
 The bigrams were adopted on validation by a rule written before its runs: 20 fresh seeds a
 side (10-29), validation only, adopt if the mean best validation gains >= 0.002; it gained
