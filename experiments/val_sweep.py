@@ -397,12 +397,14 @@ def paired_summary(table: dict[str, dict[int, float]], base: str, other: str,
 def summarize(args) -> None:
   """Mean (and per-seed) best validation accuracy per variant over one or more sweep files;
   with --paired=BASE,OTHER also their paired difference over the seeds both have."""
-  table = read_sweep_lines(args.files)
-  for name, values in table.items():
-    accs = [values[s] for s in sorted(values)]
-    print(f"{name:20s} n={len(accs)}  mean {np.mean(accs):.4f}  seeds {min(values)}-{max(values)}  "
-          + " ".join(f"{v:.4f}" for v in accs))
-  if args.paired:
+  for path in args.files:  # Each file on its own: different sweeps reuse variant names.
+    print(f"{path}:")
+    for name, values in read_sweep_lines([path]).items():
+      accs = [values[s] for s in sorted(values)]
+      print(f"  {name:20s} n={len(accs)}  mean {np.mean(accs):.4f}  seeds {min(values)}-"
+            f"{max(values)}  " + " ".join(f"{v:.4f}" for v in accs))
+  if args.paired:  # Pooled over the files given (e.g. a CPU and a GPU half of one sweep).
+    table = read_sweep_lines(args.files)
     names = args.paired.split(",")
     if len(names) != 2:
       raise SystemExit(f"--paired takes two variant names, BASE,OTHER; got {args.paired!r}.")

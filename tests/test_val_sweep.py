@@ -50,3 +50,16 @@ def test_a_run_counted_twice_is_refused(tmp_path):
   _write(tmp_path / "gpu.jsonl", [("base", 10, 0.90)])
   with pytest.raises(SystemExit, match="seed 10 appears twice"):
     vs.read_sweep_lines([str(tmp_path / "cpu.jsonl"), str(tmp_path / "gpu.jsonl")])
+
+
+def test_plain_summary_keeps_separate_sweeps_apart(tmp_path, capsys):
+  """Different sweep files reuse variant names ("base", seed 0): listing them all, as the
+  module's docstring does, summarises each file on its own instead of refusing."""
+  import argparse
+  vs = _val_sweep()
+  _write(tmp_path / "round1.jsonl", [("base", 0, 0.89), ("base", 1, 0.87)])
+  _write(tmp_path / "round2.jsonl", [("base", 0, 0.80)])
+  vs.summarize(argparse.Namespace(files=[str(tmp_path / "round1.jsonl"),
+                                         str(tmp_path / "round2.jsonl")], paired="", seeds=""))
+  out = capsys.readouterr().out
+  assert "n=2  mean 0.8800" in out and "n=1  mean 0.8000" in out

@@ -24,9 +24,11 @@
 #   CONFIG=configs/imdb_fastformer.py DATA=.gpu/imdb_800_w2v.npz SEEDS=... bash this script
 # after `val_sweep.py export --config=configs/imdb_fastformer.py --out=.gpu/imdb_800_w2v.npz`.
 source experiments/gpu/setup.sh
+CONFIG=${CONFIG:-configs/imdb_softmax.py}
+NAME=$(basename "$CONFIG" .py)_bigram   # imdb_softmax_bigram.jsonl / imdb_fastformer_bigram.jsonl
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 experiments/val_sweep.py sweep --data=${DATA:-.gpu/imdb_400_w2v.npz} \
-  --config=${CONFIG:-configs/imdb_softmax.py} --seeds=${SEEDS:-$(seq -s, 10 29)} --jobs=${JOBS:-20} \
+  --config=$CONFIG --seeds=${SEEDS:-$(seq -s, 10 29)} --jobs=${JOBS:-20} \
   --variant="base:model.bigram_buckets=0" --variant="bigram:model.bigram_buckets=65536" \
-  --out="$OUT/sm_bigram.jsonl" > "$OUT/sm_bigram.log" 2>&1
-grep -h -A4 "^variant" "$OUT/sm_bigram.log"; grep -h '"error"' "$OUT"/*.jsonl | cut -c1-600 | head -3
+  --out="$OUT/$NAME.jsonl" > "$OUT/$NAME.log" 2>&1
+grep -h -A4 "^variant" "$OUT/$NAME.log"; grep -h '"error"' "$OUT"/*.jsonl | cut -c1-600 | head -3
