@@ -22,7 +22,8 @@ from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from configs import imdb_softmax
-from textattn import input_pipeline, tokenizer
+from textattn import data as data_lib
+from textattn.data import tokenizer
 
 
 def score(name, x_train, x_val, y_train, y_val):
@@ -37,7 +38,7 @@ def score(name, x_train, x_val, y_train, y_val):
 
 def main():
   config = imdb_softmax.get_config()
-  raw = input_pipeline._source(config).read(config.val_fraction, config.data_seed)
+  raw = data_lib._source(config).read(config.val_fraction, config.data_seed)
   train = [tokenizer.standardize(t) for t in raw.texts["train"]]
   val = [tokenizer.standardize(t) for t in raw.texts["validation"]]
   y_train, y_val = raw.labels["train"], raw.labels["validation"]

@@ -135,10 +135,10 @@ def main():
     return
 
   from configs import imdb_keras_example
-  from textattn import input_pipeline
+  from textattn import data as data_lib
   # The seed config pads before the tokens (config.padding="before_as_token"), as Keras'
   # pad_sequences; both truncate "pre", so the kept tokens are the same.
-  data = input_pipeline.load_dataset(imdb_keras_example.get_config(), None)
+  data = data_lib.load_dataset(imdb_keras_example.get_config(), None)
   x_train, x_test = data.train.inputs, data.test.inputs
   timer = EpochTimer(len(x_train))
   model.fit(x_train, data.train.labels, batch_size=BATCH, epochs=2, verbose=0,

@@ -31,7 +31,8 @@ import numpy as np
 
 from configs import imdb_keras_example
 from experiments import keras_seed
-from textattn import input_pipeline, models, train
+from textattn import models, train
+from textattn import data as data_lib
 
 # Flax parameter path -> Keras weight path (the seed model's names).
 NAMES = {
@@ -111,7 +112,7 @@ def main():
   steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
   config = imdb_keras_example.get_config()
   optimizer = sys.argv[2] if len(sys.argv) > 2 else config.optimizer.name
-  data = input_pipeline.load_dataset(config, None)  # padding before the tokens, as Keras
+  data = data_lib.load_dataset(config, None)  # padding before the tokens, as Keras
   order = np.random.default_rng(0).permutation(len(data.train))[:steps * 32]
   compare_steps(data.train.inputs[order], data.train.labels[order], steps, optimizer,
                 data.vocab_size,

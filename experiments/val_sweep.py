@@ -98,19 +98,21 @@ DATA_FIELD_DEFAULTS = {"punctuation": "strip", "padding": "after_masked"}
 
 
 def export(args) -> None:
-  from textattn import input_pipeline, pretrain, word_vectors
+  from textattn import data as data_lib
+  from textattn.recipes import pretrain
+  from textattn.recipes import word2vec
   config = load_config(args.config)
-  if input_pipeline.pads_before(config):
+  if data_lib.pads_before(config):
     raise SystemExit(f"{args.config}: config.padding={config.padding!r}; the sweep stores and "
                      "re-truncates left-aligned rows, so it needs padding='after_masked'.")
   with tempfile.TemporaryDirectory() as workdir:
-    data = input_pipeline.load_dataset(config, workdir)
+    data = data_lib.load_dataset(config, workdir)
   dtype = np.uint16 if data.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
   # With model.embedding_init="word2vec" the token table's start is exported too (built from
   # training + unlabelled text only, as textattn.main builds it), so variants may use it.
   extra = {}
   if config.model.embedding_init == "word2vec":
-    table, found = word_vectors.pretrained_token_table(config, data.tokenizer, data.vocab_size)
+    table, found = word2vec.pretrained_token_table(config, data.tokenizer, data.vocab_size)
     extra = {"w2v_table": table, "w2v_found": found,
              "w2v_settings": json.dumps(word2vec_settings(config))}
   # With pretrain.objective="mlm" the pretrained encoder is exported too (as textattn.main
@@ -135,7 +137,8 @@ def export(args) -> None:
 def export_corpus(args) -> None:
   """The pretraining corpus of a config with pretrain.unlabeled_split=--unlabeled-split, as
   pretrain.corpus builds it, stored ragged (tokens concatenated, one length per text)."""
-  from textattn import input_pipeline, pretrain
+  from textattn import data as data_lib
+  from textattn.recipes import pretrain
   config = load_config(args.config)
   with config.unlocked():
     config.pretrain.objective = "mlm"
@@ -145,7 +148,7 @@ def export_corpus(args) -> None:
     config.model.embedding_init = "random"
   pretrain.validate_config(config)
   with tempfile.TemporaryDirectory() as workdir:
-    data = input_pipeline.load_dataset(config, workdir)
+    data = data_lib.load_dataset(config, workdir)
   inputs, _ = pretrain.corpus(config, data.tokenizer)
   lengths = (inputs != 0).sum(1)
   dtype = np.uint16 if data.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
@@ -187,7 +190,7 @@ def check_export(raw: dict, config) -> None:
 def pretrain_encoder(args) -> None:
   """Pretrains a config's encoder on an exported corpus; writes the parameters, the settings
   they depend on and the curve, for `sweep --encoder`."""
-  from textattn import pretrain
+  from textattn.recipes import pretrain
   config = apply_overrides(load_config(args.config),
                            {"pretrain.objective": "mlm", **json.loads(args.overrides)})
   pretrain.validate_config(config)
@@ -205,8 +208,8 @@ def pretrain_encoder(args) -> None:
 
 
 def word2vec_settings(config) -> dict:
-  from textattn import word_vectors
-  return {**word_vectors.vector_settings(config), "scale": config.word2vec.scale}
+  from textattn.recipes import word2vec
+  return {**word2vec.vector_settings(config), "scale": config.word2vec.scale}
 
 
 # ---- sweep ------------------------------------------------------------------------------------
@@ -227,7 +230,9 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
   import jax
   import jax.numpy as jnp
 
-  from textattn import input_pipeline, models, pretrain, train
+  from textattn import models, train
+  from textattn import data as data_lib
+  from textattn.recipes import pretrain
 
   config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
   if jax.default_backend() != "cpu":
@@ -242,7 +247,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
     inputs = raw[f"{name}_inputs"].astype(np.int32)
     if config.max_len < inputs.shape[1]:
       inputs = shorten(inputs, config.max_len, config.truncation)
-    splits[name] = input_pipeline.Split(inputs, raw[f"{name}_labels"].astype(np.int32))
+    splits[name] = data_lib.Split(inputs, raw[f"{name}_labels"].astype(np.int32))
   class_names = [str(c) for c in raw["class_names"]]
   num_classes = len(class_names)
 
@@ -276,7 +281,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
     pretrained_params = pretrain.unflatten(
         {k[len("mlm:"):]: jnp.asarray(v) for k, v in raw.items() if k.startswith("mlm:")})
   model = models.build_model(config, num_classes, vocab_size=int(raw["vocab_size"]))
-  train_iter = input_pipeline.TrainIterator(splits["train"], config.batch_size, config.seed)
+  train_iter = data_lib.TrainIterator(splits["train"], config.batch_size, config.seed)
   total_steps = (config.num_train_steps if config.num_train_steps > 0
                  else config.num_epochs * train_iter.steps_per_epoch)
   eval_every = config.eval_every_steps or train_iter.steps_per_epoch
@@ -291,7 +296,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
 
   def evaluate(state):
     totals = None
-    for batch in input_pipeline.eval_batches(splits["val"], config.eval_batch_size):
+    for batch in data_lib.eval_batches(splits["val"], config.eval_batch_size):
       sums = eval_fn(state, batch)
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     return float(totals["correct"]) / float(totals["count"])

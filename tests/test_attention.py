@@ -424,7 +424,7 @@ def test_bad_attention_config_names_field_value_and_choices(field, kwargs, words
 def test_auto_picks_the_native_kernel_on_this_cpu():
   # Where a C++ compiler exists, a broken build would make "auto" fall back silently to the
   # slower XLA kernel: this fails and says why instead.
-  from textattn import native
+  from textattn.attention import native
   if native.find_compiler() is None:
     pytest.skip("no C++ compiler here: 'auto' uses the fused XLA kernel")
   assert native.unavailable_reason() is None

@@ -150,7 +150,7 @@ def test_train_step_mode_uses_the_config_and_prints_examples_per_second(runs):
   # The config's attention_impl is "auto": the variant says so, the row what it resolved to.
   assert (row["variant"], row["mode"], row["seq_len"], row["batch_size"]) == (
       "additive_auto", "train_step", "16", "4")
-  from textattn import native
+  from textattn.attention import native
   assert row["implementation"] == ("native" if native.available() else "xla")
   assert row["embed_dim"] == "16" and row["num_heads"] == "2"  # the rest from the config
   assert "train_step additive_auto L=16 batch=4 float32 lengths=half_to_full:" in stdout

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from tests.test_input_pipeline import fake_tfds, make_config
+from tests.test_data import fake_tfds, make_config
 from tests.test_train import (
   assert_rows_close,
   cli_args,
@@ -21,9 +21,10 @@ from tests.test_train import (
   run_two_processes,
   write_sentiment_jsonl,
 )
-from textattn import input_pipeline as ip
-from textattn import models, pretrain, train
-from textattn import tokenizer as tokenizer_lib
+from textattn import data as ip
+from textattn import models, train
+from textattn.recipes import pretrain
+from textattn.data import tokenizer as tokenizer_lib
 
 
 def _batch(lengths, length=40, vocab=1000, seed=0):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from textattn import tokenizer as tokenizer_lib
-from textattn.tokenizer import ByteTokenizer, WordTokenizer
+from textattn.data import tokenizer as tokenizer_lib
+from textattn.data.tokenizer import ByteTokenizer, WordTokenizer
 
 
 def test_standardize_lowercases_strips_line_breaks_and_punctuation():

@@ -19,7 +19,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from textattn import compare, input_pipeline, models, train
+from textattn import compare, models, train
+from textattn import data as data_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 POSITIVE = ["good", "great", "fine", "superb", "lovely"]
@@ -401,7 +402,7 @@ def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
   assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run"))
   # Per-example test predictions of the reported parameters, in the test split's order.
   labels, probabilities = compare.load_predictions(str(tmp_path / "run"))
-  test_labels = input_pipeline.load_dataset(config, None).test.labels
+  test_labels = data_lib.load_dataset(config, None).test.labels
   np.testing.assert_array_equal(labels, test_labels)
   assert probabilities.shape == (report["test/count"], 2) == (48, 2)
   np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)

@@ -330,7 +330,8 @@ def _build(spec: dict, config, implementation: str | None = None):
   import optax
 
   from textattn import attention as attention_lib
-  from textattn import input_pipeline, models
+  from textattn import models
+  from textattn import data as data_lib
 
   config = config.copy_and_resolve_references()
   if implementation is not None:
@@ -338,8 +339,8 @@ def _build(spec: dict, config, implementation: str | None = None):
       config.model.attention_impl = implementation
   seq_len, batch_size, mode = config.max_len, config.batch_size, spec["mode"]
   rng, padding_mask, tokens, labels = _random_inputs(spec, seq_len, batch_size)
-  if mode != "attention" and input_pipeline.pads_before(config):
-    tokens = input_pipeline.pad_before(tokens)  # the layout the model trains on
+  if mode != "attention" and data_lib.pads_before(config):
+    tokens = data_lib.pad_before(tokens)  # the layout the model trains on
   key = jax.random.key(spec["seed"])
   short = min(seq_len, 8)  # parameter shapes do not depend on the length: init cheaply
 

@@ -46,14 +46,14 @@ def write_predictions(workdir: str, labels: np.ndarray, probabilities: np.ndarra
   """DIR/test_predictions.npz, written by training at the end of every run: for every test
   example, in the split's order, its label and the class probabilities the reported
   parameters predict."""
-  from textattn import input_pipeline  # (only the writer needs it; the CLI stays light)
+  from textattn import data as data_lib  # (only the writer needs it; the CLI stays light)
   if probabilities.shape != (len(labels), len(class_names)):
     raise ValueError(f"probabilities {probabilities.shape} do not match {len(labels)} labels "
                      f"and {len(class_names)} classes.")
   arrays = {"labels": np.asarray(labels, np.int32),
             "probabilities": np.asarray(probabilities, np.float32),
             "class_names": np.array(class_names), "params_from_step": np.int64(params_from_step)}
-  input_pipeline.atomic_write(os.path.join(workdir, PREDICTIONS_FILE),
+  data_lib.atomic_write(os.path.join(workdir, PREDICTIONS_FILE),
                               lambda f: np.savez(f, **arrays), "wb")
 
 

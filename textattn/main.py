@@ -38,7 +38,8 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   import jax  # after flag parsing, so --help and flag errors are instant
 
-  from textattn import input_pipeline, train
+  from textattn import train
+  from textattn import data as data_lib
 
   try:
     train.request_cpu_devices(_CONFIG.value)  # before any JAX operation
@@ -63,7 +64,7 @@ def main(argv):
   except (ValueError, train.NonFiniteLossError) as error:
     # A user's mistake (bad config, bad data, a workdir of another run) or a diverged run:
     # one clear sentence, exit 1. Other ValueErrors are bugs: their traceback is kept.
-    if isinstance(error, (input_pipeline.DataError, train.RunError,
+    if isinstance(error, (data_lib.DataError, train.RunError,
                           train.NonFiniteLossError)) or str(error).startswith("config."):
       print(f"error: {error}", file=sys.stderr)
       sys.exit(1)

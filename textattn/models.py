@@ -350,7 +350,7 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config.model.attention_impl='native' runs on a CPU only (here: "
                        f"{jax.default_backend()}); use 'auto' or 'fused'.")
     attention_lib.check_native_devices()
-    from textattn import native
+    from textattn.attention import native
     if (reason := native.unavailable_reason()) is not None:
       raise ValueError(f"config.model.attention_impl='native' is not available: {reason}")
   if m.attention_impl == "cudnn" and m.attention != "additive" and (

@@ -26,7 +26,10 @@ from flax import struct
 from flax.training import train_state as train_state_lib
 from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 
-from textattn import compare, input_pipeline, models, pretrain, word_vectors
+from textattn import compare, models
+from textattn import data as data_lib
+from textattn.recipes import pretrain
+from textattn.recipes import word2vec
 
 EVAL_SPLITS = ("validation", "test")
 OPTIMIZERS = ("adam", "adamw", "rmsprop", "keras_adam")
@@ -73,7 +76,7 @@ class RunError(ValueError):
 
 def validate_config(config: ml_collections.ConfigDict, device_count: int) -> None:
   models.validate_model_config(config)
-  word_vectors.validate_config(config)
+  word2vec.validate_config(config)
   pretrain.validate_config(config)
   models.check_choice("eval_split", config.eval_split, EVAL_SPLITS)
   models.check_choice("final_params", config.final_params, FINAL_PARAMS)
@@ -604,7 +607,7 @@ RESUMABLE_CHANGES = frozenset({
     "model.attention_impl", "num_epochs", "num_train_steps"})
 
 
-def data_fingerprint(data: input_pipeline.Dataset) -> str:
+def data_fingerprint(data: data_lib.Dataset) -> str:
   """sha256 of the tokenised splits and labels a run trains, validates and tests on."""
   digest = hashlib.sha256()
   for split in (data.train, data.validation, data.test):
@@ -685,7 +688,8 @@ def machine_signature(config: ml_collections.ConfigDict) -> dict:
                # None: JAX's default (TF32 products on recent NVIDIA GPUs, float32 on CPUs).
                "matmul_precision": jax.config.jax_default_matmul_precision}
   if signature["backend"] == "cpu":
-    from textattn import attention, native
+    from textattn import attention
+    from textattn.attention import native
     signature["cpu_cores"] = attention.usable_cores()
     signature["cpu_features"] = hashlib.sha256(native.cpu_signature().encode()).hexdigest()[:12]
   return signature
@@ -753,10 +757,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   data_sharding, replicated = data_parallel_shardings()
 
-  data = input_pipeline.load_dataset(config, workdir, write=is_main)
+  data = data_lib.load_dataset(config, workdir, write=is_main)
   num_classes = len(data.class_names)
   model = models.build_model(config, num_classes, vocab_size=data.vocab_size)
-  train_iter = input_pipeline.TrainIterator(data.train, config.batch_size, config.seed,
+  train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
                                             jax.process_index(), jax.process_count())
   total_steps = (config.num_train_steps if config.num_train_steps > 0
                  else config.num_epochs * train_iter.steps_per_epoch)
@@ -848,7 +852,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     # Only a fresh run starts from word vectors or a pretrained encoder: a resume restores them.
     pretrained_tokens = pretrained_params = None
     if config.model.embedding_init == "word2vec":
-      pretrained_tokens = word_vectors.pretrained_token_table(
+      pretrained_tokens = word2vec.pretrained_token_table(
           config, data.tokenizer, data.vocab_size, write=is_main)
     if pretrain.enabled(config):
       # Every process writes its cache (atomically; identical content): caches may be per host.
@@ -887,7 +891,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     Eval batches are consecutive examples with the padding at the end."""
     step_fn = p_test_step if prefix == "test" else p_eval_step
     totals, probabilities = None, []
-    for batch in input_pipeline.eval_batches(split, config.eval_batch_size, jax.process_index(),
+    for batch in data_lib.eval_batches(split, config.eval_batch_size, jax.process_index(),
                                              jax.process_count()):
       sums = step_fn(state, to_global(batch, data_sharding))
       if prefix == "test":

@@ -2,7 +2,7 @@
 training split minus validation + IMDB unsupervised, saved as a [vocab, 64] table for train_probe.py.
 Usage: TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/w2v_probe/build_table.py \
   configs/imdb_fastformer.py /tmp/w2v/ff64 64 1
-The project's own path is textattn/word_vectors.py (one thread, cached)."""
+The project's own path is textattn/word2vec.py (one thread, cached)."""
 import os
 import sys
 import time
@@ -20,16 +20,16 @@ def crc(s):
 def build(config_path, out, dim, epochs=5, sg=1, use_unsup=True, workers=2):
   import val_sweep
 
-  from textattn import input_pipeline
-  from textattn import tokenizer as tok
+  from textattn import data as data_lib
+  from textattn.data import tokenizer as tok
   config = val_sweep.load_config(config_path)
-  src = input_pipeline._TfdsSource(config)
+  src = data_lib._TfdsSource(config)
   t = time.time()
   raw = src.read(config.val_fraction, config.data_seed)
   import tempfile
   with tempfile.TemporaryDirectory() as wd:
-    data = input_pipeline.load_dataset(config, wd)
-    tkz = input_pipeline.load_tokenizer(wd)[0]
+    data = data_lib.load_dataset(config, wd)
+    tkz = data_lib.load_tokenizer(wd)[0]
   texts = list(raw.texts["train"])
   if use_unsup:
     import tensorflow_datasets as tfds

@@ -38,8 +38,9 @@ import optax
 import tqdm
 from absl import logging
 
-from textattn import input_pipeline, models
-from textattn import tokenizer as tokenizer_lib
+from textattn import models
+from textattn import data as data_lib
+from textattn.data import tokenizer as tokenizer_lib
 
 OBJECTIVES = ("", "mlm")
 MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # of the predicted tokens; the rest are kept
@@ -65,7 +66,7 @@ def validate_config(config) -> None:
     raise ValueError(f"config.pretrain.objective={p.objective!r} cannot be used with "
                      f"config.model.bigram_buckets={config.model.bigram_buckets}: a masked "
                      "token's bigrams would give it away; set bigram_buckets=0.")
-  if input_pipeline.pads_before(config):
+  if data_lib.pads_before(config):
     raise ValueError(f"config.pretrain.objective={p.objective!r} needs config.padding="
                      f"'after_masked' (got {config.padding!r}): masked-language-model "
                      "pretraining predicts real tokens only.")
@@ -83,7 +84,7 @@ def validate_config(config) -> None:
   if p.batch_size % jax.device_count():
     raise ValueError(f"config.pretrain.batch_size={p.batch_size} must be a multiple of the "
                      f"device count ({jax.device_count()}) so every device gets an equal share.")
-  input_pipeline.check_unlabeled_split(config, "pretrain.unlabeled_split", "pretrain")
+  data_lib.check_unlabeled_split(config, "pretrain.unlabeled_split", "pretrain")
   if config.model.embedding_init == "word2vec":
     raise ValueError("config.pretrain.objective='mlm' trains the token embeddings itself; use "
                      "config.model.embedding_init='random' with it (or no pretraining).")
@@ -229,7 +230,7 @@ def _load(path: str):
       params = {k[len("param:"):]: archive[k] for k in archive.files if k.startswith("param:")}
       curve = json.loads(str(archive["curve"]))
     return unflatten(params), curve
-  return input_pipeline.read_cache(path, "pretraining", read)
+  return data_lib.read_cache(path, "pretraining", read)
 
 
 def _host(x) -> np.ndarray:
@@ -248,7 +249,7 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
   validate_config(config)
   p = config.pretrain
   key_settings = settings(config)
-  path = input_pipeline.source_cache_path(
+  path = data_lib.source_cache_path(
       config, "mlm", {"tokenizer": tokenizer.fingerprint(), "vocab_size": int(vocab_size),
                       "settings": key_settings}, ".npz", write=write)
   cached = _load(path) if path else None
@@ -273,7 +274,7 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
   if will_cache:
     arrays = {f"param:{name}": value for name, value in flatten(params).items()}
     try:
-      input_pipeline.atomic_write(
+      data_lib.atomic_write(
           path, lambda f: np.savez(f, curve=np.asarray(json.dumps(curve)), **arrays), "wb")
     except OSError as e:  # A read-only or full cache dir must not stop training.
       logging.warning("Could not write the pretraining cache %s (%s).", path, e)
@@ -282,9 +283,9 @@ def pretrain(config, tokenizer, vocab_size: int, *, write: bool = True):
 
 def corpus(config, tokenizer) -> tuple[np.ndarray, bool]:
   """The pretraining texts encoded as the classifier's inputs (int [N, max_len], empty texts
-  dropped) and whether they may be cached (see input_pipeline.pretraining_texts)."""
+  dropped) and whether they may be cached (see data_lib.pretraining_texts)."""
   p = config.pretrain
-  texts, cacheable = input_pipeline.pretraining_texts(config, p.unlabeled_split,
+  texts, cacheable = data_lib.pretraining_texts(config, p.unlabeled_split,
                                                       "pretrain.unlabeled_split")
   inputs = tokenizer.encode(texts, config.max_len, config.truncation)
   return inputs[(inputs != 0).any(axis=1)], cacheable
@@ -297,10 +298,10 @@ def train_encoder(config, inputs: np.ndarray, vocab_size: int):
 
   p = config.pretrain
   if len(inputs) < p.batch_size:
-    raise input_pipeline.DataError(
+    raise data_lib.DataError(
         f"the pretraining corpus has {len(inputs)} non-empty text(s), fewer than one batch of "
         f"config.pretrain.batch_size={p.batch_size}; lower it or add text.")
-  corpus = input_pipeline.Split(inputs, np.zeros(len(inputs), np.int32))
+  corpus = data_lib.Split(inputs, np.zeros(len(inputs), np.int32))
   is_main = jax.process_index() == 0
   if is_main:
     print(f"Pretraining the encoder as a masked language model: {len(corpus):,} texts "
@@ -332,7 +333,7 @@ def train_encoder(config, inputs: np.ndarray, vocab_size: int):
                  in_shardings=(state_sharding, data_sharding),
                  out_shardings=(state_sharding, replicated), donate_argnums=0,
                  compiler_options=train_lib.step_compiler_options(config))
-  batches = input_pipeline.TrainIterator(corpus, p.batch_size, p.seed, jax.process_index(),
+  batches = data_lib.TrainIterator(corpus, p.batch_size, p.seed, jax.process_index(),
                                          jax.process_count())
   log_every = config.log_every_steps or 100
   curve, pending = [], []
@@ -366,5 +367,5 @@ def train_encoder(config, inputs: np.ndarray, vocab_size: int):
 
 def write_curve(workdir: str, curve: list[dict]) -> None:
   """DIR/pretrain.jsonl: one row per logged pretraining window."""
-  input_pipeline.atomic_write(os.path.join(workdir, "pretrain.jsonl"),
+  data_lib.atomic_write(os.path.join(workdir, "pretrain.jsonl"),
                               lambda f: f.write("".join(json.dumps(r) + "\n" for r in curve)))

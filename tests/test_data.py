@@ -12,8 +12,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from configs import default
-from textattn import input_pipeline as ip
-from textattn import tokenizer as tokenizer_lib
+from textattn import data as ip
+from textattn.data import tokenizer as tokenizer_lib
 
 TWEETS = pathlib.Path(__file__).resolve().parents[2] / "shared/data/disaster-tweets/train.csv"
 

@@ -16,7 +16,7 @@ Kernels (pure functions over projected tensors laid out [batch, length, heads, h
   * `fused_softmax_attention`  the CPU fast path: batched-matmul layout, mask as one additive
                                 bias, hand-written flash-style backward (see experiments/).
   * `native_softmax_attention` the same maths as two C++ XLA FFI kernels (CPU, one device;
-                                built on first use by textattn.native).
+                                built on first use by `textattn.attention.native`).
   * `additive_attention`       Fastformer (arXiv 2108.09084), linear in length.
   * `native_additive_attention` the same maths as two C++ XLA FFI kernels (CPU, one device).
 "auto" (the configs' default) picks native on a one-device CPU run where it builds, else fused
@@ -228,7 +228,7 @@ def _native_threads() -> int:
 
 
 def _native_forward_call(causal, q, k, v, mask):
-  from textattn import native  # (builds the kernels on first use)
+  from textattn.attention import native  # (builds the kernels on first use)
   native.load()
   return jax.ffi.ffi_call(
       native.FORWARD_TARGET,
@@ -239,7 +239,7 @@ def _native_forward_call(causal, q, k, v, mask):
 
 
 def _native_backward_call(causal, q, k, v, mask, out, probs, d_out):
-  from textattn import native
+  from textattn.attention import native
   native.load()
   return jax.ffi.ffi_call(
       native.BACKWARD_TARGET, (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 3,
@@ -279,7 +279,7 @@ def native_softmax_attention(query: Array, key: Array, value: Array, padding_mas
   all-padding key blocks and rows without output gradient (padding positions, which pooling
   ignores) are skipped exactly. First-order reverse-mode gradients only (custom VJP). Computes
   in float32 (bfloat16 inputs are upcast), on every core of the process. The kernels are
-  compiled on first use by `textattn.native` (needs a C++ compiler). One device only
+  compiled on first use by `textattn.attention.native` (needs a C++ compiler). One device only
   (`check_native_devices`).
   """
   dtype = value.dtype
@@ -346,7 +346,7 @@ def _native_additive_core(q, k, mask, w_alpha, w_beta, heads):
 
 
 def _native_additive_forward(q, k, mask, w_alpha, w_beta, heads):
-  from textattn import native  # (builds the kernels on first use)
+  from textattn.attention import native  # (builds the kernels on first use)
   native.load()
   batch, length, features = q.shape
   f32 = jnp.float32
@@ -363,7 +363,7 @@ def _native_additive_forward(q, k, mask, w_alpha, w_beta, heads):
 
 
 def _native_additive_backward(heads, residuals, d_u):
-  from textattn import native
+  from textattn.attention import native
   q, k, mask, w_alpha, w_beta, alpha, beta, g_q, g_k = residuals
   d_q, d_k, d_w_alpha, d_w_beta = jax.ffi.ffi_call(
       native.ADDITIVE_BACKWARD_TARGET,
@@ -388,7 +388,7 @@ def native_additive_attention(query: Array, key: Array, padding_mask: Array, alp
   cache, instead of XLA:CPU's ~50 ops (batched matrix-vector products with transposes, length
   reductions as reduce-window trees). First-order reverse-mode gradients only (custom VJP).
   Computes in float32 (bfloat16 inputs are upcast), on every core of the process; compiled on
-  first use by `textattn.native`. One device only (`check_native_devices`).
+  first use by `textattn.attention.native`. One device only (`check_native_devices`).
   """
   if key.shape != query.shape:
     raise ValueError(f"native_additive_attention: key {key.shape} and query {query.shape} "
@@ -424,7 +424,7 @@ def resolve_implementation(implementation: str, attention: str = "softmax",
 
 def _native_runs_here() -> bool:
   if jax.default_backend() == "cpu" and jax.device_count() == 1:
-    from textattn import native
+    from textattn.attention import native
     return native.available()
   return False
 

@@ -12,11 +12,12 @@ import pytest
 import tensorflow_datasets as tfds
 
 from configs import default
-from tests.test_input_pipeline import fake_tfds, make_config, write_csv
+from tests.test_data import fake_tfds, make_config, write_csv
 from tests.test_train import cli_args, read_metrics, run_main, write_sentiment_jsonl
-from textattn import input_pipeline as ip
-from textattn import models, train, word_vectors
-from textattn import tokenizer as tokenizer_lib
+from textattn import data as ip
+from textattn import models, train
+from textattn.recipes import word2vec
+from textattn.data import tokenizer as tokenizer_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -71,16 +72,16 @@ class FakeVectors:
 def test_vectors_land_on_their_words_rows_and_are_rescaled_to_the_init_scale():
   tokenizer = tokenizer_lib.WordTokenizer(["alpha", "beta", "gamma"])
   vectors = FakeVectors({"gamma": np.full(4, 3.0), "alpha": np.arange(4.0), "other": np.ones(4)})
-  table, found = word_vectors.table_from_vectors(tokenizer, vectors, 6, 4)
+  table, found = word2vec.table_from_vectors(tokenizer, vectors, 6, 4)
   ids = {w: int(tokenizer.encode([w], 1, "pre")[0, 0]) for w in ("alpha", "beta", "gamma")}
   np.testing.assert_array_equal(table[ids["alpha"]], np.arange(4.0))
   np.testing.assert_array_equal(table[ids["gamma"]], np.full(4, 3.0))
   assert found.tolist() == [i in (ids["alpha"], ids["gamma"]) for i in range(6)]
-  scaled = word_vectors.rescale(table, found, "init")
-  np.testing.assert_allclose(scaled[found].std(), word_vectors.INIT_STD, rtol=1e-5)
+  scaled = word2vec.rescale(table, found, "init")
+  np.testing.assert_allclose(scaled[found].std(), word2vec.INIT_STD, rtol=1e-5)
   np.testing.assert_allclose(scaled[ids["alpha"]] / scaled[ids["gamma"]],
                              table[ids["alpha"]] / table[ids["gamma"]], rtol=1e-6)
-  np.testing.assert_array_equal(word_vectors.rescale(table, found, "raw"), table)
+  np.testing.assert_array_equal(word2vec.rescale(table, found, "raw"), table)
 
 
 def test_pretrained_rows_replace_the_random_ones_and_nothing_else_changes():
@@ -107,12 +108,12 @@ def test_pretrained_rows_replace_the_random_ones_and_nothing_else_changes():
 
 _TRAIN = """
 import sys, numpy as np
-from textattn import word_vectors
+from textattn.recipes import word2vec
 rng = np.random.default_rng(0)
 # 60,000 words: several of gensim's 10,000-word jobs per epoch, so the order in which threads
 # take them could matter.
 texts = [[f"w{k}" for k in rng.zipf(1.3, 40) % 500] for _ in range(1500)]
-wv = word_vectors.train_vectors(texts, dict(dim=8, window=3, min_count=1, negative=3,
+wv = word2vec.train_vectors(texts, dict(dim=8, window=3, min_count=1, negative=3,
                                             epochs=2, seed=0))
 np.save(sys.argv[1], np.stack([wv[w] for w in sorted(wv.key_to_index)]))
 """
@@ -174,18 +175,18 @@ def test_the_second_build_reads_the_cache_and_gets_the_same_table(tmp_path, monk
   config.model.embedding_init = "word2vec"
   config.word2vec.epochs = 1
   loaded = ip.load_dataset(config, None)
-  first = word_vectors.pretrained_token_table(config, loaded.tokenizer, loaded.vocab_size)
+  first = word2vec.pretrained_token_table(config, loaded.tokenizer, loaded.vocab_size)
 
   def no_training(*args, **kwargs):
     raise AssertionError("word2vec was trained again instead of read from the cache")
-  monkeypatch.setattr(word_vectors, "train_vectors", no_training)
-  second = word_vectors.pretrained_token_table(config, loaded.tokenizer, loaded.vocab_size)
+  monkeypatch.setattr(word2vec, "train_vectors", no_training)
+  second = word2vec.pretrained_token_table(config, loaded.tokenizer, loaded.vocab_size)
   for a, b in zip(first, second):
     np.testing.assert_array_equal(a, b)
   assert first[1][2:].any()
   config.word2vec.window = 2  # Other settings: another cache entry, so it must train.
   with pytest.raises(AssertionError, match="trained again"):
-    word_vectors.pretrained_token_table(config, loaded.tokenizer, loaded.vocab_size)
+    word2vec.pretrained_token_table(config, loaded.tokenizer, loaded.vocab_size)
 
 
 def test_mocked_imdb_with_the_unsupervised_split_builds_a_table(tmp_path):
@@ -195,6 +196,6 @@ def test_mocked_imdb_with_the_unsupervised_split_builds_a_table(tmp_path):
   config.word2vec.update(unlabeled_split="unsupervised", epochs=1, min_count=1)
   with tfds.testing.mock_data(num_examples=30):
     data = ip.load_dataset(config, None)
-    table, found = word_vectors.pretrained_token_table(config, data.tokenizer, data.vocab_size)
+    table, found = word2vec.pretrained_token_table(config, data.tokenizer, data.vocab_size)
   assert table.shape == (data.vocab_size, 8) and found[2:].any() and not found[:2].any()
   assert not list(pathlib.Path(config.cache_dir).glob("*word2vec*"))  # mocked: not cached

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from textattn import input_pipeline, models
-from textattn import tokenizer as tokenizer_lib
+from textattn import models
+from textattn import data as data_lib
+from textattn.data import tokenizer as tokenizer_lib
 
 EMBEDDING_INITS = ("random", "word2vec")
 SCALES = ("init", "raw")
@@ -58,7 +59,7 @@ def validate_config(config) -> None:
   if w2v.scale not in SCALES:
     raise ValueError(f"config.word2vec.scale={w2v.scale!r} is invalid; allowed: "
                      f"{', '.join(repr(s) for s in SCALES)}.")
-  input_pipeline.check_unlabeled_split(config, "word2vec.unlabeled_split", "train")
+  data_lib.check_unlabeled_split(config, "word2vec.unlabeled_split", "train")
 
 
 def vector_settings(config) -> dict[str, Any]:
@@ -135,7 +136,7 @@ def _load(path: str, vocab_size: int, dim: int):
     if table.shape != (vocab_size, dim) or found.shape != (vocab_size,):
       raise ValueError("shapes do not match the configuration")
     return table.astype(np.float32), found.astype(bool)
-  return input_pipeline.read_cache(path, "word2vec", read)
+  return data_lib.read_cache(path, "word2vec", read)
 
 
 def pretrained_token_table(config, tokenizer, vocab_size: int, *,
@@ -145,7 +146,7 @@ def pretrained_token_table(config, tokenizer, vocab_size: int, *,
   validate_config(config)
   dim = int(config.model.embed_dim)
   key_settings = vector_settings(config)
-  path = input_pipeline.source_cache_path(
+  path = data_lib.source_cache_path(
       config, f"word2vec{dim}", {"tokenizer": tokenizer.fingerprint(), "settings": key_settings,
                                  "gensim": _gensim_version(), "word2vec_version": _CACHE_VERSION}, ".npz", write=write)
   cached = _load(path, vocab_size, dim) if path else None
@@ -153,7 +154,7 @@ def pretrained_token_table(config, tokenizer, vocab_size: int, *,
     table, found = cached
     logging.info("Loaded word2vec vectors from %s.", path)
   else:
-    texts, cacheable = input_pipeline.word2vec_texts(config, key_settings["unlabeled_split"])
+    texts, cacheable = data_lib.word2vec_texts(config, key_settings["unlabeled_split"])
     print(f"Training word2vec ({dim} dimensions, {key_settings['epochs']} epochs, one thread) on "
           f"{len(texts):,} texts ({sum(map(len, texts)):,} words) for the token-embedding "
           f"initialisation; it is cached for later runs.", flush=True)
@@ -161,7 +162,7 @@ def pretrained_token_table(config, tokenizer, vocab_size: int, *,
     table, found = table_from_vectors(tokenizer, vectors, vocab_size, dim)
     if write and cacheable and path:
       try:
-        input_pipeline.atomic_write(path, lambda f: np.savez(f, table=table, found=found), "wb")
+        data_lib.atomic_write(path, lambda f: np.savez(f, table=table, found=found), "wb")
       except OSError as e:  # A read-only or full cache dir must not stop training.
         logging.warning("Could not write word2vec cache %s (%s).", path, e)
   print(f"word2vec: {int(found.sum()):,} of {vocab_size:,} token-embedding rows start from "

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from textattn import tokenizer as tokenizer_lib
+from textattn.data import tokenizer as tokenizer_lib
 
 SPLITS = ("train", "validation", "test")
 LOCAL_FORMATS = {".csv": ",", ".tsv": "\t", ".jsonl": None, ".json": None}
