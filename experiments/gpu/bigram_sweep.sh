@@ -7,7 +7,7 @@
 # experiments/RESULTS.md, "softmax with and without bigrams, five seeds a side").
 #
 # Here, first (gitignored): the softmax config's train + validation split, word2vec table included:
-#   TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/val_sweep.py export \
+#   TFDS_DATA_DIR=../shared/tensorflow_datasets python -m textattn.sweep export \
 #     --config=configs/imdb_softmax.py --out=.gpu/imdb_400_w2v.npz
 # Device tool: carry [".whl", ".gpu"], command "bash experiments/gpu/bigram_sweep.sh"
 # (.whl/ as experiments/gpu/check.sh describes). Smoke-tested on CPU with 30 steps.
@@ -22,12 +22,12 @@
 # adopted (experiments/RESULTS.md). Both variants pin bigram_buckets, so this still compares them.
 # The same comparison for the Fastformer config (pre-registered 2026-11-24, RESULTS):
 #   CONFIG=configs/imdb_fastformer.py DATA=.gpu/imdb_800_w2v.npz SEEDS=... bash this script
-# after `val_sweep.py export --config=configs/imdb_fastformer.py --out=.gpu/imdb_800_w2v.npz`.
+# after `python -m textattn.sweep export --config=configs/imdb_fastformer.py --out=.gpu/imdb_800_w2v.npz`.
 source experiments/gpu/setup.sh
 CONFIG=${CONFIG:-configs/imdb_softmax.py}
 NAME=$(basename "$CONFIG" .py)_bigram   # imdb_softmax_bigram.jsonl / imdb_fastformer_bigram.jsonl
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 experiments/val_sweep.py sweep --data=${DATA:-.gpu/imdb_400_w2v.npz} \
+python3 -m textattn.sweep sweep --data=${DATA:-.gpu/imdb_400_w2v.npz} \
   --config=$CONFIG --seeds=${SEEDS:-$(seq -s, 10 29)} --jobs=${JOBS:-20} \
   --variant="base:model.bigram_buckets=0" --variant="bigram:model.bigram_buckets=65536" \
   --out="$OUT/$NAME.jsonl" > "$OUT/$NAME.log" 2>&1

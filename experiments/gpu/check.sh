@@ -8,7 +8,7 @@
 #     tensorboardX==2.6.5
 #   ... -d .whl/pinned flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8
 # Run (device tool): carry [".whl"], command "bash experiments/gpu/check.sh".
-# It has no TensorFlow/TFDS either, so test_input_pipeline.py (mock TFDS data) is not run.
+# It has no TensorFlow/TFDS either, so tests/test_data.py (mock TFDS data) is not run.
 source experiments/gpu/setup.sh
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

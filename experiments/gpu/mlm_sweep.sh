@@ -3,14 +3,14 @@
 # on a lent GPU (experiments/RESULTS.md, "Longer MLM pretraining"). Never sees the test split.
 #
 # Here, first (the exports are gitignored; .gpu/ is listed in .git/info/exclude):
-#   TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/val_sweep.py export-corpus \
+#   TFDS_DATA_DIR=../shared/tensorflow_datasets python -m textattn.sweep export-corpus \
 #     --config=configs/imdb_fastformer.py --out=.gpu/corpus_800.npz
-#   cp .sweep/imdb_800.npz .gpu/   # (val_sweep.py export --config=configs/imdb_fastformer.py)
+#   cp .sweep/imdb_800.npz .gpu/   # (python -m textattn.sweep export --config=configs/imdb_fastformer.py)
 # Device tool: carry [".whl", ".gpu"], command "bash experiments/gpu/mlm_sweep.sh".
 # PHASE=pretrain or PHASE=finetune runs one half (encoders are kept in .gpu/ on the machine).
 source experiments/gpu/setup.sh
 PHASE=${PHASE:-all}
-S=experiments/val_sweep.py
+S="-m textattn.sweep"   # python3 $S ... (was experiments/val_sweep.py)
 
 # Pretraining settings: batch 256, lr 1e-3, 15% of the tokens (at most 128 / 64 per text). The
 # configs then had the random start, 3 epochs, word dropout 0.2 and no bigram embeddings; the

@@ -4,13 +4,13 @@
 #
 # Here, first (gitignored; .gpu/ is listed in .git/info/exclude); the configs now ask for the
 # word2vec start, so the export carries the table:
-#   TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/val_sweep.py export \
+#   TFDS_DATA_DIR=../shared/tensorflow_datasets python -m textattn.sweep export \
 #     --config=configs/imdb_fastformer.py --out=.gpu/imdb_800_w2v.npz
 # Device tool: carry [".whl", ".gpu"], command "bash experiments/gpu/w2v_sweep.sh".
 # With 36 processes on the card some runs ran out of GPU memory (their jsonl lines say so); they
 # were re-run with the same sweep command, fewer --seeds and --jobs.
 source experiments/gpu/setup.sh
-S=experiments/val_sweep.py
+S="-m textattn.sweep"   # python3 $S ... (was experiments/val_sweep.py)
 D=.gpu/imdb_800_w2v.npz
 # Every variant names the fields it is about, so this means what it meant when it ran (then the
 # configs had the random start, 3 epochs and word dropout 0.2: "base" here).
