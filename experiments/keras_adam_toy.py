@@ -4,7 +4,7 @@ One embedding row looked up 16 times in a batch, one looked up once, one 15 time
 first step moves every parameter by about the learning rate (1e-3); Keras moves a row seen n
 times up to sqrt(n) times further, because it squares the per-occurrence gradient slices
 (tf.IndexedSlices) before summing duplicates into the second moment. Printed for Keras 3's
-default (XLA-compiled step) and without XLA. See experiments/RESULTS.md, "the Keras model's Adam".
+default (XLA-compiled step) and without XLA. See experiments/RESULTS.md, section 1.
 
     python experiments/keras_adam_toy.py
 """

@@ -4,7 +4,7 @@
 # 20:10) before any of these runs: adopt model.bigram_buckets=65536 in configs/imdb_softmax.py
 # if the mean best validation of "bigram" beats "base" by >= 0.002 over seeds 10-29 (about two
 # standard errors of a 20-seed paired difference; the two CPU looks, seeds 0-4, were null:
-# experiments/RESULTS.md, "softmax with and without bigrams, five seeds a side").
+# experiments/RESULTS.md, sections 3-4).
 #
 # Here, first (gitignored): the softmax config's train + validation split, word2vec table included:
 #   TFDS_DATA_DIR=../shared/tensorflow_datasets python -m textattn.sweep export \

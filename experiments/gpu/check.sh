@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU checks on a lent machine (the `device` tool; see experiments/RESULTS.md, "On a GPU").
+# GPU checks on a lent machine (the `device` tool; see experiments/RESULTS.md, section 12).
 #
 # The machine has JAX with CUDA but none of our pinned flax/optax/orbax, ml_collections or
 # tensorboardX, and no package index: those travel as wheels in .whl/ (gitignored):

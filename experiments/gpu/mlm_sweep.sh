@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Masked-language-model pretraining for several epochs, then a validation-only fine-tuning sweep,
-# on a lent GPU (experiments/RESULTS.md, "Longer MLM pretraining"). Never sees the test split.
+# on a lent GPU (experiments/RESULTS.md, section 8). Never sees the test split.
 #
 # Here, first (the exports are gitignored; .gpu/ is listed in .git/info/exclude):
 #   TFDS_DATA_DIR=../shared/tensorflow_datasets python -m textattn.sweep export-corpus \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Six-seed validation-only sweep of the word2vec start of the token table (and of the 2-epoch
-# recipe) on a lent GPU (experiments/RESULTS.md, "word2vec start, more seeds"). Never sees test.
+# recipe) on a lent GPU (experiments/RESULTS.md, section 7). Never sees test.
 #
 # Here, first (gitignored; .gpu/ is listed in .git/info/exclude); the configs now ask for the
 # word2vec start, so the export carries the table:
