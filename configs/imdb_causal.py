@@ -10,11 +10,11 @@ CPU, 2026-11-22). The bidirectional encoder with the same recipe: 88.34% / 88.03
 History: experiments/RESULTS.md, section 6.
 """
 
-from configs import imdb_softmax
+from textattn import defaults
 
 
 def get_config():
-  config = imdb_softmax.get_config()
+  config = defaults.sibling(__file__, "imdb_softmax.py")
   config.model.attention = "causal"
   config.model.pooling = "last"
   # As it was run for the result above (imdb_softmax.py has since moved to 3 epochs with word

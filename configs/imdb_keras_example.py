@@ -11,11 +11,11 @@ the Keras model itself 86.81% +- 1.32 (6 seeds). Seed 0 on 2 cores: 87.41%, one 
 2026-11-23. History: experiments/RESULTS.md, section 1.
 """
 
-from configs import default
+from textattn import defaults
 
 
 def get_config():
-  config = default.get_config()
+  config = defaults.classification()
   config.val_fraction = 0.0
   config.eval_split = "test"
   config.final_params = "last"

@@ -10,11 +10,11 @@ launch with tokens cached (2-core Zen 3 CPU, 2026-11-23). The recipe was picked 
 test accuracy had been seen. History: experiments/RESULTS.md, section 2.
 """
 
-from configs import imdb_keras_example
+from textattn import defaults
 
 
 def get_config():
-  config = imdb_keras_example.get_config()
+  config = defaults.sibling(__file__, "imdb_keras_example.py")
   # The layout and optimizer this recipe was chosen and measured with (textattn's own), not the
   # seed's exact computation that imdb_keras_example.py now uses.
   config.padding = "after_masked"

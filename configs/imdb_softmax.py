@@ -12,11 +12,12 @@ side: +0.25 points of validation (95% interval +0.02 to +0.48). History: experim
 sections 3, 4 and 7.
 """
 
-from configs import default
+from textattn import defaults
+from textattn.recipes import word2vec
 
 
 def get_config():
-  config = default.get_config()
+  config = defaults.classification()
   config.max_len = 400
   config.vocab_size = 20000
   config.truncation = "pre"
@@ -35,6 +36,7 @@ def get_config():
   # (experiments/RESULTS.md, "softmax with and without bigrams").
   config.model.bigram_buckets = 65536
   config.model.embedding_init = "word2vec"
+  config.word2vec = word2vec.default_config()
   config.word2vec.unlabeled_split = "unsupervised"
   config.optimizer.name = "adamw"
   config.optimizer.learning_rate = 1e-3

@@ -30,56 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras
 import numpy as np
-from keras import layers, ops
 
-VOCAB, MAXLEN, EMBED, HEADS, FFN, DENSE, RATE, BATCH = 20000, 200, 32, 2, 32, 20, 0.1, 32
-SEED_PARAMS = 653_566
-
-
-class TransformerBlock(layers.Layer):
-  def __init__(self, embed_dim, num_heads, ff_dim, rate=0.1):
-    super().__init__()
-    self.att = layers.MultiHeadAttention(num_heads=num_heads, key_dim=embed_dim // num_heads)
-    self.ffn = keras.Sequential([layers.Dense(ff_dim, activation="relu"), layers.Dense(embed_dim)])
-    self.layernorm1 = layers.LayerNormalization(epsilon=1e-6)
-    self.layernorm2 = layers.LayerNormalization(epsilon=1e-6)
-    self.dropout1 = layers.Dropout(rate)
-    self.dropout2 = layers.Dropout(rate)
-
-  def call(self, inputs, training=False):
-    attn_output = self.dropout1(self.att(inputs, inputs), training=training)
-    out1 = self.layernorm1(inputs + attn_output)
-    ffn_output = self.dropout2(self.ffn(out1), training=training)
-    return self.layernorm2(out1 + ffn_output)
-
-
-class TokenAndPositionEmbedding(layers.Layer):
-  def __init__(self, maxlen, vocab_size, embed_dim):
-    super().__init__()
-    self.token_emb = layers.Embedding(input_dim=vocab_size, output_dim=embed_dim)
-    self.pos_emb = layers.Embedding(input_dim=maxlen, output_dim=embed_dim)
-
-  def call(self, x):
-    positions = self.pos_emb(ops.arange(start=0, stop=ops.shape(x)[-1], step=1))
-    return self.token_emb(x) + positions
-
-
-def seed_model(jit: str, rate: float = RATE) -> keras.Model:
-  inputs = layers.Input(shape=(MAXLEN,))
-  x = TokenAndPositionEmbedding(MAXLEN, VOCAB, EMBED)(inputs)
-  x = TransformerBlock(EMBED, HEADS, FFN, rate)(x)
-  x = layers.GlobalAveragePooling1D()(x)
-  x = layers.Dropout(rate)(x)
-  x = layers.Dense(DENSE, activation="relu")(x)
-  x = layers.Dropout(rate)(x)
-  outputs = layers.Dense(2, activation="softmax")(x)
-  model = keras.Model(inputs=inputs, outputs=outputs)
-  model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                jit_compile={"auto": "auto", "off": False}[jit])
-  if model.count_params() != SEED_PARAMS:
-    raise SystemExit(f"The Keras model has {model.count_params():,} parameters, not the seed's "
-                     f"{SEED_PARAMS:,}: it is not the seed model.")
-  return model
+from tests.keras_reference import ROOT, BATCH, MAXLEN, RATE, VOCAB, seed_model  # noqa: F401
 
 
 class EpochTimer(keras.callbacks.Callback):
@@ -134,11 +86,11 @@ def main():
             f"({steady / args.steps * 1e3:.2f} ms/step)")
     return
 
-  from configs import imdb_keras_example
+  from textattn import defaults
   from textattn import data as data_lib
   # The seed config pads before the tokens (config.padding="before_as_token"), as Keras'
   # pad_sequences; both truncate "pre", so the kept tokens are the same.
-  data = data_lib.load_dataset(imdb_keras_example.get_config(), None)
+  data = data_lib.load_dataset(defaults.load(os.path.join(ROOT, "configs", "imdb_keras_example.py")), None)
   x_train, x_test = data.train.inputs, data.test.inputs
   timer = EpochTimer(len(x_train))
   model.fit(x_train, data.train.labels, batch_size=BATCH, epochs=2, verbose=0,

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 
 from textattn import attention
+from textattn.attention import additive, softmax
 
 SHAPES = [(2, 7, 1, 4), (3, 16, 2, 8), (1, 33, 4, 16)]  # batch, length, heads, head_dim
 KERNELS = {
-    "xla": attention.softmax_attention,
-    "dot_product": attention.dot_product_attention,
-    "chunked": functools.partial(attention.chunked_softmax_attention, chunk_size=5),
-    "fused": attention.fused_softmax_attention,
-    "native": attention.native_softmax_attention,
+    "xla": softmax.softmax_attention,
+    "dot_product": softmax.dot_product_attention,
+    "chunked": functools.partial(softmax.chunked_softmax_attention, chunk_size=5),
+    "fused": softmax.fused_softmax_attention,
+    "native": softmax.native_softmax_attention,
 }
 
 
@@ -80,14 +81,14 @@ def test_native_kernel_matches_float64_reference_with_skipped_blocks(head_dim, c
   weights = np.random.default_rng(8).standard_normal(q.shape).astype(np.float32)
   weights *= mask[:, :, None, None]
   want = numpy_softmax_attention(q, k, v, mask, causal)
-  kernel = functools.partial(attention.native_softmax_attention, causal=causal)
+  kernel = functools.partial(softmax.native_softmax_attention, causal=causal)
   got = kernel(q, k, v, jnp.asarray(mask))
   np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=1e-5)
 
   def loss(fn, q, k, v):
     return jnp.sum(fn(q, k, v, jnp.asarray(mask)) * weights)
 
-  reference = functools.partial(attention.softmax_attention, causal=causal)
+  reference = functools.partial(softmax.softmax_attention, causal=causal)
   want_grads = jax.grad(functools.partial(loss, reference), argnums=(0, 1, 2))(q, k, v)
   got_grads = jax.jit(jax.grad(functools.partial(loss, kernel), argnums=(0, 1, 2)))(q, k, v)
   for g_ref, g_got in zip(want_grads, got_grads, strict=True):
@@ -105,7 +106,7 @@ def test_softmax_kernels_match_reference_kernel_and_gradients(impl, causal):
     return jnp.sum(jnp.sin(kernel(q, k, v, mask, causal=causal)))
 
   grad = lambda kernel: jax.jit(jax.grad(functools.partial(loss, kernel), argnums=(0, 1, 2)))
-  ref = grad(attention.softmax_attention)(q, k, v)
+  ref = grad(softmax.softmax_attention)(q, k, v)
   got = grad(KERNELS[impl])(q, k, v)
   for g_ref, g_got in zip(ref, got):
     np.testing.assert_allclose(np.asarray(g_got), np.asarray(g_ref), atol=1e-5, rtol=1e-5)
@@ -120,7 +121,7 @@ def test_reference_matches_jax_dot_product_attention_on_rows_with_keys():
   for causal in (False, True):
     want = jax.nn.dot_product_attention(q, k, v, mask=jnp.asarray(mask)[:, None, None, :],
                                         is_causal=causal)
-    got = attention.softmax_attention(q, k, v, jnp.asarray(mask), causal=causal)
+    got = softmax.softmax_attention(q, k, v, jnp.asarray(mask), causal=causal)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
 
 
@@ -155,14 +156,13 @@ def numpy_additive(x, mask, params, heads):
 
 
 @pytest.mark.parametrize("impl", ["xla", "native"])
-@pytest.mark.parametrize("scoring", attention.ADDITIVE_SCORINGS)
+@pytest.mark.parametrize("scoring", ("shared",))
 def test_additive_matches_float64_transcription(scoring, impl):
   batch, length, embed, heads = 3, 11, 32, 4  # head_dim 8: the native kernel's smallest
   rng = np.random.default_rng(7)
   x = rng.standard_normal((batch, length, embed)).astype(np.float32)
   mask = np.arange(length)[None] < np.array([length, 5, 1])[:, None]
-  module = attention.make_attention("additive", num_heads=heads, scoring=scoring,
-                                    implementation=impl)
+  module = attention.get("additive").build(num_heads=heads, implementation=impl)
   params = module.init(jax.random.key(0), x, jnp.asarray(mask))["params"]
   want = numpy_additive(x, mask, params, heads)
   got = module.apply({"params": params}, x, jnp.asarray(mask))
@@ -206,7 +206,7 @@ def numpy_additive_core(q, k, mask, w_alpha, w_beta):
   return q * np.einsum("blh,blhd->bhd", beta, p)[:, None]
 
 
-@pytest.mark.parametrize("scoring", attention.ADDITIVE_SCORINGS)
+@pytest.mark.parametrize("scoring", ("shared",))
 @pytest.mark.parametrize("heads,head_dim,length", [(2, 16, 37), (4, 8, 9), (1, 64, 5),
                                                    (2, 24, 13), (3, 32, 8)])
 def test_native_additive_kernel_matches_float64_and_the_xla_function(heads, head_dim, length,
@@ -214,7 +214,7 @@ def test_native_additive_kernel_matches_float64_and_the_xla_function(heads, head
   # head_dim 8, 16, 32, 64 take the kernel's unrolled paths, 24 the general one.
   q, k, mask, w_alpha, w_beta = additive_inputs(4, length, heads, head_dim, scoring)
   args = [jnp.asarray(a) for a in (q, k, mask, w_alpha, w_beta)]
-  got = jax.jit(attention.native_additive_attention)(*args)
+  got = jax.jit(additive.native_additive_attention)(*args)
   np.testing.assert_allclose(np.asarray(got), numpy_additive_core(q, k, mask, w_alpha, w_beta),
                              atol=2e-5, rtol=2e-5)
   assert np.all(np.asarray(got)[1] == 0)  # the all-padding example
@@ -225,8 +225,8 @@ def test_native_additive_kernel_matches_float64_and_the_xla_function(heads, head
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(args[0], args[1], args[3], args[4])
 
   for name, g, want in zip(("q", "k", "w_alpha", "w_beta"),
-                           grads(attention.native_additive_attention),
-                           grads(attention.additive_attention)):
+                           grads(additive.native_additive_attention),
+                           grads(additive.additive_attention)):
     np.testing.assert_allclose(np.asarray(g), np.asarray(want), atol=2e-4, rtol=2e-4,
                                err_msg=name)
 
@@ -234,55 +234,46 @@ def test_native_additive_kernel_matches_float64_and_the_xla_function(heads, head
 def test_native_additive_kernel_propagates_nan_and_checks_shapes():
   q, k, mask, w_alpha, w_beta = (jnp.asarray(a) for a in additive_inputs(3, 6, 2, 8, "shared"))
   bad = w_alpha.at[0, 0].set(jnp.nan)
-  for kernel in (attention.additive_attention, attention.native_additive_attention):
+  for kernel in (additive.additive_attention, additive.native_additive_attention):
     out = np.asarray(jax.jit(kernel)(q, k, mask, bad, w_beta))
     assert np.all(np.isnan(out[0])), kernel.__name__  # a NaN score is not "no real token"
     assert np.all(out[1] == 0), kernel.__name__  # the all-padding example stays 0
   with pytest.raises(ValueError, match="must have the same"):
-    attention.native_additive_attention(q, k[:, :5], mask, w_alpha, w_beta)
+    additive.native_additive_attention(q, k[:, :5], mask, w_alpha, w_beta)
 
 
 @pytest.mark.parametrize("kernel", ["softmax", "additive"])
 def test_native_kernels_do_not_depend_on_their_threads(monkeypatch, kernel):
-  # Work is split over workers: std::threads of their own or XLA's thread pool, where tasks go
-  # to whichever worker claims them first. The additive kernel's scoring gradients are summed
+  # Work is split over XLA's thread pool, where tasks go to whichever worker claims them first. The additive kernel's scoring gradients are summed
   # over examples in a fixed order, so every thread count and both ways must agree bit for bit.
   if kernel == "additive":
     q, k, mask, w_alpha, w_beta = (jnp.asarray(a) for a in
                                    additive_inputs(7, 20, 2, 16, "shared", seed=3))
     loss = lambda q, k, a, b: jnp.sum(jnp.sin(
-        attention.native_additive_attention(q, k, mask, a, b)))
+        additive.native_additive_attention(q, k, mask, a, b)))
     args = (q, k, w_alpha, w_beta)
   else:
     rng = np.random.default_rng(3)
     q, k, v = (jnp.asarray(rng.normal(size=(7, 20, 2, 16)), jnp.float32) for _ in range(3))
     mask = jnp.asarray(np.arange(20)[None] < rng.integers(0, 21, (7, 1)))
-    loss = lambda q, k, v: jnp.sum(jnp.sin(attention.native_softmax_attention(q, k, v, mask)))
+    loss = lambda q, k, v: jnp.sum(jnp.sin(softmax.native_softmax_attention(q, k, v, mask)))
     args = (q, k, v)
   results = []
-  for workers, threads in (("own", 1), ("own", 3), ("xla", 2), ("xla", 3)):
-    monkeypatch.setattr(attention, "NATIVE_WORKERS", workers)
-    monkeypatch.setattr(attention, "_native_threads", lambda threads=threads: threads)
+  for threads in (1, 2, 3):
+    monkeypatch.setattr(softmax, "usable_cores", lambda threads=threads: threads)
+    monkeypatch.setattr(additive, "usable_cores", lambda threads=threads: threads)
     results.append(jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(args)))))(*args))
   for other in results[1:]:
     for a, b in zip(jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(other)):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_a_misspelled_native_workers_setting_is_refused(monkeypatch):
-  monkeypatch.setattr(attention, "NATIVE_WORKERS", "pool")
-  q = jnp.ones((1, 8, 1, 8))
-  with pytest.raises(ValueError, match=re.escape(
-      "attention.NATIVE_WORKERS='pool' is invalid; allowed: 'xla'")):
-    attention.native_softmax_attention(q, q, q, jnp.ones((1, 8), bool))
-
-
 # cuDNN needs an NVIDIA GPU and bf16; everything else runs (and is tested) on the CPU.
 # "auto" is one of the others (test_auto_picks_the_native_kernel_on_this_cpu).
-CPU_IMPLEMENTATIONS = [i for i in attention.SOFTMAX_IMPLEMENTATIONS if i not in ("cudnn", "auto")]
+CPU_IMPLEMENTATIONS = [i for i in softmax.IMPLEMENTATIONS if i not in ("cudnn", "auto")]
 MODULES = [("softmax", impl, "shared") for impl in CPU_IMPLEMENTATIONS] + [
     ("causal", impl, "shared") for impl in CPU_IMPLEMENTATIONS] + [
-    ("additive", impl, s) for impl in ("xla", "native") for s in attention.ADDITIVE_SCORINGS]
+    ("additive", impl, s) for impl in ("xla", "native") for s in ("shared",)]
 
 
 def heads_for(name, impl):
@@ -291,8 +282,8 @@ def heads_for(name, impl):
 
 
 def make_module(name, impl, scoring):
-  return attention.make_attention(name, num_heads=heads_for(name, impl), implementation=impl,
-                                  scoring=scoring)
+  del scoring  # (additive attention has one scoring form, the authors' shared one)
+  return attention.get(name).build(num_heads=heads_for(name, impl), implementation=impl)
 
 
 @pytest.mark.parametrize("name,impl,scoring", MODULES)
@@ -370,8 +361,8 @@ def _ffi_operand_dtypes(jaxpr):
 def test_softmax_runs_in_float32_under_bfloat16(name, impl, scoring):
   x = np.random.default_rng(4).standard_normal((2, 8, 8)).astype(np.float32)
   mask = jnp.ones((2, 8), bool)
-  module = attention.make_attention(name, num_heads=heads_for(name, impl), implementation=impl,
-                                    scoring=scoring, dtype=jnp.bfloat16)
+  module = attention.get(name).build(num_heads=heads_for(name, impl), implementation=impl,
+                                     dtype=jnp.bfloat16)
   params = module.init(jax.random.key(0), x, mask)
   jaxpr = jax.make_jaxpr(lambda p: module.apply(p, x.astype(jnp.bfloat16), mask))(params)
   if impl == "native":  # the softmax is inside the C++ kernel: its operands must be float32
@@ -393,29 +384,28 @@ def test_chunked_never_materialises_the_full_score_matrix():
   length, chunk = 512, 64
   q = jnp.zeros((1, length, 1, 8))
   mask = jnp.ones((1, length), bool)
-  fn = functools.partial(attention.chunked_softmax_attention, chunk_size=chunk)
+  fn = functools.partial(softmax.chunked_softmax_attention, chunk_size=chunk)
   grad_fn = jax.grad(lambda q: jnp.sum(fn(q, q, q, mask)))
   hlo = jax.jit(grad_fn).lower(q).compile().as_text()
   assert f"{length},{length}]" not in hlo
-  ref_hlo = jax.jit(jax.grad(lambda q: jnp.sum(attention.softmax_attention(q, q, q, mask)))
+  ref_hlo = jax.jit(jax.grad(lambda q: jnp.sum(softmax.softmax_attention(q, q, q, mask)))
                     ).lower(q).compile().as_text()
   assert f"{length},{length}]" in ref_hlo  # the check above can see an L x L buffer
 
 
-@pytest.mark.parametrize("field,kwargs,words", [
-    ("attention", {"name": "linear"}, ["config.model.attention", "'linear'", "softmax"]),
-    ("attention_impl", {"implementation": "flash"}, ["config.model.attention_impl", "flash"]),
-    ("additive_scoring", {"scoring": "x"}, ["config.model.additive_scoring", "per_head"]),
-    ("num_heads", {"num_heads": 3}, ["config.model.num_heads=3", "embed_dim=32"]),
-    ("attention_impl", {"name": "additive", "implementation": "native", "num_heads": 8},
+@pytest.mark.parametrize("name,kwargs,words", [
+    ("linear", {}, ["config.model.attention='linear'", "not a known attention", "softmax"]),
+    ("softmax", {"implementation": "flash"}, ["config.model.attention_impl='flash'", "fused"]),
+    ("additive", {"implementation": "fused"}, ["config.model.attention_impl='fused'", "native"]),
+    ("softmax", {"num_heads": 3}, ["config.model.num_heads=3", "embed_dim=32"]),
+    ("additive", {"implementation": "native", "num_heads": 8},
      ["config.model.attention_impl='native'", "embed_dim / num_heads = 4", "multiple of 8"]),
 ])
-def test_bad_attention_config_names_field_value_and_choices(field, kwargs, words):
-  args = {"name": "softmax", "implementation": "xla", "scoring": "shared", "embed_dim": 32,
-          "num_heads": 2}
+def test_bad_attention_config_names_field_value_and_choices(name, kwargs, words):
+  args = {"implementation": "xla", "embed_dim": 32, "num_heads": 2}
   args.update(kwargs)
   with pytest.raises(ValueError) as error:
-    attention.check_attention_config(**args)
+    attention.get(name).validate(**args)
   for word in words:
     assert word in str(error.value)
 
@@ -428,8 +418,8 @@ def test_auto_picks_the_native_kernel_on_this_cpu():
   if native.find_compiler() is None:
     pytest.skip("no C++ compiler here: 'auto' uses the fused XLA kernel")
   assert native.unavailable_reason() is None
-  assert attention.resolve_implementation("auto") == "native"
-  assert attention.resolve_implementation("fused") == "fused"
-  assert attention.resolve_implementation("auto", "additive", 16) == "native"
-  assert attention.resolve_implementation("auto", "additive", 12) == "xla"  # head_dim % 8
-  assert attention.resolve_implementation("fused", "additive", 16) == "xla"
+  assert attention.get("softmax").resolve("auto", 16) == "native"
+  assert attention.get("causal").resolve("fused", 16) == "fused"
+  assert attention.get("additive").resolve("auto", 16) == "native"
+  assert attention.get("additive").resolve("auto", 12) == "xla"  # head_dim % 8
+  assert attention.get("additive").resolve("xla", 16) == "xla"

@@ -5,27 +5,25 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import default
+from textattn import defaults
 from textattn import attention, models
 
-VARIANTS = [("softmax", "xla", "shared"), ("softmax", "dot_product", "shared"),
-            ("softmax", "chunked", "shared"), ("softmax", "fused", "shared"),
-            ("softmax", "native", "shared"),
-            ("causal", "xla", "shared"), ("additive", "xla", "shared"),
-            ("additive", "xla", "per_head")]
+VARIANTS = [("softmax", "xla"), ("softmax", "dot_product"),
+            ("softmax", "chunked"), ("softmax", "fused"),
+            ("softmax", "native"),
+            ("causal", "xla"), ("additive", "xla")]
 
 
-def small_config(attention_name="softmax", impl="xla", scoring="shared", pooling="mean", **model):
-  config = default.get_config()
+def small_config(attention_name="softmax", impl="xla", pooling="mean", **model):
+  config = defaults.classification()
   config.vocab_size, config.max_len = 50, 16
-  config.model.update(attention=attention_name, attention_impl=impl, additive_scoring=scoring,
-                      pooling=pooling, embed_dim=8, num_heads=2, num_layers=2, ffn_dim=8,
-                      mlp_dim=4, **model)
+  config.model.update(attention=attention_name, attention_impl=impl, pooling=pooling, embed_dim=8,
+                      num_heads=2, num_layers=2, ffn_dim=8, mlp_dim=4, **model)
   return config
 
 
 def test_seed_configuration_has_the_keras_parameter_count():
-  model = models.build_model(default.get_config(), num_classes=2)
+  model = models.build_model(defaults.classification(), num_classes=2)
   params = models.abstract_params(model, 200)
   assert models.count_parameters(params) == 653_566
   assert "653,566" in models.parameter_table(params)
@@ -37,13 +35,13 @@ def test_seed_configuration_has_the_keras_parameter_count():
 # would only repeat these cases.
 LOGIT_CASES = sorted(
     {variant + ("mean",) for variant in VARIANTS}
-    | {("softmax", "fused", "shared", pooling) for pooling in models.POOLINGS}
-    | {("causal", "xla", "shared", pooling) for pooling in models.POOLINGS if pooling != "cls"})
+    | {("softmax", "fused", pooling) for pooling in models.POOLINGS}
+    | {("causal", "xla", pooling) for pooling in models.POOLINGS if pooling != "cls"})
 
 
-@pytest.mark.parametrize("attention_name,impl,scoring,pooling", LOGIT_CASES)
-def test_logits_ignore_padding(attention_name, impl, scoring, pooling):
-  config = small_config(attention_name, impl, scoring, pooling)
+@pytest.mark.parametrize("attention_name,impl,pooling", LOGIT_CASES)
+def test_logits_ignore_padding(attention_name, impl, pooling):
+  config = small_config(attention_name, impl, pooling)
   model = models.build_model(config, num_classes=3)
   rng = np.random.default_rng(0)
   lengths = np.array([10, 3, 1])
@@ -137,30 +135,6 @@ def test_training_mode_uses_dropout_and_eval_mode_is_deterministic():
         model.apply(params, tokens, train=False, rngs={"dropout": jax.random.key(key)}), plain)
 
 
-def test_embedding_dropout_drops_embedding_elements_only_when_asked():
-  tokens = np.arange(1, 33, dtype=np.int32).reshape(2, 16)
-
-  def embedded(rate):
-    model = models.build_model(small_config(dropout_rate=0.0, embed_dropout_rate=rate), 2)
-    params = model.init(jax.random.key(0), tokens)
-    _, state = model.apply(params, tokens, train=True, rngs={"dropout": jax.random.key(1)},
-                           capture_intermediates=lambda mdl, _: mdl.name == "embed_dropout",
-                           mutable=["intermediates"])
-    (out,) = state["intermediates"]["embed_dropout"]["__call__"]
-    return np.asarray(out)
-
-  assert np.all(embedded(0.0) != 0)  # off (the default): nothing dropped
-  out = embedded(0.5)
-  dropped = np.mean(out == 0)
-  assert 0.4 < dropped < 0.6, dropped
-  # Evaluation never drops.
-  model = models.build_model(small_config(dropout_rate=0.0, embed_dropout_rate=0.5), 2)
-  params = model.init(jax.random.key(0), tokens)
-  np.testing.assert_array_equal(
-      model.apply(params, tokens, train=False, rngs={"dropout": jax.random.key(1)}),
-      model.apply(params, tokens))
-
-
 def test_token_dropout_zeroes_whole_token_embeddings_in_training_only():
   ids = np.arange(56).reshape(4, 14) % 49 + 1
   tokens = np.concatenate([ids, np.zeros((4, 2))], 1).astype(np.int32)
@@ -220,9 +194,8 @@ def test_bfloat16_compute_keeps_float32_parameters_and_logits():
     ("model.pooling", "sum", ["config.model.pooling", "'sum'", "mean, max, attention, cls, last"]),
     ("model.position", "rotary", ["config.model.position", "sinusoidal"]),
     ("model.dtype", "float16", ["config.model.dtype", "bfloat16"]),
-    ("model.embed_dim", 0, ["config.model.embed_dim=0", "positive integer"]),
+    ("model.embed_dim", 0, ["config.model.embed_dim=0", "integer >= 1"]),
     ("model.dropout_rate", 1.5, ["config.model.dropout_rate=1.5"]),
-    ("model.embed_dropout_rate", -0.1, ["config.model.embed_dropout_rate=-0.1"]),
     ("model.token_dropout_rate", 1.0, ["config.model.token_dropout_rate=1.0", "[0, 1)"]),
     ("model.bigram_buckets", -5, ["config.model.bigram_buckets=-5", "integer >= 0"]),
 ])
@@ -243,8 +216,9 @@ def test_input_longer_than_max_len_is_a_clear_value_error():
 
 
 def test_attention_registry_is_complete():
-  for name in attention.ATTENTIONS:
-    module = attention.make_attention(name, num_heads=2)
+  assert attention.names() == ("softmax", "causal", "additive")
+  for name in attention.names():
+    module = attention.get(name).build(num_heads=2)
     x = jnp.ones((1, 4, 8))
     params = module.init(jax.random.key(0), x, jnp.ones((1, 4), bool))
     assert module.apply(params, x, jnp.ones((1, 4), bool)).shape == x.shape
@@ -269,7 +243,7 @@ def test_native_kernel_is_refused_with_several_devices_or_off_cpu(monkeypatch):
                                        "this run has 2"):
     models.build_model(small_config(impl="native"), num_classes=2)
   # "auto" falls back to the XLA kernel instead of refusing.
-  assert attention.resolve_implementation("auto") == "fused"
+  assert attention.get("softmax").resolve("auto", 4) == "fused"
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
   with pytest.raises(ValueError, match="attention_impl='native' runs on a CPU only"):
     models.build_model(small_config(impl="native"), num_classes=2)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import default
+from tests import recipes_config
 from tests.test_data import fake_tfds, make_config
 from tests.test_train import (
   assert_rows_close,
@@ -22,7 +22,8 @@ from tests.test_train import (
   write_sentiment_jsonl,
 )
 from textattn import data as ip
-from textattn import models, train
+from textattn import classify, errors, models, optim, platform
+from textattn import step as step_lib
 from textattn.recipes import pretrain
 from textattn.data import tokenizer as tokenizer_lib
 
@@ -65,16 +66,16 @@ def test_masking_follows_berts_recipe_on_real_tokens_only():
 
 def _mlm_state(config, vocab_size, k, steps=1000):
   model = models.build_model(config, 2, vocab_size)
-  tx = train.make_optimizer(config.optimizer, steps)
+  tx = optim.make_optimizer(config.optimizer, steps)
   params = model.init({"params": jax.random.key(0)}, jnp.ones((1, config.max_len), jnp.int32),
                       mlm_positions=jnp.zeros((1, k), jnp.int32),
                       mask_input=jnp.zeros((1, config.max_len), bool))["params"]
-  return model, train.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+  return model, step_lib.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                                         dropout_key=jax.random.key_data(jax.random.key(1)))
 
 
 def _small_config(attention="softmax", length=12, vocab=24):
-  config = default.get_config()
+  config = recipes_config.get_config()
   config.vocab_size, config.max_len = vocab, length
   config.model.update(attention=attention, embed_dim=16, num_heads=2, ffn_dim=32,
                       attention_impl="fused" if attention != "additive" else "xla",
@@ -201,13 +202,13 @@ def test_pretraining_text_is_train_plus_unlabeled_never_validation_or_test(tmp_p
     ("model.bigram_buckets", 1000, "config.model.bigram_buckets=1000: a masked token's bigrams"),
 ])
 def test_bad_pretraining_settings_are_one_clear_sentence(field, value, message):
-  config = default.get_config()
+  config = recipes_config.get_config()
   config.pretrain.objective = "mlm"
   config.pretrain.unlabeled_split = "unsupervised"
   section, _, name = field.rpartition(".")
   (config[section] if section else config)[name] = value
   with pytest.raises(ValueError, match=re.escape(message)):
-    train.validate_config(config, 1)
+    classify.validate_config(config, 1)
 
 
 def test_a_pretrained_run_fine_tunes_from_the_cache_and_a_resume_never_pretrains(tmp_path,
@@ -229,7 +230,7 @@ def test_a_pretrained_run_fine_tunes_from_the_cache_and_a_resume_never_pretrains
   assert report["test/params_from_step"] == 10 and np.isfinite(report["test/loss"])
 
   # The cached encoder is what a fresh run starts from, read back bit for bit.
-  config = default.get_config()
+  config = recipes_config.get_config()
   config.update(dataset=data, cache_dir=str(tmp_path / "cache"), vocab_size=64, max_len=16,
                 batch_size=8, log_every_steps=5)
   config.model.update(embed_dim=16, num_heads=2, ffn_dim=16, mlp_dim=8)
@@ -247,7 +248,7 @@ def test_a_pretrained_run_fine_tunes_from_the_cache_and_a_resume_never_pretrains
     np.testing.assert_array_equal(params["block_0"]["ffn_in"]["kernel"],
                                   archive["param:block_0/ffn_in/kernel"])
   model = models.build_model(config, 2, loaded.vocab_size)
-  state = train.init_train_state(model, train.make_optimizer(config.optimizer, 10),
+  state = step_lib.init_train_state(model, optim.make_optimizer(config.optimizer, 10),
                                  jax.random.key(0), 16, config.optimizer,
                                  pretrained_params=params)
   np.testing.assert_array_equal(state.params["embedding"]["token"]["embedding"],

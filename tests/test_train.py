@@ -18,8 +18,10 @@ import optax
 import orbax.checkpoint as ocp
 import pytest
 
-from configs import default
-from textattn import compare, models, train
+from tests import recipes_config
+from textattn import defaults
+from textattn import checkpointing, classify, compare, errors, models, optim, platform
+from textattn import step as step_lib
 from textattn import data as data_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -42,7 +44,7 @@ def write_sentiment_jsonl(path, n=480, seed=0):
 
 
 def tiny_config(data_path, cache_dir, **overrides):
-  config = default.get_config()
+  config = recipes_config.get_config()
   config.dataset = data_path
   config.cache_dir = str(cache_dir)
   config.vocab_size, config.max_len = 64, 16
@@ -67,7 +69,7 @@ def cli_args(data_path, cache_dir, **overrides):
             "model.embed_dim": 16, "model.num_heads": 2, "model.ffn_dim": 16,
             "model.mlp_dim": 8, "optimizer.learning_rate": 3e-3}
   values.update(overrides)
-  return [f"--config={REPO / 'configs' / 'default.py'}"] + [
+  return [f"--config={REPO / 'tests' / 'recipes_config.py'}"] + [
       f"--config.{k}={v}" for k, v in values.items()]
 
 
@@ -137,7 +139,7 @@ def data_file(tmp_path):
 
 
 def test_one_train_step_changes_every_trainable_parameter():
-  config = default.get_config()
+  config = defaults.classification()
   config.vocab_size, config.max_len = 30, 12
   config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4, dropout_rate=0.0)
   model = models.build_model(config, num_classes=2)
@@ -146,9 +148,9 @@ def test_one_train_step_changes_every_trainable_parameter():
   batch = {"inputs": jnp.asarray(np.pad(ids, ((0, 0), (0, 3))), jnp.int32),
            "labels": jnp.array([0, 1, 0, 1])}
   params = model.init(jax.random.key(0), batch["inputs"])["params"]
-  state = train.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.1),
+  state = step_lib.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.1),
                                   dropout_key=jax.random.key_data(jax.random.key(1)))
-  new_state, metrics = jax.jit(train.train_step)(state, batch)
+  new_state, metrics = jax.jit(step_lib.train_step)(state, batch)
   assert int(new_state.step) == 1 and float(metrics["count"]) == 4
   # The metrics' gradient norm is optax.global_norm of the step's gradients (dropout is 0).
   grads = jax.grad(lambda p: jnp.mean(optax.softmax_cross_entropy_with_integer_labels(
@@ -182,78 +184,18 @@ def test_one_train_step_changes_every_trainable_parameter():
 def test_sum_all_is_the_sum_of_every_element(size):
   rng = np.random.default_rng(size)
   x = rng.standard_normal(size).astype(np.float32)
-  np.testing.assert_allclose(float(jax.jit(train._sum_all)(jnp.asarray(x))),
+  np.testing.assert_allclose(float(jax.jit(step_lib._sum_all)(jnp.asarray(x))),
                              float(np.sum(x, dtype=np.float64)), rtol=1e-5, atol=1e-4)
   flags = rng.random(size) < 0.01
-  counted = jax.jit(train._sum_all)(jnp.asarray(flags.reshape(-1, 1), jnp.int32))
+  counted = jax.jit(step_lib._sum_all)(jnp.asarray(flags.reshape(-1, 1), jnp.int32))
   assert int(counted) == int(flags.sum())  # integers: exact, any shape
-
-
-def _embedding_update_states(vocab_size, batches, embedding_update, return_init=False,
-                             **optimizer):
-  """The states after each of `batches` (train_step, dropout on, adamw + clipping)."""
-  config = default.get_config()
-  config.vocab_size, config.max_len = vocab_size, 12
-  config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4)
-  config.optimizer.update(name="adamw", weight_decay=0.1, grad_clip_norm=0.5, **optimizer)
-  model = models.build_model(config, num_classes=2)
-  config.optimizer.embedding_update = embedding_update
-  state = train.init_train_state(model, train.make_optimizer(config.optimizer, 100),
-                                 jax.random.key(0), 12, config.optimizer)
-  if return_init:
-    return state
-  step = jax.jit(train.train_step, compiler_options=train.step_compiler_options(config))
-  states = []
-  for batch in batches:
-    state, _ = step(state, batch)
-    states.append(state)
-  return states
-
-
-def _batch(ids):
-  ids = jnp.asarray(ids, jnp.int32)
-  return {"inputs": ids, "labels": jnp.arange(ids.shape[0]) % 2}
-
-
-def test_lazy_embedding_update_equals_dense_when_every_row_is_in_every_batch():
-  # Vocabulary 16, every id 0..15 in every batch (duplicates too): the lazy update must be
-  # the dense one, for the table, its Adam moments and every other parameter.
-  rng = np.random.default_rng(0)
-  batches = [_batch(np.concatenate([rng.permutation(16), rng.integers(0, 16, 32)]).reshape(4, 12))
-             for _ in range(4)]
-  dense = _embedding_update_states(16, batches, "dense")[-1]
-  lazy = _embedding_update_states(16, batches, "lazy")[-1]
-  for a, b in zip(jax.tree_util.tree_leaves((dense.params, dense.opt_state)),
-                  jax.tree_util.tree_leaves((lazy.params, lazy.opt_state))):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-7)
-
-
-def test_lazy_embedding_update_leaves_rows_outside_the_batch_alone():
-  # Ids 1..20 in step 1, ids 21..40 in step 2 (vocabulary 64).
-  batches = [_batch(np.arange(1, 21).reshape(2, 10)), _batch(np.arange(21, 41).reshape(2, 10))]
-  dense = _embedding_update_states(64, batches, "dense")
-  lazy = _embedding_update_states(64, batches, "lazy")
-  table = lambda state: np.asarray(state.params["embedding"]["token"]["embedding"])
-  mu = lambda state: np.asarray(state.opt_state[1][0].mu["embedding"]["token"]["embedding"])
-  # Step 1 from a fresh state: the rows in the batch get the same update either way (the
-  # others differ already: dense AdamW's weight decay shrinks every row).
-  np.testing.assert_allclose(table(lazy[0])[1:21], table(dense[0])[1:21], rtol=2e-5, atol=1e-7)
-  assert not np.allclose(table(dense[0])[21:], table(lazy[0])[21:], rtol=1e-6, atol=0)
-  # Step 2: rows 1..20 are not in the batch. Dense Adam keeps moving them (momentum, decayed
-  # moments, weight decay); lazy leaves value and moments exactly as after step 1.
-  assert not np.allclose(table(dense[1])[1:21], table(dense[0])[1:21])
-  np.testing.assert_array_equal(table(lazy[1])[1:21], table(lazy[0])[1:21])
-  np.testing.assert_array_equal(mu(lazy[1])[1:21], mu(lazy[0])[1:21])
-  # Rows never seen (41..63) never change in lazy mode; rows 21..40 do.
-  np.testing.assert_array_equal(table(lazy[1])[41:], table(lazy[0])[41:])
-  assert np.all(np.any(table(lazy[1])[21:41] != table(lazy[0])[21:41], axis=-1))
 
 
 def test_scale_by_keras_adam_is_keras_adams_formula_with_the_given_second_moment_input():
   # Keras 3 Adam.update_step, written out in NumPy: eps is added to sqrt(v) *before* the bias
   # correction (optax.adam adds it after). A large eps and tiny gradients make that visible.
   b1, b2, eps, lr = 0.9, 0.999, 1e-3, 0.01
-  tx = optax.chain(train.scale_by_keras_adam(b1, b2, eps), optax.scale_by_learning_rate(lr))
+  tx = optax.chain(optim.scale_by_keras_adam(b1, b2, eps), optax.scale_by_learning_rate(lr))
   rng = np.random.default_rng(0)
   param = np.zeros(6, np.float32)
   state = tx.init(jnp.asarray(param))
@@ -286,69 +228,44 @@ def test_keras_adam_reproduces_the_keras_seed_models_training_steps():
   # reviews, experiments/RESULTS.md); with optax's Adam the table is off by several learning
   # rates at once (the Keras optimizer feeds Adam's second moment per-occurrence squares).
   pytest.importorskip("keras")
-  from experiments import keras_step_check
+  from tests import keras_reference
   rng = np.random.default_rng(0)
   inputs = np.minimum(rng.zipf(1.3, size=(64, 200)) + 1, 19999).astype(np.int32)
   labels = rng.integers(0, 2, 64).astype(np.int32)
-  (loss1, param1), (loss2, param2) = keras_step_check.compare_steps(inputs, labels, 2,
+  (loss1, param1), (loss2, param2) = keras_reference.compare_steps(inputs, labels, 2,
                                                                     "keras_adam", 20000)
   assert loss1 < 1e-6 and param1 < 1e-6 and loss2 < 1e-5 and param2 < 2e-4
-  [(_, plain)] = keras_step_check.compare_steps(inputs, labels, 1, "adam", 20000)
+  [(_, plain)] = keras_reference.compare_steps(inputs, labels, 1, "adam", 20000)
   assert plain > 2e-3  # the learning rate is 1e-3
 
 
-def test_keras_adam_refuses_clipping_weight_decay_and_the_lazy_update():
-  for field, value in [("grad_clip_norm", 1.0), ("weight_decay", 0.01),
-                       ("embedding_update", "lazy")]:
-    config = default.get_config()
+def test_keras_adam_refuses_clipping_and_weight_decay():
+  for field, value in [("grad_clip_norm", 1.0), ("weight_decay", 0.01)]:
+    config = defaults.classification()
     config.optimizer.name = "keras_adam"
     config.optimizer[field] = value
     with pytest.raises(ValueError, match=r"optimizer\.name='keras_adam' is the seed's plain Keras "
-                                         r"Adam: it needs grad_clip_norm=0, weight_decay=0"):
-      train.validate_config(config, 1)
+                                         r"Adam: it needs grad_clip_norm=0 and weight_decay=0"):
+      classify.validate_config(config, 1)
 
 
-@pytest.mark.parametrize("embedding_update", ["dense", "lazy"])
-def test_ema_is_the_moving_average_of_the_parameters_and_what_evaluation_uses(embedding_update):
-  rng = np.random.default_rng(0)
-  batches = [_batch(rng.integers(0, 16, 48).reshape(4, 12)) for _ in range(5)]
-  plain = _embedding_update_states(16, batches, embedding_update)
-  averaged = _embedding_update_states(16, batches, embedding_update, ema_decay=0.9)
-  # The average must not change the training trajectory itself.
-  assert_trees_identical(plain[-1].params, averaged[-1].params)
-  assert plain[-1].ema_params == {}
-  init = _embedding_update_states(16, [], embedding_update, ema_decay=0.9, return_init=True)
-  expected = jax.tree.map(np.asarray, init.params)
-  for step, state in enumerate(averaged, start=1):
-    decay = min(0.9, (1 + step) / (10 + step))
-    expected = jax.tree.map(lambda e, p, d=decay: d * e + (1 - d) * np.asarray(p), expected,
-                            state.params)
-    for a, b in zip(jax.tree_util.tree_leaves(expected),
-                    jax.tree_util.tree_leaves(state.ema_params)):
-      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
-  final = averaged[-1]
-  assert not np.allclose(np.asarray(final.params["logits"]["kernel"]),
-                         np.asarray(final.ema_params["logits"]["kernel"]))
-  eval_ema = train.eval_step(final, _eval_batch(batches[0]), 2)
-  eval_params = train.eval_step(final.replace(params=final.ema_params, ema_decay=0.0),
-                                _eval_batch(batches[0]), 2)
-  eval_raw = train.eval_step(final.replace(ema_decay=0.0), _eval_batch(batches[0]), 2)
-  assert float(eval_ema["loss_sum"]) == float(eval_params["loss_sum"])
-  assert float(eval_ema["loss_sum"]) != float(eval_raw["loss_sum"])
+def _batch(ids):
+  ids = jnp.asarray(ids, jnp.int32)
+  return {"inputs": ids, "labels": jnp.arange(ids.shape[0]) % 2}
 
 
 def test_label_smoothing_trains_on_the_smoothed_cross_entropy():
-  config = default.get_config()
+  config = defaults.classification()
   config.vocab_size, config.max_len = 16, 12
   config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4, dropout_rate=0.0)
   model = models.build_model(config, num_classes=2)
   batch = _batch(np.random.default_rng(0).integers(1, 16, 48).reshape(4, 12))
   losses = {}
   for smoothing in (0.0, 0.2):
-    state = train.init_train_state(model, optax.sgd(0.1), jax.random.key(0), 12,
+    state = step_lib.init_train_state(model, optax.sgd(0.1), jax.random.key(0), 12,
                                    {"label_smoothing": smoothing})
     logits = np.asarray(model.apply({"params": state.params}, batch["inputs"]), np.float64)
-    _, metrics = jax.jit(train.train_step)(state, batch)
+    _, metrics = jax.jit(step_lib.train_step)(state, batch)
     losses[smoothing] = float(metrics["loss_sum"])
   log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   targets = np.eye(2)[np.asarray(batch["labels"])] * 0.8 + 0.1
@@ -362,32 +279,11 @@ def _eval_batch(batch):
   return {**batch, "weights": jnp.ones(batch["labels"].shape, jnp.float32)}
 
 
-def test_ema_survives_a_resume_bit_for_bit(tmp_path, data_file, capsys):
-  ema = {"optimizer.ema_decay": 0.9}
-  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20, **ema),
-                           str(tmp_path / "straight"))
-  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10, **ema),
-                           str(tmp_path / "resumed"))
-  capsys.readouterr()
-  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20, **ema),
-                           str(tmp_path / "resumed"))
-  assert "Resuming from checkpoint at step 10." in capsys.readouterr().out
-  states = []
-  for run in ("straight", "resumed"):
-    manager = ocp.CheckpointManager(os.path.join(tmp_path, run, "checkpoints"))
-    states.append(manager.restore(20, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore()))["state"])
-  assert jax.tree_util.tree_leaves(states[0]["ema_params"])
-  assert_trees_identical(states[0]["ema_params"], states[1]["ema_params"])
-  assert_trees_identical(states[0]["params"], states[1]["params"])
-  assert final_report(tmp_path / "straight") == final_report(tmp_path / "resumed")
-
-
 def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
   config = tiny_config(data_file, tmp_path / "cache", num_train_steps=120, eval_every_steps=40,
                        checkpoint_every_steps=40, log_every_steps=20,
                        eval_batch_size=20)  # 48 test examples: the last batch is padded
-  report = train.train_and_evaluate(config, str(tmp_path / "run"))
+  report = classify.train_and_evaluate(config, str(tmp_path / "run"))
   rows = read_metrics(tmp_path / "run")
   losses = [r["train/loss"] for r in rows if "train/loss" in r]
   assert losses[-1] < 0.5 * losses[0], losses
@@ -410,17 +306,17 @@ def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
 
 
 def test_best_checkpoint_is_kept_and_found_across_restarts(tmp_path):
-  config = default.get_config()
+  config = defaults.classification()
   config.keep_checkpoints = 1
   state = {"w": np.zeros(3, np.float32)}
-  manager = train._checkpoint_manager(str(tmp_path), config)
+  manager = checkpointing.checkpoint_manager(str(tmp_path), config.keep_checkpoints)
   for step, accuracy in [(1, 0.9), (2, 0.5), (3, 0.4)]:
     manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
                  metrics={"val/accuracy": accuracy})
   manager.wait_until_finished()
   assert manager.best_step() == 1
   manager.close()
-  manager = train._checkpoint_manager(str(tmp_path), config)  # a resumed run
+  manager = checkpointing.checkpoint_manager(str(tmp_path), config.keep_checkpoints)  # a resumed run
   manager.save(4, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
                metrics={"val/accuracy": 0.3})
   manager.wait_until_finished()
@@ -430,9 +326,9 @@ def test_best_checkpoint_is_kept_and_found_across_restarts(tmp_path):
 
 def test_rerun_of_a_finished_run_resumes_and_does_not_duplicate_rows(tmp_path, data_file):
   config = tiny_config(data_file, tmp_path / "cache", num_train_steps=10)
-  first = train.train_and_evaluate(config, str(tmp_path / "run"))
+  first = classify.train_and_evaluate(config, str(tmp_path / "run"))
   rows_before = read_metrics(tmp_path / "run")
-  second = train.train_and_evaluate(config, str(tmp_path / "run"))
+  second = classify.train_and_evaluate(config, str(tmp_path / "run"))
   assert first == second
   assert read_metrics(tmp_path / "run") == rows_before
 
@@ -468,17 +364,17 @@ def test_sigkill_then_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, 
 
 
 def test_changed_model_shape_under_an_existing_workdir_is_a_clear_error(tmp_path, data_file):
-  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
                            str(tmp_path / "run"))
   params_before = restore_params(tmp_path / "run")[1]
   bigger = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **{"model.embed_dim": 32})
   with pytest.raises(ValueError, match=r"does not match this config: state entry .* has shape"):
-    train.train_and_evaluate(bigger, str(tmp_path / "run"))
+    classify.train_and_evaluate(bigger, str(tmp_path / "run"))
   assert_trees_identical(params_before, restore_params(tmp_path / "run")[1])
 
 
 def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file, monkeypatch):
-  real_step = train.train_step
+  real_step = step_lib.train_step
 
   def step_that_breaks_after_13(state, batch):
     # From step 13 on the parameters turn NaN: the next loss is NaN.
@@ -487,11 +383,11 @@ def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file,
     params = jax.tree.map(lambda p: jnp.where(broken, jnp.nan, p), new_state.params)
     return new_state.replace(params=params), metrics
 
-  monkeypatch.setattr(train, "train_step", step_that_breaks_after_13)
+  monkeypatch.setattr(step_lib, "train_step", step_that_breaks_after_13)
   config = tiny_config(data_file, tmp_path / "c", num_train_steps=40, checkpoint_every_steps=5,
                        eval_every_steps=5, log_every_steps=5)
-  with pytest.raises(train.NonFiniteLossError, match=r"between steps 11 and 15"):
-    train.train_and_evaluate(config, str(tmp_path / "run"))
+  with pytest.raises(errors.NonFiniteLossError, match=r"between steps 11 and 15"):
+    classify.train_and_evaluate(config, str(tmp_path / "run"))
   manager = ocp.CheckpointManager(os.path.join(tmp_path, "run", "checkpoints"))
   assert manager.all_steps() and max(manager.all_steps()) == 10
   for step in manager.all_steps():
@@ -501,19 +397,19 @@ def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file,
 
 
 def test_changed_optimizer_under_an_existing_workdir_is_a_clear_error(tmp_path, data_file):
-  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
                            str(tmp_path / "run"))
   clipped = tiny_config(data_file, tmp_path / "c", num_train_steps=20,
                         **{"optimizer.grad_clip_norm": 1.0})
   with pytest.raises(ValueError, match=r"does not match this config: state entry 'opt_state"):
-    train.train_and_evaluate(clipped, str(tmp_path / "run"))
+    classify.train_and_evaluate(clipped, str(tmp_path / "run"))
 
 
 def test_a_resume_with_other_training_settings_is_refused_and_changes_nothing(tmp_path,
                                                                               data_file):
   # Same shapes, other training: without the run contract these resumed silently.
   run = tmp_path / "run"
-  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10), str(run))
+  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10), str(run))
   params_before, metrics_before = restore_params(run)[1], read_metrics(run)
   checkpoints_before = sorted(os.listdir(run / "checkpoints"))
   refused = [
@@ -529,12 +425,12 @@ def test_a_resume_with_other_training_settings_is_refused_and_changes_nothing(tm
   ]
   for overrides, message in refused:
     config = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **overrides)
-    with pytest.raises(train.RunError, match=message):
-      train.train_and_evaluate(config, str(run))
+    with pytest.raises(errors.RunError, match=message):
+      classify.train_and_evaluate(config, str(run))
   # Other data under the same settings (the file rewritten in place: same path, same config).
   write_sentiment_jsonl(data_file, seed=1)
-  with pytest.raises(train.RunError, match=r"was trained on other data than this command loads"):
-    train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20), str(run))
+  with pytest.raises(errors.RunError, match=r"was trained on other data than this command loads"):
+    classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20), str(run))
   assert_trees_identical(params_before, restore_params(run)[1])
   assert read_metrics(run) == metrics_before
   assert sorted(os.listdir(run / "checkpoints")) == checkpoints_before
@@ -544,29 +440,29 @@ def test_only_a_constant_schedule_may_be_extended_on_resume(tmp_path, data_file,
                                                              capsys):
   # (A constant one extends exactly: test_ema_survives_a_resume_bit_for_bit resumes 10 -> 20.)
   cosine = {"optimizer.schedule": "cosine", "optimizer.warmup_steps": 2}
-  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10, **cosine),
+  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10, **cosine),
                            str(tmp_path / "run"))
   longer = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **cosine)
-  with pytest.raises(train.RunError, match=r"started to last 10 steps and this command asks "
+  with pytest.raises(errors.RunError, match=r"started to last 10 steps and this command asks "
                                            r"for 20; with optimizer.schedule='cosine'"):
-    train.train_and_evaluate(longer, str(tmp_path / "run"))
+    classify.train_and_evaluate(longer, str(tmp_path / "run"))
   # Settings a resume may change (where data and caches live, how often to log) are accepted.
   same = tiny_config(data_file, tmp_path / "c", num_train_steps=10, log_every_steps=3,
                      eval_batch_size=8, **cosine)
   # On other hardware the resume goes on, saying exactness is no longer promised.
-  real = train.machine_signature
-  monkeypatch.setattr(train, "machine_signature", lambda c: {**real(c), "cpu_cores": 96})
+  real = platform.machine_signature
+  monkeypatch.setattr(platform, "machine_signature", lambda c: {**real(c), "cpu_cores": 96})
   capsys.readouterr()
   # (Another matmul precision is such a setting too; a CPU computes float32 products anyway.)
   with jax.default_matmul_precision("tensorfloat32"):
-    assert train.train_and_evaluate(same, str(tmp_path / "run"))["test/params_from_step"] > 0
+    assert classify.train_and_evaluate(same, str(tmp_path / "run"))["test/params_from_step"] > 0
   out = capsys.readouterr().out
   assert re.search(r"Warning: resuming with other hardware .*\(matmul_precision: .* -> "
                    r"'tensorfloat32', cpu_cores: \d+ -> 96\)", out), out[-2000:]
   # Shorter than the checkpoints already there: refused (checked before the schedule).
-  with pytest.raises(train.RunError, match=r"checkpoint at step 10 and this command asks for "
+  with pytest.raises(errors.RunError, match=r"checkpoint at step 10 and this command asks for "
                                            r"5 steps in all; a run cannot be shortened"):
-    train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=5,
+    classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=5,
                                          **cosine), str(tmp_path / "run"))
 
 
@@ -574,11 +470,11 @@ def test_a_constant_run_is_extended_only_from_an_end_on_its_evaluation_grid(tmp_
                                                                              data_file):
   # Ended at 15 with evaluations every 10: the longer run would evaluate and keep step 15,
   # which an uninterrupted 30-step run never does, so its report could differ.
-  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=15),
+  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=15),
                            str(tmp_path / "run"))
-  with pytest.raises(train.RunError, match=r"ended at step 15, which is off its "
+  with pytest.raises(errors.RunError, match=r"ended at step 15, which is off its "
                                            r"evaluation/checkpoint grid \(every 10 / 10 steps\)"):
-    train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=30),
+    classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=30),
                              str(tmp_path / "run"))
 
 
@@ -586,37 +482,37 @@ def test_an_unreadable_latest_checkpoint_is_one_sentence_naming_the_older_one(tm
                                                                                data_file):
   run = tmp_path / "run"
   config = tiny_config(data_file, tmp_path / "c", num_train_steps=20)
-  train.train_and_evaluate(config, str(run))
+  classify.train_and_evaluate(config, str(run))
   params_at_20 = restore_params(run, 20)[1]
   # The arrays (the bulk of a checkpoint, what a full disk or a bad copy truncates).
   damaged = [p for p in (run / "checkpoints" / "20" / "state").rglob("*") if p.is_file()]
   assert damaged
   for path in damaged:
     path.write_bytes(b"\0garbage")
-  with pytest.raises(train.RunError, match=r"checkpoint at step 20 .* cannot be read .*; if its "
+  with pytest.raises(errors.RunError, match=r"checkpoint at step 20 .* cannot be read .*; if its "
                                            r"files are damaged, move .*20 out of the way to "
                                            r"resume from step 10"):
-    train.train_and_evaluate(config, str(run))
+    classify.train_and_evaluate(config, str(run))
   assert (run / "checkpoints" / "10").is_dir()  # nothing deleted
   # The advice works: with it moved aside the run resumes at 10 and redoes 20 exactly.
   (run / "checkpoints" / "20").rename(tmp_path / "aside")
-  train.train_and_evaluate(config, str(run))
+  classify.train_and_evaluate(config, str(run))
   assert_trees_identical(params_at_20, restore_params(run, 20)[1])
   # Damage Orbax reads on opening the directory (the saved metrics) is one sentence too.
   metrics_files = [p for p in (run / "checkpoints" / "20" / "metrics").rglob("*") if p.is_file()]
   assert metrics_files
   for path in metrics_files:
     path.write_bytes(b"\0garbage")
-  with pytest.raises(train.RunError, match=r"checkpoints in .* cannot be read .*if a step's "
+  with pytest.raises(errors.RunError, match=r"checkpoints in .* cannot be read .*if a step's "
                                            r"files are damaged, move that step directory out"):
-    train.train_and_evaluate(config, str(run))
+    classify.train_and_evaluate(config, str(run))
 
 
 def test_workdir_problems_exit_one_with_one_sentence(tmp_path, data_file):
   # main's handling of RunError: a resume with other settings, a workdir that is a file, and a
   # damaged metrics file, each one line on stderr, exit 1, no traceback, nothing changed.
   run = tmp_path / "run"
-  train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10), str(run))
+  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10), str(run))
   metrics_path = run / "metrics.jsonl"
   other_lr = run_main(cli_args(data_file, tmp_path / "c", num_train_steps=10,
                                **{"optimizer.learning_rate": 0.01}), run)
@@ -624,13 +520,13 @@ def test_workdir_problems_exit_one_with_one_sentence(tmp_path, data_file):
   assert "error: The run in" in other_lr.stderr and "Traceback" not in other_lr.stderr
   a_file = tmp_path / "not-a-dir"
   a_file.write_text("keep me")
-  with pytest.raises(train.RunError, match=r"is a file, not a directory"):
-    train.train_and_evaluate(tiny_config(data_file, tmp_path / "c"), str(a_file))
+  with pytest.raises(errors.RunError, match=r"is a file, not a directory"):
+    classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c"), str(a_file))
   assert a_file.read_text() == "keep me"
   rows = metrics_path.read_text().splitlines(keepends=True)
   metrics_path.write_text("".join([rows[0], "{not json\n"] + rows[1:]))
-  with pytest.raises(train.RunError, match=r"metrics.jsonl line 2 is not JSON; fix or remove"):
-    train.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+  with pytest.raises(errors.RunError, match=r"metrics.jsonl line 2 is not JSON; fix or remove"):
+    classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
                              str(run))
 
 
@@ -714,10 +610,8 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
   assert "Traceback" not in outputs[0] + outputs[1]
 
 
-def test_two_devices_from_the_config_match_one_device_with_the_lazy_embedding_update(
-    tmp_path, data_file):
-  args = cli_args(data_file, tmp_path / "cache", num_train_steps=20,
-                  **{"optimizer.embedding_update": "lazy"})
+def test_two_devices_from_the_config_match_one_device(tmp_path, data_file):
+  args = cli_args(data_file, tmp_path / "cache", num_train_steps=20)
   one = run_main(args, tmp_path / "one")
   two = run_main(args + ["--config.num_cpu_devices=2"], tmp_path / "two")
   assert one.returncode == 0 and two.returncode == 0, two.stdout + two.stderr
@@ -743,27 +637,27 @@ def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file):
 def test_bad_config_values_are_one_clear_sentence(field, value, message):
   # In-process (suite time): main turns these ValueErrors into the one line and exit code 1
   # checked by the command-line case above.
-  config = default.get_config()
+  config = defaults.classification()
   section, _, name = field.rpartition(".")
   (config[section] if section else config)[name] = value
   with pytest.raises(ValueError, match=re.escape(message)):
-    train.validate_config(config, 1)
+    classify.validate_config(config, 1)
 
 
 def test_bad_cpu_device_count_is_refused_before_jax_starts():
-  config = default.get_config()
+  config = defaults.classification()
   config.num_cpu_devices = -1
   with pytest.raises(ValueError, match=r"config.num_cpu_devices=-1 must be an integer >= 0"):
-    train.request_cpu_devices(config)
+    platform.request_cpu_devices(config)
 
 
-@pytest.mark.parametrize("field,value", [("ema_decay", 1.0), ("label_smoothing", -0.1)])
+@pytest.mark.parametrize("field,value", [("label_smoothing", -0.1), ("label_smoothing", 1.0)])
 def test_bad_optimizer_extras_are_one_clear_sentence(field, value):
   # (In-process: the exit-code path is covered by the command-line case above.)
-  config = default.get_config()
+  config = defaults.classification()
   config.optimizer[field] = value
   with pytest.raises(ValueError, match=rf"config\.optimizer\.{field}={value} must be in \[0, 1\)"):
-    train.validate_config(config, 1)
+    classify.validate_config(config, 1)
 
 
 def test_process_flags_without_coordinator_are_refused(tmp_path, data_file):
@@ -781,19 +675,19 @@ def test_unknown_config_field_is_rejected_before_anything_runs(tmp_path, data_fi
 
 
 def test_xla_flags_reach_the_step_compilation_and_bad_ones_are_refused():
-  config = default.get_config()
+  config = defaults.classification()
   config.xla_flags = "--xla_cpu_experimental_ynn_fusion_type="
-  options = train.xla_compiler_options(config)
+  options = platform.xla_compiler_options(config)
   assert options == {"xla_cpu_experimental_ynn_fusion_type": ""}
   # Typed values: XLA refuses the string 'true' for a bool flag, so these must compile.
   config.xla_flags = "--xla_gpu_deterministic_ops=true --xla_cpu_enable_fast_math=false"
-  typed = train.xla_compiler_options(config)
+  typed = platform.xla_compiler_options(config)
   assert typed == {"xla_gpu_deterministic_ops": True, "xla_cpu_enable_fast_math": False}
   jax.jit(lambda a: a + 1, compiler_options=typed).lower(jnp.ones(3)).compile()
-  bad = default.get_config()
+  bad = defaults.classification()
   bad.xla_flags = "ynn_off"
   with pytest.raises(ValueError, match=r"config.xla_flags='ynn_off' must be a space-separated"):
-    train.request_cpu_devices(bad)
+    platform.request_cpu_devices(bad)
   hlo = lambda **kw: jax.jit(lambda a: jnp.tanh(a @ a) + 1, **kw).lower(
       jnp.ones((32, 32))).compile().as_text()
   if "ynn" not in hlo():
@@ -802,13 +696,13 @@ def test_xla_flags_reach_the_step_compilation_and_bad_ones_are_refused():
 
 
 def test_steps_are_compiled_deterministically_on_a_gpu_unless_told_otherwise(monkeypatch):
-  config = default.get_config()
+  config = defaults.classification()
   assert config.deterministic
   monkeypatch.setattr(jax, "default_backend", lambda: "cpu")  # whatever runs the test
-  assert train.step_compiler_options(config) is None  # CPU: deterministic already
+  assert platform.step_compiler_options(config) is None  # CPU: deterministic already
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-  assert train.step_compiler_options(config) == {"xla_gpu_deterministic_ops": True}
+  assert platform.step_compiler_options(config) == {"xla_gpu_deterministic_ops": True}
   config.xla_flags = "--xla_gpu_deterministic_ops=false"  # an explicit flag wins
-  assert train.step_compiler_options(config) == {"xla_gpu_deterministic_ops": False}
+  assert platform.step_compiler_options(config) == {"xla_gpu_deterministic_ops": False}
   config.xla_flags, config.deterministic = "", False
-  assert train.step_compiler_options(config) is None
+  assert platform.step_compiler_options(config) is None

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from configs import default
+from tests import recipes_config
 from tests.test_data import fake_tfds, make_config, write_csv
 from tests.test_train import cli_args, read_metrics, run_main, write_sentiment_jsonl
 from textattn import data as ip
-from textattn import models, train
+from textattn import classify, errors, models, optim, platform
+from textattn import step as step_lib
 from textattn.recipes import word2vec
 from textattn.data import tokenizer as tokenizer_lib
 
@@ -85,16 +86,16 @@ def test_vectors_land_on_their_words_rows_and_are_rescaled_to_the_init_scale():
 
 
 def test_pretrained_rows_replace_the_random_ones_and_nothing_else_changes():
-  config = default.get_config()
+  config = recipes_config.get_config()
   config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4)
   model = models.build_model(config, 2, vocab_size=10)
-  tx = train.make_optimizer(config.optimizer, 10)
+  tx = optim.make_optimizer(config.optimizer, 10)
   rng = jax.random.key(0)
-  plain = train.init_train_state(model, tx, rng, 6)
+  plain = step_lib.init_train_state(model, tx, rng, 6)
   table = np.arange(80, dtype=np.float32).reshape(10, 8)
   found = np.zeros(10, bool)
   found[[3, 7]] = True
-  state = train.init_train_state(model, tx, rng, 6, None, (table, found))
+  state = step_lib.init_train_state(model, tx, rng, 6, None, (table, found))
   token = np.asarray(state.params["embedding"]["token"]["embedding"])
   random_token = np.asarray(plain.params["embedding"]["token"]["embedding"])
   np.testing.assert_array_equal(token[found], table[found])
@@ -141,13 +142,13 @@ def test_vectors_are_identical_across_processes(tmp_path):
     ("dataset", "reviews.csv", "config.word2vec.unlabeled_split='unsupervised' names a TFDS"),
 ])
 def test_bad_word2vec_settings_are_one_clear_sentence(field, value, message):
-  config = default.get_config()
+  config = recipes_config.get_config()
   config.model.embedding_init = "word2vec"
   config.word2vec.unlabeled_split = "unsupervised"
   section, _, name = field.rpartition(".")
   (config[section] if section else config)[name] = value
   with pytest.raises(ValueError, match=re.escape(message)):
-    train.validate_config(config, 1)
+    classify.validate_config(config, 1)
 
 
 def test_a_word2vec_run_trains_and_a_resume_does_not_rebuild_or_reapply_the_vectors(tmp_path):
@@ -169,7 +170,7 @@ def test_a_word2vec_run_trains_and_a_resume_does_not_rebuild_or_reapply_the_vect
 
 def test_the_second_build_reads_the_cache_and_gets_the_same_table(tmp_path, monkeypatch):
   data = write_sentiment_jsonl(tmp_path / "reviews.jsonl", n=120)
-  config = default.get_config()
+  config = recipes_config.get_config()
   config.update(dataset=data, cache_dir=str(tmp_path / "cache"), vocab_size=40, max_len=8)
   config.model.embed_dim = 8
   config.model.embedding_init = "word2vec"
@@ -191,6 +192,7 @@ def test_the_second_build_reads_the_cache_and_gets_the_same_table(tmp_path, monk
 
 def test_mocked_imdb_with_the_unsupervised_split_builds_a_table(tmp_path):
   config = make_config(tmp_path, val_fraction=0.1, vocab_size=50)
+  config.word2vec = word2vec.default_config()
   config.model.embed_dim = 8
   config.model.embedding_init = "word2vec"
   config.word2vec.update(unlabeled_split="unsupervised", epochs=1, min_count=1)

@@ -31,7 +31,7 @@ Inputs are right-padded: example 0 has all L real tokens, the others a length dr
 Tokens/s counts all B * L positions, padding included (every kernel here costs the same either
 way).
 
-Where the model's size comes from: in train_step mode from --config (configs/default.py if not
+Where the model's size comes from: in train_step mode from --config (textattn.defaults.classification() if not
 given): its model, batch_size, max_len (the length) and optimizer; any of --variants, --seq_lens,
 --batch_size, --embed_dim, --num_heads, --num_layers, --dtype, --vocab_size given explicitly
 overrides the config. In the other modes those flags set the benchmarked sizes (defaults below)
@@ -104,7 +104,7 @@ COLUMNS = ("variant", "attention", "implementation", "seq_len", "batch_size", "m
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py). train_step mode: the model, batch, max_len and "
-    "optimizer benchmarked (default configs/default.py). Other modes: only the model fields the "
+    "optimizer benchmarked (default: textattn.defaults.classification()). Other modes: only the model fields the "
     "flags below do not set.", lock_config=True)
 _VARIANTS = flags.DEFINE_string(
     "variants", None, "Comma list of variants: softmax, softmax_dot_product, softmax_cudnn, "
@@ -347,9 +347,8 @@ def _build(spec: dict, config, implementation: str | None = None):
   if mode == "attention":
     models.validate_model_config(config)
     m = config.model
-    module = attention_lib.make_attention(
-        m.attention, num_heads=m.num_heads, implementation=m.attention_impl,
-        scoring=m.additive_scoring, dtype=models.DTYPES[m.dtype], embed_dim=m.embed_dim)
+    module = attention_lib.get(m.attention).build(
+        num_heads=m.num_heads, implementation=m.attention_impl, dtype=models.DTYPES[m.dtype])
     dtype = models.DTYPES[m.dtype]
     x = jnp.asarray(rng.standard_normal((batch_size, seq_len, m.embed_dim)), dtype)
     mask = jnp.asarray(padding_mask)
@@ -360,24 +359,24 @@ def _build(spec: dict, config, implementation: str | None = None):
   tokens, labels = jnp.asarray(tokens), jnp.asarray(labels)
 
   if mode == "train_step":
-    from textattn import train  # orbax and friends: only this mode needs them
-    tx = train.make_optimizer(config.optimizer, total_steps=max(spec["warmup"] + spec["repeats"],
+    from textattn import optim, platform, step
+    tx = optim.make_optimizer(config.optimizer, total_steps=max(spec["warmup"] + spec["repeats"],
                                                                 1000))
 
     def init(rng):
-      return train.init_train_state(model, tx, rng, short, config.optimizer)
+      return step.init_train_state(model, tx, rng, short, config.optimizer)
 
     # As in training: the batch sharded over all devices (config.num_cpu_devices on a CPU), the
     # state replicated.
-    data_sharding, replicated = train.data_parallel_shardings()
+    data_sharding, replicated = platform.data_parallel_shardings()
     if batch_size % jax.device_count():
       raise ValueError(f"config.batch_size={batch_size} must be a multiple of the device count "
                        f"({jax.device_count()}).")
     state = jax.jit(init, out_shardings=replicated)(key)
     batch = jax.device_put({"inputs": tokens, "labels": labels}, data_sharding)
-    return jax.jit(train.train_step, in_shardings=(replicated, data_sharding),
+    return jax.jit(step.train_step, in_shardings=(replicated, data_sharding),
                    out_shardings=(replicated, replicated), donate_argnums=0,
-                   compiler_options=train.step_compiler_options(config)), (state, batch)
+                   compiler_options=platform.step_compiler_options(config)), (state, batch)
 
   params = jax.jit(model.init)(key, tokens[:1, :short])["params"]
   if mode == "forward":
@@ -450,8 +449,8 @@ def _measure(spec: dict, result: dict, save) -> None:
 
   config = ml_collections.ConfigDict(json.loads(spec["config"]))
   if spec["mode"] == "train_step":
-    from textattn import train
-    train.request_cpu_devices(config)  # before any JAX operation
+    from textattn import platform as platform_lib
+    platform_lib.request_cpu_devices(config)  # before any JAX operation
   device = jax.devices()[0]
   platform = device.platform
   result["platform"] = f"{platform}:{device.device_kind}" + (
@@ -468,8 +467,8 @@ def _measure(spec: dict, result: dict, save) -> None:
   if spec["implementation"] == "auto":  # what it resolved to
     from textattn import attention as attention_lib
     m = config.model
-    result["implementation"] = attention_lib.resolve_implementation(
-        "auto", spec["attention"], m.embed_dim // m.num_heads)
+    result["implementation"] = attention_lib.get(spec["attention"]).resolve(
+        "auto", m.embed_dim // m.num_heads)
   jax.block_until_ready(args)
   result["setup_s"] = time.perf_counter() - start
   start = time.perf_counter()
@@ -862,13 +861,8 @@ _POINT_RESULT = flags.DEFINE_string("point_result", None,
 
 
 def _default_config():
-  import importlib.util
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  spec = importlib.util.spec_from_file_location(
-      "textattn_default_config", os.path.join(root, "configs", "default.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  from textattn import defaults
+  return defaults.classification()
 
 
 def main(argv):

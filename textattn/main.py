@@ -30,6 +30,9 @@ _NUM_PROCESSES = flags.DEFINE_integer(
 _PROCESS_ID = flags.DEFINE_integer(
     "process_id", int(os.environ["JAX_PROCESS_ID"]) if "JAX_PROCESS_ID" in os.environ else None,
     "This process's index in a multi-process run.")
+_PLUGINS = flags.DEFINE_multi_string(
+    "plugin", [], "Module (dotted name) to import first, e.g. one that registers an attention "
+    "variant; repeatable.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -38,11 +41,13 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   import jax  # after flag parsing, so --help and flag errors are instant
 
-  from textattn import train
+  from textattn import attention, classify, platform
   from textattn import data as data_lib
+  from textattn.errors import NonFiniteLossError, RunError
 
   try:
-    train.request_cpu_devices(_CONFIG.value)  # before any JAX operation
+    platform.request_cpu_devices(_CONFIG.value)  # before any JAX operation
+    attention.load_plugins(_PLUGINS.value)
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(1)
@@ -60,12 +65,12 @@ def main(argv):
                jax.default_backend())
 
   try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (ValueError, train.NonFiniteLossError) as error:
+    classify.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except (ValueError, NonFiniteLossError) as error:
     # A user's mistake (bad config, bad data, a workdir of another run) or a diverged run:
     # one clear sentence, exit 1. Other ValueErrors are bugs: their traceback is kept.
-    if isinstance(error, (data_lib.DataError, train.RunError,
-                          train.NonFiniteLossError)) or str(error).startswith("config."):
+    if isinstance(error, (data_lib.DataError, RunError, NonFiniteLossError)) or str(
+        error).startswith("config."):
       print(f"error: {error}", file=sys.stderr)
       sys.exit(1)
     raise

@@ -20,6 +20,7 @@ import numpy as np
 from absl import logging
 
 from textattn import attention as attention_lib
+from textattn.defaults import check_choice, check_integer
 
 Array = jax.Array
 
@@ -27,6 +28,7 @@ POOLINGS = ("mean", "max", "attention", "cls", "last")
 POSITIONS = ("learned", "sinusoidal")
 NORMS = ("post", "pre")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+LAYER_NORM_EPSILON = 1e-6
 
 
 def _keras_embedding_init(key, shape, dtype=jnp.float32):
@@ -45,9 +47,6 @@ def sinusoidal_positions(max_len: int, embed_dim: int) -> np.ndarray:
   return table
 
 
-DROPOUT_RNGS = ("hash", "threefry")
-
-
 def _lowbias32(x: Array) -> Array:
   """Chris Wellons' lowbias32 integer hash: a full-avalanche uint32 -> uint32 mix."""
   x = x ^ (x >> 16)
@@ -57,19 +56,15 @@ def _lowbias32(x: Array) -> Array:
   return x ^ (x >> 16)
 
 
-def dropout_bits(key: Array, shape: tuple[int, ...], rng: str = "hash") -> Array:
+def dropout_bits(key: Array, shape: tuple[int, ...]) -> Array:
   """16 random bits (as uint32 in [0, 65536)) for every element of `shape`.
 
-  "threefry": jax.random.bits, two 16-bit halves of each 32-bit word.
-  "hash": two 32-bit words from threefry key a counter-based hash of each element's index,
-  hash(hash(index ^ k0) + k1), one fused elementwise loop; on a CPU threefry's rolled 20-round
-  loop was ~20% of the seed model's step (experiments/RESULTS.md). Either way a bit depends only
-  on the key and the element's index, so it is the same however the batch is sharded.
+  Two 32-bit words from the threefry key, then a counter-based hash of each element's index,
+  hash(hash(index ^ k0) + k1): one fused elementwise loop, where jax.random.bits' rolled
+  20-round threefry loop was ~20% of the seed model's step on a CPU (experiments/RESULTS.md).
+  A bit depends only on the key and the element's index, so it is the same however the batch
+  is sharded.
   """
-  if rng == "threefry":
-    last = shape[-1]
-    bits = jax.random.bits(key, shape[:-1] + ((last + 1) // 2,))
-    return jnp.concatenate([bits & 0xFFFF, bits >> 16], axis=-1)[..., :last]
   k0, k1 = jax.random.bits(key, (2,))
   index = jax.lax.iota(jnp.uint32, int(np.prod(shape))).reshape(shape)
   return _lowbias32(_lowbias32(index ^ k0) + k1) >> 16
@@ -82,7 +77,6 @@ class Dropout(nn.Module):
   values are scaled by the exact keep probability, so the expectation is unchanged.
   """
   rate: float
-  rng: str = "hash"
 
   @nn.compact
   def __call__(self, x: Array, *, deterministic: bool) -> Array:
@@ -90,7 +84,7 @@ class Dropout(nn.Module):
       return x
     threshold = round(self.rate * 65536)
     keep_prob = 1.0 - threshold / 65536
-    keep = dropout_bits(self.make_rng("dropout"), x.shape, self.rng) >= threshold
+    keep = dropout_bits(self.make_rng("dropout"), x.shape) >= threshold
     return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype), jnp.zeros_like(x))
 
 
@@ -161,20 +155,16 @@ class EncoderBlock(nn.Module):
   dropout_rate: float = 0.1
   norm: str = "post"
   attention_impl: str = "auto"
-  additive_scoring: str = "shared"
-  layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
-  dropout_rng: str = "hash"
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, *, deterministic: bool) -> Array:
     embed = x.shape[-1]
-    attend = attention_lib.make_attention(
-        self.attention, num_heads=self.num_heads, implementation=self.attention_impl,
-        scoring=self.additive_scoring, dtype=self.dtype, module_name="attention")
-    layer_norm = lambda name: nn.LayerNorm(self.layer_norm_epsilon, dtype=self.dtype, name=name)
-    dropout = functools.partial(Dropout(self.dropout_rate, self.dropout_rng),
-                                deterministic=deterministic)
+    attend = attention_lib.get(self.attention).build(
+        num_heads=self.num_heads, implementation=self.attention_impl, dtype=self.dtype,
+        name="attention")
+    layer_norm = lambda name: nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
+    dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic)
 
     def feed_forward(h):
       h = nn.Dense(self.ffn_dim, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
@@ -232,17 +222,13 @@ class Classifier(nn.Module):
   ffn_dim: int = 32
   mlp_dim: int = 20
   dropout_rate: float = 0.1
-  embed_dropout_rate: float = 0.0
   token_dropout_rate: float = 0.0
   attention: str = "softmax"
   attention_impl: str = "auto"
-  additive_scoring: str = "shared"
   position: str = "learned"
   norm: str = "post"
   pooling: str = "mean"
-  layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
-  dropout_rng: str = "hash"
   mask_padding: bool = True
   bigram_buckets: int = 0
 
@@ -267,25 +253,20 @@ class Classifier(nn.Module):
       # Word dropout (Iyyer et al. 2015): each token's embedding is zeroed with this
       # probability, without rescaling; the token still counts in the padding mask.
       threshold = round(self.token_dropout_rate * 65536)
-      token_drop = dropout_bits(self.make_rng("dropout"), tokens.shape,
-                                self.dropout_rng) < threshold
+      token_drop = dropout_bits(self.make_rng("dropout"), tokens.shape) < threshold
     embedding = Embedding(self.vocab_size, self.max_len, self.embed_dim, self.position,
                           self.dtype, self.bigram_buckets, name="embedding")
     x = embedding(tokens, token_embeddings, token_drop, mask_input)
-    # Dropout on the summed token + position embeddings (Vaswani et al. 2017; off in the seeds).
-    x = Dropout(self.embed_dropout_rate, self.dropout_rng, name="embed_dropout")(
-        x, deterministic=not train)
     if self.pooling == "cls":
       cls = self.param("cls", nn.initializers.normal(0.02), (self.embed_dim,))
       x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), x[:, :1].shape), x], axis=1)
       padding_mask = jnp.concatenate([jnp.ones_like(padding_mask[:, :1]), padding_mask], axis=1)
     for i in range(self.num_layers):
       x = EncoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate, self.norm,
-                       self.attention_impl, self.additive_scoring, self.layer_norm_epsilon,
-                       self.dtype, self.dropout_rng, name=f"block_{i}")(
+                       self.attention_impl, self.dtype, name=f"block_{i}")(
                            x, padding_mask, deterministic=not train)
     if self.norm == "pre":
-      x = nn.LayerNorm(self.layer_norm_epsilon, dtype=self.dtype, name="final_norm")(x)
+      x = nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name="final_norm")(x)
     if mlm_positions is not None:
       if token_embeddings is not None:
         raise ValueError("masked-language-model logits need the model's own token table "
@@ -293,7 +274,7 @@ class Classifier(nn.Module):
       offset = 1 if self.pooling == "cls" else 0  # the CLS token shifts every position
       h = jnp.take_along_axis(x, (mlm_positions + offset)[..., None], axis=1)
       h = nn.gelu(nn.Dense(self.embed_dim, dtype=self.dtype, name="mlm_dense")(h))
-      h = nn.LayerNorm(self.layer_norm_epsilon, dtype=self.dtype, name="mlm_norm")(h)
+      h = nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name="mlm_norm")(h)
       table = embedding.variables["params"]["token"]["embedding"]
       bias = self.param("mlm_bias", nn.initializers.zeros, (self.vocab_size,))
       logits = jnp.einsum("bkd,vd->bkv", h, table.astype(self.dtype))
@@ -310,8 +291,7 @@ class Classifier(nn.Module):
     else:
       x = last_token(x, padding_mask)
 
-    dropout = functools.partial(Dropout(self.dropout_rate, self.dropout_rng),
-                                deterministic=not train)
+    dropout = functools.partial(Dropout(self.dropout_rate), deterministic=not train)
     x = dropout(x)
     if self.mlp_dim:
       x = nn.relu(nn.Dense(self.mlp_dim, dtype=self.dtype,
@@ -321,60 +301,26 @@ class Classifier(nn.Module):
                     kernel_init=nn.initializers.xavier_uniform(), name="logits")(x)
 
 
-def check_choice(field: str, value: Any, allowed: tuple) -> None:
-  """ValueError naming config.<field>, its value and the allowed values, unless allowed."""
-  if value not in allowed:
-    raise ValueError(f"config.{field}={value!r} is not allowed; "
-                     f"allowed: {', '.join(map(str, allowed))}.")
-
-
-def check_integer(field: str, value: Any, low: int) -> int:
-  """ValueError naming config.<field> and its value unless it is an integer >= low (not a
-  bool); returns it."""
-  if not isinstance(value, int) or isinstance(value, bool) or value < low:
-    raise ValueError(f"config.{field}={value!r} is invalid; it must be an integer >= {low}.")
-  return value
-
-
 def validate_model_config(config: ml_collections.ConfigDict) -> None:
   """Raise ValueError naming the first bad model field, its value and what is allowed."""
   m = config.model
-  attention_lib.check_attention_config(m.attention, m.attention_impl, m.additive_scoring,
-                                       m.embed_dim, m.num_heads)
-  choices = {"pooling": POOLINGS, "position": POSITIONS, "norm": NORMS, "dtype": tuple(DTYPES),
-             "dropout_rng": DROPOUT_RNGS}
+  variant = attention_lib.get(m.attention)
+  choices = {"pooling": POOLINGS, "position": POSITIONS, "norm": NORMS, "dtype": tuple(DTYPES)}
   for field, allowed in choices.items():
     check_choice(f"model.{field}", m[field], allowed)
-  if m.attention_impl == "native":
-    if jax.default_backend() != "cpu":
-      raise ValueError(f"config.model.attention_impl='native' runs on a CPU only (here: "
-                       f"{jax.default_backend()}); use 'auto' or 'fused'.")
-    attention_lib.check_native_devices()
-    from textattn.attention import native
-    if (reason := native.unavailable_reason()) is not None:
-      raise ValueError(f"config.model.attention_impl='native' is not available: {reason}")
-  if m.attention_impl == "cudnn" and m.attention != "additive" and (
-      m.dtype != "bfloat16" or jax.default_backend() != "gpu"):
-    raise ValueError(f"config.model.attention_impl='cudnn' needs a GPU and "
-                     f"config.model.dtype='bfloat16' (here: {jax.default_backend()}, "
-                     f"{m.dtype!r}); use 'fused' or 'dot_product' otherwise.")
-  if m.attention == "causal" and m.pooling == "cls":
-    raise ValueError("config.model.pooling='cls' cannot be used with config.model.attention="
-                     "'causal': the CLS token comes first, so the look-ahead mask lets it see no "
-                     "token; use pooling 'last' (or mean, max, attention).")
   positive = {"model.embed_dim": m.embed_dim, "model.num_layers": m.num_layers,
               "model.ffn_dim": m.ffn_dim, "max_len": config.max_len,
               "vocab_size": config.vocab_size}
   for field, value in positive.items():
-    if not isinstance(value, int) or value < 1:
-      raise ValueError(f"config.{field}={value!r} must be a positive integer.")
-  buckets = m.get("bigram_buckets", 0)
-  if not isinstance(buckets, int) or buckets < 0:
-    raise ValueError(f"config.model.bigram_buckets={m.bigram_buckets!r} must be an integer >= 0 "
-                     "(0 = no bigram embedding).")
-  if m.mlp_dim < 0:
-    raise ValueError(f"config.model.mlp_dim={m.mlp_dim} must be >= 0 (0 = no hidden layer).")
-  for field in ("dropout_rate", "embed_dropout_rate", "token_dropout_rate"):
+    check_integer(field, value, 1)
+  variant.validate(m.attention_impl, m.embed_dim, m.num_heads, m.dtype)
+  if variant.causal and m.pooling == "cls":
+    raise ValueError(f"config.model.pooling='cls' cannot be used with config.model.attention="
+                     f"{m.attention!r}: the CLS token comes first, so the look-ahead mask lets it "
+                     f"see no token; use pooling 'last' (or mean, max, attention).")
+  check_integer("model.bigram_buckets", m.bigram_buckets, 0)
+  check_integer("model.mlp_dim", m.mlp_dim, 0)
+  for field in ("dropout_rate", "token_dropout_rate"):
     if not 0.0 <= m[field] < 1.0:
       raise ValueError(f"config.model.{field}={m[field]} must be in [0, 1).")
 
@@ -385,22 +331,22 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
   config.vocab_size."""
   validate_model_config(config)
   m = config.model
-  impl = attention_lib.resolve_implementation(m.attention_impl, m.attention,
-                                              m.embed_dim // m.num_heads)
+  impl = attention_lib.get(m.attention).resolve(m.attention_impl, m.embed_dim // m.num_heads)
   if impl != m.attention_impl:
     logging.info("config.model.attention_impl=%r: using the %r %s kernel here.",
                  m.attention_impl, impl, m.attention)
+  if impl == "cudnn":
+    logging.warning("attention_impl='cudnn' (cuDNN flash attention) has never been verified by "
+                    "this project's tests on a GPU; compare its results with 'dot_product'.")
   return Classifier(
       num_classes=num_classes, vocab_size=vocab_size or config.vocab_size,
       max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,
       num_layers=m.num_layers, ffn_dim=m.ffn_dim, mlp_dim=m.mlp_dim,
-      dropout_rate=m.dropout_rate, embed_dropout_rate=m.embed_dropout_rate,
-      token_dropout_rate=m.token_dropout_rate,
-      attention=m.attention, attention_impl=impl,
-      additive_scoring=m.additive_scoring, position=m.position, norm=m.norm, pooling=m.pooling,
-      layer_norm_epsilon=m.layer_norm_epsilon, dtype=DTYPES[m.dtype], dropout_rng=m.dropout_rng,
+      dropout_rate=m.dropout_rate, token_dropout_rate=m.token_dropout_rate,
+      attention=m.attention, attention_impl=impl, position=m.position, norm=m.norm,
+      pooling=m.pooling, dtype=DTYPES[m.dtype],
       mask_padding=config.get("padding", "after_masked") != "before_as_token",
-      bigram_buckets=m.get("bigram_buckets", 0))
+      bigram_buckets=m.bigram_buckets)
 
 
 def count_parameters(params) -> int:

@@ -29,23 +29,41 @@ from __future__ import annotations
 import copy
 import json
 import os
-import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
-import tqdm
 from absl import logging
 
-from textattn import models
+from textattn import loop, models, optim, platform, step
 from textattn import data as data_lib
+from textattn.checkpointing import flatten, unflatten
+from textattn.defaults import check_integer
 from textattn.data import tokenizer as tokenizer_lib
 
 OBJECTIVES = ("", "mlm")
 MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # of the predicted tokens; the rest are kept
 _CACHE_VERSION = 1
-_SEPARATOR = "/"
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """The recipe's fields: a config that pretrains adds them as
+  `config.pretrain = pretrain.default_config()` and sets `objective = "mlm"`."""
+  p = ml_collections.ConfigDict()
+  p.objective = ""  # "mlm" pretrains; "" = none
+  # A TFDS split of unlabelled text added to the corpus ("unsupervised" for imdb_reviews);
+  # "" = the training split's text only (always for local files). Labelled splits are refused.
+  p.unlabeled_split = ""
+  p.num_steps = 2000
+  p.batch_size = 32
+  p.learning_rate = 1e-3  # peak, after linear warm-up; cosine decay over num_steps
+  p.warmup_steps = 200
+  p.mask_rate = 0.15  # of each text's tokens predicted (>= 1, <= max_predictions)
+  p.max_predictions = 64
+  p.seed = 0  # the pretraining's own seed (init, masking, order), not config.seed
+  return p
 
 
 def enabled(config) -> bool:
@@ -73,7 +91,7 @@ def validate_config(config) -> None:
 
   for field, low in (("num_steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0),
                      ("max_predictions", 1)):
-    models.check_integer(f"pretrain.{field}", p[field], low)
+    check_integer(f"pretrain.{field}", p[field], low)
   if p.max_predictions > config.max_len:
     raise ValueError(f"config.pretrain.max_predictions={p.max_predictions} is invalid; it must "
                      f"be at most config.max_len={config.max_len}.")
@@ -202,28 +220,6 @@ def transfer(params, pretrained):
   return unflatten({name: flat.get(name, value) for name, value in target.items()})
 
 
-def flatten(tree, prefix: str = "", separator: str = _SEPARATOR) -> dict:
-  out = {}
-  for key, value in tree.items():
-    name = f"{prefix}{separator}{key}" if prefix else str(key)
-    if isinstance(value, dict):
-      out.update(flatten(value, name, separator))
-    else:
-      out[name] = value
-  return out
-
-
-def unflatten(flat: dict) -> dict:
-  tree: dict = {}
-  for name, value in flat.items():
-    *parents, leaf = name.split(_SEPARATOR)
-    node = tree
-    for part in parents:
-      node = node.setdefault(part, {})
-    node[leaf] = value
-  return tree
-
-
 def _load(path: str):
   def read(path):
     with np.load(path, allow_pickle=False) as archive:
@@ -292,29 +288,25 @@ def corpus(config, tokenizer) -> tuple[np.ndarray, bool]:
 
 
 def train_encoder(config, inputs: np.ndarray, vocab_size: int):
-  """Pretrains the encoder of `config`'s classifier on the encoded texts `inputs` (int [N, L]);
-  returns (encoder parameters as NumPy arrays, curve). Not cached: see `pretrain`."""
-  from textattn import train as train_lib  # (train imports this module)
-
+  """Pretrains the encoder of `config`'s classifier on the encoded texts `inputs` (int [N, L])
+  with the training loop; returns (encoder parameters as NumPy arrays, curve). Not cached: see
+  `pretrain`."""
   p = config.pretrain
   if len(inputs) < p.batch_size:
     raise data_lib.DataError(
         f"the pretraining corpus has {len(inputs)} non-empty text(s), fewer than one batch of "
         f"config.pretrain.batch_size={p.batch_size}; lower it or add text.")
   corpus = data_lib.Split(inputs, np.zeros(len(inputs), np.int32))
-  is_main = jax.process_index() == 0
-  if is_main:
+  if jax.process_index() == 0:
     print(f"Pretraining the encoder as a masked language model: {len(corpus):,} texts "
           f"({int((inputs != 0).sum()):,} tokens), {p.num_steps} steps of {p.batch_size} "
-          f"({p.num_steps * p.batch_size / len(corpus):.2f} epochs).",
-          flush=True)
+          f"({p.num_steps * p.batch_size / len(corpus):.2f} epochs).", flush=True)
   model = models.build_model(config, num_classes=2, vocab_size=vocab_size)
   opt = copy.deepcopy(config.optimizer)
   with opt.unlocked():
     opt.learning_rate, opt.warmup_steps, opt.schedule = (p.learning_rate, p.warmup_steps,
                                                          "cosine")
-  tx = train_lib.make_optimizer(opt, p.num_steps)
-  data_sharding, replicated = train_lib.data_parallel_shardings()
+  tx = optim.make_optimizer(opt, p.num_steps)
   k = int(p.max_predictions)
 
   def init(rng):
@@ -322,47 +314,25 @@ def train_encoder(config, inputs: np.ndarray, vocab_size: int):
     dummy = jnp.ones((1, config.max_len), jnp.int32)
     params = model.init({"params": params_rng}, dummy, mlm_positions=jnp.zeros((1, k), jnp.int32),
                         mask_input=jnp.zeros((1, config.max_len), bool))["params"]
-    return train_lib.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
-                                       dropout_key=jax.random.key_data(dropout_rng))
+    return step.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                                  dropout_key=jax.random.key_data(dropout_rng))
 
+  _, replicated = platform.data_parallel_shardings()
   abstract = jax.eval_shape(init, jax.random.key(p.seed))
-  state_sharding = jax.tree.map(lambda _: replicated, abstract)
-  state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(p.seed))
-  step = jax.jit(lambda s, b: mlm_train_step(s, b, mask_rate=p.mask_rate, max_predictions=k,
-                                             vocab_size=vocab_size),
-                 in_shardings=(state_sharding, data_sharding),
-                 out_shardings=(state_sharding, replicated), donate_argnums=0,
-                 compiler_options=train_lib.step_compiler_options(config))
+  state = jax.jit(init, out_shardings=jax.tree.map(lambda _: replicated, abstract))(
+      jax.random.key(p.seed))
   batches = data_lib.TrainIterator(corpus, p.batch_size, p.seed, jax.process_index(),
-                                         jax.process_count())
-  log_every = config.log_every_steps or 100
-  curve, pending = [], []
-  window_start = time.perf_counter()
-  progress = tqdm.tqdm(total=p.num_steps, disable=not is_main, unit="step", dynamic_ncols=True,
-                       mininterval=1.0, desc="pretrain")
-  for done in range(1, p.num_steps + 1):
-    batch = train_lib.to_global(next(batches), data_sharding)
-    state, metrics = step(state, batch)
-    pending.append(metrics)
-    progress.update(1)
-    if done % log_every == 0 or done == p.num_steps:
-      sums = train_lib.sum_steps(pending)
-      if sums["nonfinite"]:
-        progress.close()
-        raise train_lib.NonFiniteLossError(
-            f"The pretraining loss became NaN/Inf between steps {done - len(pending) + 1} and "
-            f"{done}; stopping (nothing was cached). Try a lower "
-            f"config.pretrain.learning_rate or config.optimizer.grad_clip_norm > 0.")
-      row = {"step": done, "pretrain/loss": float(sums["loss_sum"] / sums["count"]),
-             "pretrain/accuracy": float(sums["correct"] / sums["count"]),
-             "pretrain/examples_per_sec": len(pending) * p.batch_size / (
-                 time.perf_counter() - window_start)}
-      curve.append(row)
-      progress.set_postfix(loss=f"{row['pretrain/loss']:.3f}",
-                           acc=f"{row['pretrain/accuracy']:.3f}")
-      pending, window_start = [], time.perf_counter()
-  progress.close()
-  return jax.tree.map(_host, encoder_params(state.params)), curve
+                                   jax.process_count())
+  train_step = lambda s, b: mlm_train_step(s, b, mask_rate=p.mask_rate, max_predictions=k,
+                                           vocab_size=vocab_size)
+  result = loop.fit(
+      state, train_step, batches, loop.Schedule(p.num_steps, config.log_every_steps or 100),
+      batch_size=p.batch_size, compiler_options=platform.step_compiler_options(config),
+      prefix="pretrain", nonfinite_advice=lambda: (
+          "Nothing was cached. Try a lower config.pretrain.learning_rate or "
+          "config.optimizer.grad_clip_norm > 0."))
+  curve = [row for row in result.history if "pretrain/loss" in row]
+  return jax.tree.map(_host, encoder_params(result.state.params)), curve
 
 
 def write_curve(workdir: str, curve: list[dict]) -> None:

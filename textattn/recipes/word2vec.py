@@ -30,8 +30,10 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from textattn import models
+import ml_collections
+
 from textattn import data as data_lib
+from textattn.defaults import check_integer
 from textattn.data import tokenizer as tokenizer_lib
 
 EMBEDDING_INITS = ("random", "word2vec")
@@ -39,6 +41,24 @@ SCALES = ("init", "raw")
 # The random initialiser's standard deviation: uniform(-0.05, 0.05) (models._keras_embedding_init).
 INIT_STD = 0.05 / np.sqrt(3.0)
 _CACHE_VERSION = 1
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """The recipe's fields: a config that sets model.embedding_init="word2vec" adds them as
+  `config.word2vec = word2vec.default_config()` and changes what it needs."""
+  w2v = ml_collections.ConfigDict()
+  # A TFDS split of unlabelled text added to the corpus ("unsupervised" for imdb_reviews);
+  # "" = the training split's text only (always for local files). Labelled splits are refused.
+  w2v.unlabeled_split = ""
+  w2v.epochs = 5
+  w2v.window = 5
+  w2v.min_count = 2
+  w2v.negative = 5
+  w2v.seed = 0
+  # "init": rescale the pretrained rows to the random initialiser's standard deviation (only
+  # their directions are new); "raw": word2vec's own scale (about 10x larger).
+  w2v.scale = "init"
+  return w2v
 
 
 def validate_config(config) -> None:
@@ -49,13 +69,17 @@ def validate_config(config) -> None:
                      f"{', '.join(repr(i) for i in EMBEDDING_INITS)}.")
   if init != "word2vec":
     return
+  if "word2vec" not in config:
+    raise ValueError("config.model.embedding_init='word2vec' needs the recipe's settings: add "
+                     "`config.word2vec = word2vec.default_config()` (textattn/recipes/word2vec.py) "
+                     "to the config file.")
   w2v = config.word2vec
   if config.tokenizer != "word":
     raise ValueError(f"config.model.embedding_init='word2vec' needs config.tokenizer='word' "
                      f"(word vectors for a word vocabulary), not {config.tokenizer!r}.")
   for field, low in (("epochs", 1), ("window", 1), ("min_count", 1), ("negative", 1),
                      ("seed", 0)):
-    models.check_integer(f"word2vec.{field}", w2v[field], low)
+    check_integer(f"word2vec.{field}", w2v[field], low)
   if w2v.scale not in SCALES:
     raise ValueError(f"config.word2vec.scale={w2v.scale!r} is invalid; allowed: "
                      f"{', '.join(repr(s) for s in SCALES)}.")

@@ -1,0 +1,177 @@
+"""Fastformer additive attention (Wu et al. 2021, arXiv 2108.09084); registers "additive".
+
+Linear in the sequence length. Two kernels behind one signature: `additive_attention`, the XLA
+function ("xla"), and `native_additive_attention`, the same maths as two C++ XLA FFI kernels
+(CPU, one device, head_dim a multiple of 8). "auto" picks native where it runs, else xla.
+The scoring vectors are shared across heads as in the authors' code: each head's score reads
+all heads' features (kernel [heads*dim, heads]).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from textattn.attention import registry, softmax
+from textattn.attention.common import Array, dense_init, masked_softmax_over_tokens, usable_cores
+
+IMPLEMENTATIONS = ("auto", "xla", "native")
+
+
+def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
+                       beta_kernel: Array) -> Array:
+  """Fastformer additive attention core; returns u = g_k * q, shape [batch, length, heads, dim].
+
+  alpha_kernel / beta_kernel [heads*dim, heads] score tokens (the authors' code: every head's
+  score reads all heads' features). The authors' scoring layers also have biases; a bias is
+  constant over tokens, so softmax over tokens cancels it (its gradient is exactly zero) and it
+  is omitted.
+
+    alpha = softmax_tokens(score_alpha(q) / sqrt(d))      global query g_q = sum_i alpha_i q_i
+    p_i = k_i * g_q                                       (element-wise, per head)
+    beta = softmax_tokens(score_beta(p) / sqrt(d))        global key   g_k = sum_i beta_i p_i
+    u_i = g_k * q_i                                       (the query doubles as the value)
+
+  Every step is O(length): cost is linear in sequence length.
+  """
+  batch, length, heads, head_dim = query.shape
+  scale = head_dim ** -0.5
+
+  def scores(x, kernel):
+    s = jnp.einsum("blf,fh->blh", x.reshape(batch, length, heads * head_dim), kernel,
+                   preferred_element_type=jnp.float32)
+    return s * scale
+
+  alpha = masked_softmax_over_tokens(scores(query, alpha_kernel), padding_mask)
+  global_query = jnp.einsum("blh,blhd->bhd", alpha.astype(query.dtype), query)
+  mixed = key * global_query[:, None]
+  beta = masked_softmax_over_tokens(scores(mixed, beta_kernel), padding_mask)
+  global_key = jnp.einsum("blh,blhd->bhd", beta.astype(mixed.dtype), mixed)
+  return query * global_key[:, None]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _native_additive_core(q, k, mask, w_alpha, w_beta, heads):
+  return _native_additive_forward(q, k, mask, w_alpha, w_beta, heads)[0]
+
+
+def _native_additive_forward(q, k, mask, w_alpha, w_beta, heads):
+  from textattn.attention import native  # (builds the kernels on first use)
+  native.load()
+  batch, length, features = q.shape
+  f32 = jnp.float32
+  u, alpha, beta, g_q, g_k = jax.ffi.ffi_call(
+      native.ADDITIVE_FORWARD_TARGET,
+      (jax.ShapeDtypeStruct(q.shape, f32),
+       jax.ShapeDtypeStruct((batch, length, heads), f32),
+       jax.ShapeDtypeStruct((batch, length, heads), f32),
+       jax.ShapeDtypeStruct((batch, features), f32),
+       jax.ShapeDtypeStruct((batch, features), f32)),
+      vmap_method="sequential")(q, k, mask, w_alpha, w_beta, heads=heads,
+                                threads=usable_cores(), xla_pool=True)
+  return u, (q, k, mask, w_alpha, w_beta, alpha, beta, g_q, g_k)
+
+
+def _native_additive_backward(heads, residuals, d_u):
+  from textattn.attention import native
+  q, k, mask, w_alpha, w_beta, alpha, beta, g_q, g_k = residuals
+  d_q, d_k, d_w_alpha, d_w_beta = jax.ffi.ffi_call(
+      native.ADDITIVE_BACKWARD_TARGET,
+      (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 2
+      + (jax.ShapeDtypeStruct(w_alpha.shape, jnp.float32),) * 2,
+      vmap_method="sequential")(q, k, mask, w_alpha, w_beta, alpha, beta, g_q, g_k,
+                                d_u.astype(jnp.float32), heads=heads, threads=usable_cores(),
+                                xla_pool=True)
+  return d_q, d_k, None, d_w_alpha, d_w_beta
+
+
+_native_additive_core.defvjp(_native_additive_forward, _native_additive_backward)
+
+
+def native_additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
+                              beta_kernel: Array) -> Array:
+  """`additive_attention` as one hand-written C++ kernel per pass (XLA FFI, CPU only).
+
+  The same function (tests check values and gradients against float64 NumPy and
+  `additive_attention`): each example's scores, masked softmaxes, pooled global query and key
+  and output are computed in one pass over its [length, heads*dim] rows while they sit in
+  cache, instead of XLA:CPU's ~50 ops (batched matrix-vector products with transposes, length
+  reductions as reduce-window trees). First-order reverse-mode gradients only (custom VJP).
+  Computes in float32 (bfloat16 inputs are upcast), on every core of the process; compiled on
+  first use by `textattn.attention.native`. One device only (`check_native_devices`).
+  """
+  if key.shape != query.shape:
+    raise ValueError(f"native_additive_attention: key {key.shape} and query {query.shape} "
+                     f"must have the same [batch, length, heads, head_dim] shape.")
+  batch, length, heads, head_dim = query.shape
+  f32 = jnp.float32
+  u = _native_additive_core(
+      query.astype(f32).reshape(batch, length, heads * head_dim),
+      key.astype(f32).reshape(batch, length, heads * head_dim), padding_mask.astype(jnp.int32),
+      alpha_kernel.astype(f32),
+      beta_kernel.astype(f32), heads)
+  return u.reshape(query.shape).astype(query.dtype)
+
+
+def resolve(implementation: str, head_dim: int | None = None) -> str:
+  """'auto' -> 'native' where the native kernels serve this run and head_dim is a multiple of 8
+  (its kernel needs that), else 'xla'."""
+  if implementation != "auto":
+    return implementation
+  if head_dim is not None and head_dim % 8:
+    return "xla"
+  if softmax.native_runs_here():
+    return "native"
+  if jax.default_backend() == "cpu":
+    softmax._warn_fallback("additive", "xla")  # noqa: SLF001 -- the shared once-only warning
+  return "xla"
+
+
+def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "float32") -> None:
+  del dtype
+  registry.check_choice("model.attention_impl", implementation, IMPLEMENTATIONS)
+  registry.check_heads(embed_dim, num_heads)
+  if implementation == "native":
+    if (embed_dim // num_heads) % 8:
+      raise ValueError(f"config.model.attention_impl='native' with additive attention needs a "
+                       f"head size (embed_dim / num_heads = {embed_dim // num_heads}) that is a "
+                       f"multiple of 8; use 'auto' (falls back to XLA) or 'xla'.")
+    softmax.check_native_here()
+
+
+class AdditiveAttention(nn.Module):
+  """Fastformer additive attention: output = W_o u + q (as in the authors' implementation)."""
+  num_heads: int
+  implementation: str = "xla"  # "native" (or "auto" resolving to it): the C++ kernel; else XLA
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array) -> Array:
+    embed = x.shape[-1]
+    heads, head_dim = self.num_heads, embed // self.num_heads
+    dense = functools.partial(nn.DenseGeneral, features=(heads, head_dim), dtype=self.dtype,
+                              kernel_init=dense_init())
+    query = dense(name="query")(x)
+    key = dense(name="key")(x)
+    alpha_kernel = self.param("alpha_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
+    beta_kernel = self.param("beta_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
+    native = resolve(self.implementation, head_dim) == "native"
+    kernel = native_additive_attention if native else additive_attention
+    u = kernel(query, key, padding_mask, alpha_kernel.astype(self.dtype),
+               beta_kernel.astype(self.dtype))
+    out = nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                          name="out")(u)
+    return out + query.reshape(x.shape[:-1] + (embed,))
+
+
+registry.register(registry.Variant(
+    name="additive",
+    build=AdditiveAttention,
+    implementations=IMPLEMENTATIONS,
+    resolve=resolve,
+    check=check,
+    description="Fastformer additive attention, linear in length (arXiv 2108.09084)"))

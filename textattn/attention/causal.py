@@ -1,0 +1,20 @@
+"""Causal (look-ahead masked) softmax self-attention; registers "causal".
+
+The softmax module and kernels of textattn/attention/softmax.py with `causal=True`: position t
+attends to positions <= t only. Same implementations as "softmax".
+"""
+
+from __future__ import annotations
+
+import functools
+
+from textattn.attention import registry, softmax
+
+registry.register(registry.Variant(
+    name="causal",
+    build=functools.partial(softmax.SelfAttention, causal=True),
+    implementations=softmax.IMPLEMENTATIONS,
+    resolve=functools.partial(softmax.resolve, variant="causal"),
+    check=softmax.check,
+    causal=True,
+    description="softmax self-attention with a look-ahead mask"))

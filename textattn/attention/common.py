@@ -1,0 +1,65 @@
+"""What every attention variant shares: masks, the masked softmax over tokens, initialisers.
+
+Conventions for every kernel: tensors are [batch, length, heads, head_dim]; `padding_mask` is
+bool [batch, length], True for real tokens; padding keys never receive weight; a query with no
+visible key (a fully padded row, or a causal row whose visible prefix is all padding) outputs
+exactly zero, never NaN/Inf; softmax runs in float32 even when activations are bfloat16.
+"""
+
+from __future__ import annotations
+
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+# Added to the logits of masked positions. Finite (so a row with every key masked stays finite)
+# and far below any real logit; rows with no valid key are zeroed explicitly afterwards.
+MASK_VALUE = -1e30
+
+
+def key_visibility(padding_mask: Array, causal: bool, q_positions: Array | None = None,
+                    num_keys: int | None = None) -> Array:
+  """Boolean [batch, 1, q, k] (or [batch, 1, 1, k]) mask of the keys each query may see."""
+  visible = padding_mask[:, None, None, :]
+  if causal:
+    num_keys = padding_mask.shape[-1] if num_keys is None else num_keys
+    if q_positions is None:
+      q_positions = jnp.arange(num_keys)
+    look_ahead = q_positions[:, None] >= jnp.arange(num_keys)[None, :]
+    visible = visible & look_ahead[None, None, :, :]
+  return visible
+
+
+def rows_with_a_key(padding_mask: Array, causal: bool, q_positions: Array | None = None) -> Array:
+  """Boolean [batch, q, 1, 1]: does query q see at least one real key? O(length) to compute."""
+  if causal:
+    seen = jnp.cumsum(padding_mask.astype(jnp.int32), axis=-1) > 0  # [batch, length]
+    if q_positions is not None:
+      seen = seen[:, q_positions]
+    return seen[:, :, None, None]
+  return jnp.any(padding_mask, axis=-1)[:, None, None, None]
+
+
+
+def masked_softmax_over_tokens(scores: Array, padding_mask: Array) -> Array:
+  """Softmax over the length axis of float32 scores [batch, length, heads]; padding gets 0."""
+  scores = jnp.where(padding_mask[:, :, None], scores.astype(jnp.float32), MASK_VALUE)
+  weights = jax.nn.softmax(scores, axis=1)
+  return jnp.where(padding_mask[:, :, None], weights, 0.0)
+
+
+def dense_init():
+  # Keras' Dense default (glorot uniform), as in the seed notebooks.
+  return nn.initializers.xavier_uniform()
+
+
+def usable_cores() -> int:
+  """The CPU cores this process may use (its affinity mask, where the OS has one)."""
+  try:
+    return max(1, len(os.sched_getaffinity(0)))
+  except AttributeError:  # macOS
+    return os.cpu_count() or 1

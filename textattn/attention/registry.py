@@ -1,0 +1,92 @@
+"""The attention registry: each variant registers itself by name when its module is imported.
+
+The model, the benchmark and the tests look variants up here and never branch on a name, so a
+new variant is one new module that calls `register(...)`, plus a config that names it. A module
+outside textattn registers its variants when imported: `load_plugins(["my_pkg.my_attention"])`
+(the `--plugin` flag of textattn.main and textattn.benchmark).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import flax.linen as nn
+
+from textattn.defaults import check_choice
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """One attention variant behind the common signature.
+
+  build(num_heads=, implementation=, dtype=, name=) returns a Linen module called as
+  `module(x [batch, length, embed], padding_mask bool [batch, length]) -> [batch, length, embed]`
+  (padding_mask True for real tokens). `implementations` are the accepted values of
+  config.model.attention_impl, "auto" first; `resolve(implementation, head_dim)` names the kernel
+  "auto" (or any accepted name) means on this platform; `check(implementation, embed_dim,
+  num_heads, dtype)` raises ValueError naming the bad field. `reference` is the implementation
+  the benchmark's --check_against_reference compares the others with. `causal`: each position
+  sees only itself and earlier positions.
+  """
+  name: str
+  build: Callable[..., nn.Module]
+  implementations: tuple[str, ...] = ("auto",)
+  resolve: Callable[[str, int | None], str] = lambda implementation, head_dim: implementation
+  check: Callable[..., None] | None = None
+  reference: str = "xla"
+  causal: bool = False
+  description: str = ""
+
+  def validate(self, implementation: str, embed_dim: int, num_heads: int,
+               dtype: str = "float32") -> None:
+    if self.check is not None:
+      self.check(implementation, embed_dim, num_heads, dtype)
+    else:
+      check_choice("model.attention_impl", implementation, self.implementations)
+      check_heads(embed_dim, num_heads)
+
+
+_VARIANTS: dict[str, Variant] = {}
+
+
+def register(variant: Variant) -> Variant:
+  """Adds `variant`; registering the same name twice with another definition is an error."""
+  existing = _VARIANTS.get(variant.name)
+  if existing is not None and existing != variant:
+    raise ValueError(f"attention variant {variant.name!r} is already registered "
+                     f"({existing.description or existing.build}); choose another name.")
+  _VARIANTS[variant.name] = variant
+  return variant
+
+
+def names() -> tuple[str, ...]:
+  return tuple(_VARIANTS)
+
+
+def get(name: str) -> Variant:
+  if name not in _VARIANTS:
+    raise ValueError(f"config.model.attention={name!r} is not a known attention; allowed: "
+                     f"{', '.join(_VARIANTS)} (a module that registers more can be loaded "
+                     f"with --plugin=MODULE).")
+  return _VARIANTS[name]
+
+
+def load_plugins(modules: Iterable[str]) -> None:
+  """Imports each module (dotted name), which registers its variants."""
+  for module in modules:
+    if not module:
+      continue
+    try:
+      importlib.import_module(module)
+    except ImportError as e:
+      raise ValueError(f"--plugin={module!r} cannot be imported ({e}); give the dotted name of "
+                       f"a module on the Python path that registers attention variants.") from e
+
+
+def check_heads(embed_dim: int, num_heads: int) -> None:
+  if not isinstance(num_heads, int) or num_heads < 1 or embed_dim % num_heads:
+    raise ValueError(f"config.model.num_heads={num_heads} must be a positive divisor of "
+                     f"config.model.embed_dim={embed_dim}.")

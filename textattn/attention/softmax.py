@@ -1,0 +1,325 @@
+"""Softmax multi-head self-attention and its exact kernels; registers "softmax".
+
+Kernels (pure functions over projected tensors [batch, length, heads, head_dim]; `causal=True`
+adds the look-ahead mask, which is how textattn/attention/causal.py reuses them):
+  xla          `softmax_attention`, the reference einsum, float32 logits and softmax.
+  dot_product  `jax.nn.dot_product_attention`, its default (XLA) implementation.
+  cudnn        its cuDNN flash attention (NVIDIA GPU, bfloat16/float16). UNVERIFIED: it has never
+               run in this project (no GPU test has exercised it yet).
+  chunked      exact, query-chunked and rematerialised: memory O(length * chunk), not O(length^2).
+  fused        the CPU fast path: batched-matmul layout, mask as one additive bias, hand-written
+               flash-style backward.
+  native       the same maths as two C++ XLA FFI kernels (CPU, one device; built on first use by
+               textattn.attention.native).
+  auto         native on a one-device CPU run where it builds, else fused (`resolve`).
+Every kernel is checked against a float64 NumPy transcription in tests/test_attention.py.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from absl import logging
+
+from textattn.attention import registry
+from textattn.attention.common import (MASK_VALUE, Array, dense_init, key_visibility,
+                                       rows_with_a_key, usable_cores)
+
+IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn")
+
+
+def softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                      causal: bool = False, q_positions: Array | None = None) -> Array:
+  """Reference multi-head scaled dot-product attention. Shapes [batch, length, heads, head_dim].
+
+  `q_positions` (absolute positions of the given queries) lets a caller pass a slice of queries
+  against all keys; it only matters for the causal mask.
+  """
+  head_dim = query.shape[-1]
+  query = query * jnp.asarray(head_dim ** -0.5, query.dtype)
+  logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32)
+  visible = key_visibility(padding_mask, causal, q_positions, key.shape[1])
+  logits = jnp.where(visible, logits, MASK_VALUE)
+  weights = jax.nn.softmax(logits, axis=-1).astype(value.dtype)
+  out = jnp.einsum("bhqk,bkhd->bqhd", weights, value)
+  return jnp.where(rows_with_a_key(padding_mask, causal, q_positions), out, 0).astype(value.dtype)
+
+
+def dot_product_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                          causal: bool = False) -> Array:
+  """`jax.nn.dot_product_attention` with its default implementation, which in jax 0.10 is the
+  XLA path on every platform (use `cudnn_attention` for cuDNN flash attention)."""
+  out = jax.nn.dot_product_attention(
+      query, key, value, mask=padding_mask[:, None, None, :], is_causal=causal)
+  return jnp.where(rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
+
+
+def cudnn_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                    causal: bool = False) -> Array:
+  """`jax.nn.dot_product_attention(implementation="cudnn")`: cuDNN flash attention; NVIDIA GPU
+  and bfloat16/float16 only. Tokens are left-aligned, so the padding mask is passed in cuDNN's
+  form, per-example key lengths. (Untested here: no GPU was available when it was written.)"""
+  key_lengths = jnp.sum(padding_mask, axis=-1).astype(jnp.int32)
+  out = jax.nn.dot_product_attention(query, key, value, is_causal=causal,
+                                     key_value_seq_lengths=key_lengths, implementation="cudnn")
+  return jnp.where(rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
+
+
+def chunked_softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                              causal: bool = False, chunk_size: int = 256) -> Array:
+  """Exact softmax attention computed one block of queries at a time.
+
+  Each block sees all keys, so its softmax is exact; the block is wrapped in `jax.checkpoint`, so
+  neither the forward nor the backward pass ever holds more than one [batch, heads, chunk, length]
+  block of scores. Peak memory is O(length * chunk) instead of O(length^2).
+  """
+  batch, length, heads, head_dim = query.shape
+  chunk = min(chunk_size, length)
+  num_chunks = -(-length // chunk)
+  padded = num_chunks * chunk
+  query = jnp.pad(query, ((0, 0), (0, padded - length), (0, 0), (0, 0)))
+  blocks = query.reshape(batch, num_chunks, chunk, heads, head_dim).swapaxes(0, 1)
+  starts = jnp.arange(num_chunks) * chunk
+
+  @jax.checkpoint
+  def one_block(args):
+    q_block, start = args
+    positions = start + jnp.arange(chunk)
+    # Keep the (padded) positions in range for indexing; those rows are cut off below.
+    positions = jnp.minimum(positions, length - 1)
+    return softmax_attention(q_block, key, value, padding_mask, causal=causal,
+                             q_positions=positions)
+
+  out = jax.lax.map(one_block, (blocks, starts))
+  return out.swapaxes(0, 1).reshape(batch, padded, heads, head_dim)[:, :length]
+
+
+def mask_bias(padding_mask: Array, causal: bool, length: int) -> Array:
+  """Padding (and look-ahead) mask as one additive float32 bias, [batch or 1, 1, q or 1, k]."""
+  bias = jnp.where(padding_mask, 0.0, MASK_VALUE).astype(jnp.float32)[:, None, None, :]
+  if causal:
+    look_ahead = jnp.arange(length)[:, None] >= jnp.arange(length)[None, :]
+    bias = bias + jnp.where(look_ahead, 0.0, MASK_VALUE).astype(jnp.float32)[None, None]
+  return bias
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _fused_core(q: Array, k: Array, v: Array, padding_mask: Array, causal: bool) -> Array:
+  return _fused_forward(q, k, v, padding_mask, causal)[0]
+
+
+def _fused_forward(q, k, v, padding_mask, causal):
+  # q (pre-scaled), k, v: [batch, heads, length, head_dim].
+  scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2), preferred_element_type=jnp.float32)
+  scores = scores + mask_bias(padding_mask, causal, q.shape[2])
+  unnormalised = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
+  row_sum = jnp.sum(unnormalised, axis=-1, keepdims=True)
+  # Normalise the [.., length, head_dim] output, not the [.., length, length] weights.
+  out = jnp.matmul(unnormalised.astype(v.dtype), v, preferred_element_type=jnp.float32) / row_sum
+  out = out.astype(v.dtype)
+  return out, (q, k, v, unnormalised, row_sum, out)
+
+
+def _fused_backward(causal, residuals, d_out):
+  del causal
+  q, k, v, unnormalised, row_sum, out = residuals
+  f32 = jnp.float32
+  d_out = d_out.astype(f32) / row_sum  # folds the 1/row_sum of the weights into d_out
+  d_v = jnp.matmul(jnp.swapaxes(unnormalised, -1, -2), d_out)
+  d_weights = jnp.matmul(d_out, jnp.swapaxes(v, -1, -2).astype(f32))
+  # Softmax backward with the flash-attention identity sum_j P_ij dP_ij = sum_d dO_id O_id.
+  d_scores = unnormalised * (d_weights - jnp.sum(d_out * out.astype(f32), -1, keepdims=True))
+  d_q = jnp.matmul(d_scores, k.astype(f32))
+  d_k = jnp.matmul(jnp.swapaxes(d_scores, -1, -2), q.astype(f32))
+  return d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype), None
+
+
+_fused_core.defvjp(_fused_forward, _fused_backward)
+
+
+def fused_softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                            causal: bool = False) -> Array:
+  """Exact softmax attention with a hand-written backward pass, arranged for XLA:CPU.
+
+  The same function as `softmax_attention` (tests check values and gradients against it), laid
+  out to touch the [batch, heads, length, length] scores as few times as possible, which is what
+  bounds it on a CPU: heads next to the batch so each product is one batched matmul; the mask as
+  one additive bias fused into the scores; the output normalised after the weighted sum; and a
+  custom VJP (the flash-attention backward) instead of autodiff through softmax, which
+  materialised extra full-size tensors. See experiments/RESULTS.md (speed) for measurements.
+  """
+  head_dim = query.shape[-1]
+  q = (query * jnp.asarray(head_dim ** -0.5, query.dtype)).transpose(0, 2, 1, 3)
+  out = _fused_core(q, key.transpose(0, 2, 1, 3), value.transpose(0, 2, 1, 3), padding_mask,
+                    causal).transpose(0, 2, 1, 3)
+  return jnp.where(rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
+
+
+def _native_forward_call(causal, q, k, v, mask):
+  from textattn.attention import native  # (builds the kernels on first use)
+  native.load()
+  return jax.ffi.ffi_call(
+      native.FORWARD_TARGET,
+      (jax.ShapeDtypeStruct(q.shape, jnp.float32),
+       jax.ShapeDtypeStruct((q.shape[0], q.shape[2], q.shape[1], k.shape[1]), jnp.float32)),
+      vmap_method="sequential")(q, k, v, mask, causal=causal, threads=usable_cores(),
+                                xla_pool=True)
+
+
+def _native_backward_call(causal, q, k, v, mask, out, probs, d_out):
+  from textattn.attention import native
+  native.load()
+  return jax.ffi.ffi_call(
+      native.BACKWARD_TARGET, (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 3,
+      vmap_method="sequential")(q, k, v, mask, out, probs, d_out, causal=causal,
+                                threads=usable_cores(), xla_pool=True)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _native_core(q: Array, k: Array, v: Array, mask: Array, causal: bool) -> Array:
+  return _native_forward(q, k, v, mask, causal)[0]
+
+
+def _native_forward(q, k, v, mask, causal):
+  out, probs = _native_forward_call(causal, q, k, v, mask)
+  return out, (q, k, v, mask, out, probs)
+
+
+def _native_backward(causal, residuals, d_out):
+  q, k, v, mask, out, probs = residuals
+  d_q, d_k, d_v = _native_backward_call(causal, q, k, v, mask, out, probs,
+                                        d_out.astype(jnp.float32))
+  return d_q, d_k, d_v, None
+
+
+_native_core.defvjp(_native_forward, _native_backward)
+
+
+def native_softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
+                             causal: bool = False) -> Array:
+  """Exact softmax attention as one hand-written C++ kernel per pass (XLA FFI, CPU only).
+
+  The same function as `softmax_attention` (tests check values and gradients against float64
+  NumPy and the reference): a block of query rows is scored, masked, exponentiated, normalised
+  and applied to V in a small scratch buffer, instead of XLA:CPU's skinny batched matmuls over
+  scores materialised several times; only the weights ([batch, heads, L, L]) are written, for
+  the backward, which is the flash-attention one over them. For head_dim 8, 16, 32 or 64,
+  all-padding key blocks and rows without output gradient (padding positions, which pooling
+  ignores) are skipped exactly. First-order reverse-mode gradients only (custom VJP). Computes
+  in float32 (bfloat16 inputs are upcast), on every core of the process. The kernels are
+  compiled on first use by `textattn.attention.native` (needs a C++ compiler). One device only
+  (`check_native_devices`).
+  """
+  dtype = value.dtype
+  f32 = jnp.float32
+  out = _native_core(query.astype(f32), key.astype(f32), value.astype(f32),
+                     padding_mask.astype(jnp.int32), causal)
+  return out.astype(dtype)
+
+
+KERNELS = {"xla": softmax_attention, "dot_product": dot_product_attention,
+           "chunked": chunked_softmax_attention, "fused": fused_softmax_attention,
+           "native": native_softmax_attention, "cudnn": cudnn_attention}
+
+
+def native_runs_here() -> bool:
+  """Whether the native kernels serve this run: one device, a CPU, and they build here."""
+  if jax.default_backend() == "cpu" and jax.device_count() == 1:
+    from textattn.attention import native
+    return native.available()
+  return False
+
+
+@functools.cache
+def _warn_fallback(variant: str, fallback: str) -> None:
+  from textattn.attention import native
+  if jax.default_backend() != "cpu":
+    reason = f"the {jax.default_backend()} backend"
+  elif jax.device_count() > 1:
+    reason = f"{jax.device_count()} devices (the native kernel runs with one)"
+  else:
+    reason = native.unavailable_reason() or "unknown"
+  logging.warning("%s attention_impl='auto': using the %r kernel, not 'native' (%s).", variant,
+                  fallback, reason)
+
+
+def resolve(implementation: str, head_dim: int | None = None, variant: str = "softmax") -> str:
+  """'auto' -> 'native' on a one-device CPU run where the native kernels build, else 'fused'
+  (both exact; the fallback's reason is warned once); other names are returned as they are."""
+  del head_dim
+  if implementation != "auto":
+    return implementation
+  if native_runs_here():
+    return "native"
+  if jax.default_backend() == "cpu":
+    _warn_fallback(variant, "fused")
+  return "fused"
+
+
+def check_native_devices() -> None:
+  """The native kernel runs with one device only (it uses every core itself). With several CPU
+  devices in one process, XLA's in-process all-reduce was seen to hang around it (one run in
+  about ten here; XLA then aborts the process), so it is refused rather than risked."""
+  if jax.device_count() > 1:
+    raise ValueError(f"config.model.attention_impl='native' needs a single device, and this "
+                     f"run has {jax.device_count()}; use num_cpu_devices=0 or 1 (the kernel "
+                     f"uses every core itself), or attention_impl 'auto' or 'fused'.")
+
+
+def check_native_here() -> None:
+  """ValueError unless an explicit attention_impl='native' can run in this process."""
+  if jax.default_backend() != "cpu":
+    raise ValueError(f"config.model.attention_impl='native' runs on a CPU only (here: "
+                     f"{jax.default_backend()}); use 'auto' or 'fused'.")
+  check_native_devices()
+  from textattn.attention import native
+  if (reason := native.unavailable_reason()) is not None:
+    raise ValueError(f"config.model.attention_impl='native' is not available: {reason}")
+
+
+def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "float32") -> None:
+  """ValueError naming the field, its value and what is allowed, for a softmax/causal module."""
+  registry.check_choice("model.attention_impl", implementation, IMPLEMENTATIONS)
+  registry.check_heads(embed_dim, num_heads)
+  if implementation == "native":
+    check_native_here()
+  if implementation == "cudnn" and (dtype != "bfloat16" or jax.default_backend() != "gpu"):
+    raise ValueError(f"config.model.attention_impl='cudnn' needs a GPU and "
+                     f"config.model.dtype='bfloat16' (here: {jax.default_backend()}, "
+                     f"{dtype!r}); use 'fused' or 'dot_product' otherwise.")
+
+
+class SelfAttention(nn.Module):
+  """Multi-head softmax self-attention (optionally causal) with Q/K/V/output projections."""
+  num_heads: int
+  causal: bool = False
+  implementation: str = "xla"  # a key of KERNELS, or "auto" (resolved when called)
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array) -> Array:
+    embed = x.shape[-1]
+    head_dim = embed // self.num_heads
+    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
+                              dtype=self.dtype, kernel_init=dense_init())
+    query = dense(name="query")(x)
+    key = dense(name="key")(x)
+    value = dense(name="value")(x)
+    kernel = KERNELS[resolve(self.implementation, head_dim,
+                             "causal" if self.causal else "softmax")]
+    out = kernel(query, key, value, padding_mask, causal=self.causal)
+    return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                           name="out")(out)
+
+
+registry.register(registry.Variant(
+    name="softmax",
+    build=functools.partial(SelfAttention, causal=False),
+    implementations=IMPLEMENTATIONS,
+    resolve=resolve,
+    check=check,
+    description="multi-head scaled dot-product self-attention (Vaswani et al. 2017)"))

@@ -1,0 +1,298 @@
+"""Checkpoints: the Orbax manager, and the resume contract that makes a resume exact.
+
+A run re-started with the same command resumes from the newest checkpoint in
+`workdir/checkpoints`. Each checkpoint records (item "meta") the parameter shapes, the class
+names, the run contract (the flattened config minus what a resume may change, a sha256 of the
+tokenised data, the run length and the evaluation/checkpoint intervals) and the machine
+signature. A resume that would not continue the same training is refused with one sentence
+(RunError) before anything changes; the processes of a multi-host run agree on the verdict first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
+
+from textattn.errors import RunError
+
+_SEPARATOR = "/"
+
+
+def checkpoint_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
+  """Keeps the latest `keep` checkpoints plus the best by "val/accuracy"."""
+  policy = preservation.AnyPreservationPolicy([
+      preservation.LatestN(keep),
+      preservation.BestN(get_metric_fn=lambda metrics: metrics["val/accuracy"], n=1,
+                         keep_checkpoints_without_metrics=False),
+  ])
+  # best_fn as well as the policy: without it Orbax neither writes the metrics to disk nor
+  # answers best_step() with anything but the latest step.
+  options = ocp.CheckpointManagerOptions(preservation_policy=policy, create=True,
+                                         cleanup_tmp_directories=True,
+                                         best_fn=lambda metrics: metrics["val/accuracy"],
+                                         best_mode="max")
+  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
+                               options=options)
+
+
+# Config fields a resumed run may change: where data and caches are read from (the data
+# itself is checked by its fingerprint), the logging window and evaluation batch size (the
+# train-metric rows' windows, the evaluation sums' rounding), how many checkpoints are kept, and
+# the hardware and kernel settings (float rounding only; a change is reported as a warning, see
+# machine_signature). Everything else must match the run being resumed: parameters, checkpoints
+# and every evaluation and test figure then come out as in an uninterrupted run. The run's
+# length (num_epochs / num_train_steps) may grow only where nothing depends on it: a constant
+# schedule, and an old end on the evaluation and checkpoint grid (so the extended run evaluates
+# and keeps the same steps an uninterrupted longer run would).
+
+
+# Config fields a resumed run may change: where data and caches are read from (the data
+# itself is checked by its fingerprint), the logging window and evaluation batch size (the
+# train-metric rows' windows, the evaluation sums' rounding), how many checkpoints are kept, and
+# the hardware and kernel settings (float rounding only; a change is reported as a warning, see
+# machine_signature). Everything else must match the run being resumed: parameters, checkpoints
+# and every evaluation and test figure then come out as in an uninterrupted run. The run's
+# length (num_epochs / num_train_steps) may grow only where nothing depends on it: a constant
+# schedule, and an old end on the evaluation and checkpoint grid (so the extended run evaluates
+# and keeps the same steps an uninterrupted longer run would).
+RESUMABLE_CHANGES = frozenset({
+    "dataset", "data_dir", "cache_dir", "text_fields", "label_field", "eval_batch_size",
+    "log_every_steps", "keep_checkpoints", "num_cpu_devices", "xla_flags", "deterministic",
+    "model.attention_impl", "num_epochs", "num_train_steps"})
+
+
+def data_fingerprint(data) -> str:
+  """sha256 of the tokenised splits and labels a run trains, validates and tests on."""
+  digest = hashlib.sha256()
+  for split in (data.train, data.validation, data.test):
+    for array in (split.inputs, split.labels):
+      digest.update(str((array.dtype.str, array.shape)).encode())
+      digest.update(np.ascontiguousarray(array).tobytes())
+  digest.update(json.dumps(data.class_names).encode())
+  return digest.hexdigest()
+
+
+def flatten(tree, prefix: str = "", separator: str = _SEPARATOR) -> dict:
+  out = {}
+  for key, value in tree.items():
+    name = f"{prefix}{separator}{key}" if prefix else str(key)
+    if isinstance(value, dict):
+      out.update(flatten(value, name, separator))
+    else:
+      out[name] = value
+  return out
+
+
+def unflatten(flat: dict) -> dict:
+  tree: dict = {}
+  for name, value in flat.items():
+    *parents, leaf = name.split(_SEPARATOR)
+    node = tree
+    for part in parents:
+      node = node.setdefault(part, {})
+    node[leaf] = value
+  return tree
+
+
+def run_contract(config: ml_collections.ConfigDict, data_print: str, total_steps: int,
+                 eval_every: int, checkpoint_every: int) -> dict:
+  """What a checkpoint records so a resume can check it continues the same training."""
+  flat = flatten(json.loads(config.to_json_best_effort()), separator=".")
+  return {"config": {k: v for k, v in flat.items() if k not in RESUMABLE_CHANGES},
+          "data_fingerprint": data_print, "total_steps": total_steps,
+          "eval_every": eval_every, "checkpoint_every": checkpoint_every}
+
+
+def _same(a, b) -> bool:
+  return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: str,
+                   latest_step: int) -> None:
+  """RunError unless `current` (run_contract of this command) continues the run `saved` was
+  written by. Fields one side lacks (added to textattn later) are not compared."""
+  if saved is None:
+    logging.warning("The checkpoints in %s predate run contracts; the resume is not checked.",
+                    workdir)
+    return
+  before, now = saved["config"], current["config"]
+  differing = sorted(k for k in set(before) & set(now) if not _same(before[k], now[k]))
+  if differing:
+    first = differing[0]
+    more = f" (and {len(differing) - 1} more: {', '.join(differing[1:4])}" + (
+        ", ...)" if len(differing) > 4 else ")") if len(differing) > 1 else ""
+    raise RunError(
+        f"The run in {workdir} was started with config.{first}={before[first]!r} but this "
+        f"command has {now[first]!r}{more}; a resume must continue the same training, so use "
+        f"the original values or a new --workdir.")
+  if saved["data_fingerprint"] != current["data_fingerprint"]:
+    raise RunError(
+        f"The run in {workdir} was trained on other data than this command loads (its "
+        f"tokenised train/validation/test arrays differ: another dataset file or version, "
+        f"split, vocabulary or length); use the original data or a new --workdir.")
+  old, new = saved["total_steps"], current["total_steps"]
+  if new == old:
+    return
+  if new < latest_step:
+    raise RunError(
+        f"The run in {workdir} has a checkpoint at step {latest_step} and this command asks for "
+        f"{new} steps in all; a run cannot be shortened after the fact: use the original "
+        f"num_epochs/num_train_steps, or a new --workdir.")
+  if schedule != "constant":
+    raise RunError(
+        f"The run in {workdir} was started to last {old} steps and this command asks for "
+        f"{new}; with optimizer.schedule={schedule!r} the learning rate depends on the length, "
+        f"so use the original num_epochs/num_train_steps or a new --workdir.")
+  if old % current["eval_every"] or old % current["checkpoint_every"]:
+    raise RunError(
+        f"The run in {workdir} ended at step {old}, which is off its evaluation/checkpoint grid "
+        f"(every {current['eval_every']} / {current['checkpoint_every']} steps), so extending it "
+        f"to {new} steps would evaluate and keep steps an uninterrupted run would not; use a "
+        f"new --workdir.")
+
+
+def shape_signature(params) -> dict:
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  return {"/".join(str(getattr(k, "key", k)) for k in path): list(leaf.shape)
+          for path, leaf in flat}
+
+
+def _check_same_model(checkpoint_shapes: dict, current_shapes: dict, workdir: str) -> None:
+  if checkpoint_shapes == current_shapes:
+    return
+  differing = None
+  for name in sorted(set(checkpoint_shapes) | set(current_shapes)):
+    if checkpoint_shapes.get(name) != current_shapes.get(name):
+      differing = name
+      break
+  raise RunError(
+      f"The model in {workdir} does not match this config: state entry {differing!r} has "
+      f"shape {checkpoint_shapes.get(differing)} in the checkpoint and "
+      f"{current_shapes.get(differing)} now (a changed model, or an optimizer with other "
+      f"state); use a new --workdir, or the config that made this one.")
+
+
+def stop_together(problem: RunError | None) -> None:
+  """Raise `problem` here, and a RunError on every other process, if any process has one."""
+  if jax.process_count() == 1:
+    if problem is not None:
+      raise problem
+    return
+  from jax.experimental import multihost_utils
+  flags = np.asarray(multihost_utils.process_allgather(
+      np.asarray(problem is not None, np.int32))).reshape(-1)
+  if problem is not None:
+    raise problem
+  if flags.any():
+    raise RunError(f"Process {int(np.argmax(flags))} cannot resume this run (its message says "
+                   f"why), so process {jax.process_index()} stops too.")
+
+
+def one_line(text: str, limit: int = 200) -> str:
+  return " ".join(str(text).split())[:limit]
+
+
+def _unreadable_checkpoint(manager, step: int, error: Exception) -> RunError:
+  older = [s for s in manager.all_steps() if s < step]
+  fallback = (f"to resume from step {max(older)}" if older else "to start afresh")
+  return RunError(f"The checkpoint at step {step} in {manager.directory} cannot be read "
+                  f"({type(error).__name__}: {one_line(error)}); if its files are damaged, move "
+                  f"{manager.directory / str(step)} out of the way {fallback} (or use a new "
+                  f"--workdir), else fix the cause (permissions, disk) and re-run.")
+
+
+def _read_meta(manager, step: int) -> dict:
+  """The checkpoint's "meta" item, read by Orbax's JSON handler itself rather than through
+  manager.restore: that ends in a barrier across processes, which a process whose read failed
+  never reaches, so the others would wait there until its timeout instead of agreeing (in
+  _stop_together) to stop at once."""
+  return ocp.JsonCheckpointHandler().restore(manager.directory / str(step) / "meta")
+
+
+def abstract_state_with_sharding(abstract_state, state_sharding):
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                      abstract_state, state_sharding)
+
+
+def state_shapes(abstract_state) -> dict:
+  """The shape signature of a train state's parameters and optimizer state."""
+  shapes = shape_signature(abstract_state.params)
+  shapes.update({f"opt_state/{k}": v for k, v in shape_signature(abstract_state.opt_state).items()})
+  return shapes
+
+
+def open_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
+  try:
+    return checkpoint_manager(workdir, keep)
+  except Exception as e:  # e.g. a damaged checkpoint's metrics or metadata
+    raise RunError(f"The checkpoints in {os.path.join(workdir, 'checkpoints')} cannot be read "
+                   f"({type(e).__name__}: {one_line(e)}); if a step's files are damaged, move "
+                   f"that step directory out of the way to resume from an older one (or use a "
+                   f"new --workdir), else fix the cause (permissions, disk) and re-run.") from e
+
+
+def check_resume(manager, workdir: str, shapes: dict, contract: dict, schedule: str,
+                 other_checks=()) -> dict | None:
+  """The newest checkpoint's meta item if there is one and this run may resume from it, else
+  None for a fresh run. Every check that can stop a resume runs here, before any collective,
+  and the processes agree on the verdict (one of them may see a damaged file the others do
+  not), so none is left waiting. `other_checks`: more callables that raise RunError."""
+  latest = manager.latest_step()
+  problem = meta = None
+  if latest is not None:
+    try:
+      meta = _read_meta(manager, latest)
+    except Exception as e:  # noqa: BLE001 -- any failure to read it gets the same advice
+      problem = _unreadable_checkpoint(manager, latest, e)
+    if problem is None:
+      try:
+        _check_same_model(meta["param_shapes"], shapes, workdir)
+        check_same_run(meta.get("run"), contract, schedule, workdir, latest)
+      except RunError as e:
+        problem = e
+  for check in other_checks:
+    if problem is None:
+      try:
+        check()
+      except RunError as e:
+        problem = e
+  stop_together(problem)
+  return None if latest is None else {**meta, "step": int(latest)}
+
+
+def warn_machine_change(saved: dict, machine: dict) -> None:
+  changed = {k: (v, machine.get(k)) for k, v in saved.items() if machine.get(k) != v}
+  if changed:
+    print("Warning: resuming with other hardware or kernel settings than the checkpoint was "
+          "written with (" + ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+          + "): the run continues, but float rounding may differ, so it need not end "
+          "bit-identical to an uninterrupted run.", flush=True)
+
+
+def restore(manager, step: int, abstract_state, state_sharding, with_data: bool = True) -> dict:
+  """{"state": ..., "data": iterator state (with_data)} of checkpoint `step`, laid out as
+  `state_sharding`; an unreadable checkpoint is a RunError naming the step to move aside."""
+  items = {"state": ocp.args.StandardRestore(
+      abstract_state_with_sharding(abstract_state, state_sharding))}
+  if with_data:
+    items["data"] = ocp.args.JsonRestore()
+  try:
+    return manager.restore(step, args=ocp.args.Composite(**items))
+  except Exception as e:
+    if not with_data:
+      raise
+    raise _unreadable_checkpoint(manager, step, e) from e
+
+
+def save(manager, step: int, state, data_state: dict, meta: dict, metrics: dict | None) -> None:
+  manager.save(step, args=ocp.args.Composite(
+      state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
+      meta=ocp.args.JsonSave(meta)), metrics=metrics)

@@ -1,0 +1,119 @@
+"""The classification task's default configuration, and loading configs by path.
+
+Config files (configs/*.py) start from `classification()` or from another config file
+(`sibling(__file__, "imdb_softmax.py")`) and change a few fields. Recipes add their own fields
+only in the configs that use them (textattn/recipes/word2vec.py, textattn/recipes/pretrain.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import ml_collections
+
+
+def classification() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+
+  # ---- Data ---------------------------------------------------------------------------------
+  config.dataset = "imdb_reviews"  # a TFDS name, or the path of a .csv / .tsv / .jsonl file
+  config.data_dir = ""  # TFDS data dir; "" = $TFDS_DATA_DIR, else TFDS's default
+  config.text_fields = "text"  # local files: comma-separated text field(s), joined by a space
+  config.label_field = "label"  # local files: the label field
+  config.val_fraction = 0.1  # fraction of train held out as validation (data_seed decides which)
+  config.eval_split = "validation"  # evaluated during training: validation | test
+  config.data_seed = 0  # seeds the validation carve-out
+  config.tokenizer = "word"  # word (Keras-style standardisation, vocabulary from train) | byte
+  config.vocab_size = 20000  # word tokenizer: ids incl. 0 = padding and 1 = out-of-vocabulary
+  config.max_len = 200  # tokens per example
+  config.truncation = "pre"  # pre drops tokens from the start (Keras' default), post from the end
+  # after_masked: padding after the tokens, masked; before_as_token: the Keras seed's layout
+  # (padding first, attended to and pooled like a token)
+  config.padding = "after_masked"
+  config.cache_dir = ""  # tokenised arrays cached here; "" = ~/.cache/textattn
+
+  # ---- Model --------------------------------------------------------------------------------
+  config.model = ml_collections.ConfigDict()
+  config.model.attention = "softmax"  # a registered variant: softmax | causal | additive
+  # kernel: auto | xla | dot_product | chunked | fused | native | cudnn (unverified; GPU, bf16)
+  # for softmax/causal; auto | xla | native for additive. auto = native on a one-device CPU.
+  config.model.attention_impl = "auto"
+  config.model.embed_dim = 32
+  config.model.num_heads = 2
+  config.model.num_layers = 1
+  config.model.ffn_dim = 32  # feed-forward hidden units per block
+  config.model.mlp_dim = 20  # hidden units of the classifier head; 0 = none
+  config.model.dropout_rate = 0.1  # after attention, FFN, pooling and the head's hidden layer
+  config.model.token_dropout_rate = 0.0  # word dropout: a token's embedding zeroed in training
+  config.model.bigram_buckets = 0  # > 0: hashed (previous, current) token embeddings, this many
+  config.model.position = "learned"  # learned | sinusoidal
+  config.model.norm = "post"  # post (as the seeds) | pre
+  config.model.pooling = "mean"  # mean | max | attention | cls | last
+  config.model.dtype = "float32"  # compute dtype: float32 | bfloat16 (parameters stay float32)
+  config.model.embedding_init = "random"  # random (Keras' uniform) | word2vec (recipe)
+
+  # ---- Optimiser ----------------------------------------------------------------------------
+  config.optimizer = ml_collections.ConfigDict()
+  # adam | adamw | rmsprop | keras_adam (Adam exactly as the seed Keras model computes it)
+  config.optimizer.name = "adam"
+  config.optimizer.learning_rate = 1e-3
+  config.optimizer.schedule = "constant"  # constant | cosine, both after linear warm-up
+  config.optimizer.warmup_steps = 0
+  config.optimizer.weight_decay = 0.0  # decoupled for adamw, L2 on the gradient otherwise
+  config.optimizer.grad_clip_norm = 0.0  # global-norm clipping; 0 = none
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.999
+  config.optimizer.eps = 1e-7  # Keras Adam's default, as in the seed
+  config.optimizer.label_smoothing = 0.0  # of the training loss; evaluation loss is plain
+
+  # ---- Loop ---------------------------------------------------------------------------------
+  config.seed = 0  # parameters, dropout and batch order
+  config.batch_size = 32  # global; a multiple of the device count
+  config.eval_batch_size = 256
+  config.num_epochs = 2
+  config.num_train_steps = -1  # > 0 overrides num_epochs
+  config.log_every_steps = 100
+  config.eval_every_steps = 0  # 0 = once per epoch
+  config.checkpoint_every_steps = 0  # 0 = once per epoch (and always at the end)
+  config.final_params = "best"  # test report from the best-validation checkpoint, or "last"
+  config.keep_checkpoints = 2  # the latest K are kept, plus the best by validation accuracy
+  config.num_cpu_devices = 0  # CPU only: split the CPU into this many devices; 0 = JAX's default
+  config.xla_flags = ""  # extra XLA flags for the train/eval steps ("--xla_name=value ...")
+  config.deterministic = True  # bit-reproducible steps (--xla_gpu_deterministic_ops on GPUs)
+  return config
+
+
+def load(path: str) -> ml_collections.ConfigDict:
+  """get_config() of the config file at `path`, loaded by path (configs are not a package)."""
+  if not os.path.isfile(path):
+    raise ValueError(f"config file {path!r} does not exist.")
+  name = "textattn_config_" + os.path.splitext(os.path.basename(path))[0]
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def sibling(config_file: str, name: str) -> ml_collections.ConfigDict:
+  """Inside a config file: `defaults.sibling(__file__, "imdb_softmax.py")` is the config of that
+  file in the same directory, to start from."""
+  return load(os.path.join(os.path.dirname(os.path.abspath(config_file)), name))
+
+
+def check_choice(field: str, value: Any, allowed: Iterable) -> None:
+  """ValueError naming config.<field>, its value and the allowed values, unless allowed."""
+  allowed = tuple(allowed)
+  if value not in allowed:
+    raise ValueError(f"config.{field}={value!r} is not allowed; "
+                     f"allowed: {', '.join(map(str, allowed))}.")
+
+
+def check_integer(field: str, value: Any, low: int) -> int:
+  """ValueError naming config.<field> and its value unless it is an integer >= low (not a
+  bool); returns it."""
+  if not isinstance(value, int) or isinstance(value, bool) or value < low:
+    raise ValueError(f"config.{field}={value!r} is invalid; it must be an integer >= {low}.")
+  return value

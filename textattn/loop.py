@@ -1,0 +1,142 @@
+"""THE training loop: batches -> compiled step -> logging, NaN guard, evaluation, checkpoints.
+
+`fit(...)` is used by every task: classification (textattn/classify.py), masked-language-model
+pretraining (textattn/recipes/pretrain.py) and validation sweeps (textattn/sweep.py). What differs
+between them comes in as arguments: the pure step, the batches, an `evaluate` callback and a
+`save` callback (None: no evaluation / no checkpoints).
+
+Order within a step, which exact resume relies on: the step runs; at a log, evaluation or
+checkpoint boundary its window's sums are fetched (one host sync) and checked for NaN/Inf
+before anything is saved; then evaluation, then the checkpoint; only then is the next batch
+drawn, so a checkpoint's iterator position is the batch of the step after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import tqdm
+from absl import logging
+
+from textattn import platform
+from textattn.errors import NonFiniteLossError
+from textattn.metrics import MetricWriter, sum_steps
+
+
+@dataclasses.dataclass
+class Schedule:
+  """When things happen, in steps (0 = never); the last step always logs, evaluates and saves."""
+  total_steps: int
+  log_every: int = 100
+  eval_every: int = 0
+  checkpoint_every: int = 0
+
+
+@dataclasses.dataclass
+class FitResult:
+  state: Any
+  history: list[dict]  # every logged row, {"step": ..., "<prefix>/loss": ..., ...} in order
+
+
+def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule, *,
+        batch_size: int, start_step: int = 0, steps_per_epoch: int | None = None,
+        evaluate: Callable[[Any, int, bool], dict | None] | None = None,
+        save: Callable[[int, Any, dict | None], None] | None = None,
+        writer: MetricWriter | None = None, compiler_options: dict | None = None,
+        nonfinite_advice: Callable[[], str] = lambda: "", prefix: str = "train",
+        show_progress: bool = True) -> FitResult:
+  """Trains `state` from `start_step` to `schedule.total_steps` and returns the final state and
+  the logged rows.
+
+  train_step(state, batch) -> (state, sums): pure; sums hold "loss_sum", "correct", "count",
+    "nonfinite" and optionally "grad_norm_sum" with "steps". Compiled here over the data-parallel
+    mesh (batch sharded, state replicated and donated).
+  batches: yields this process's rows of each global batch (numpy).
+  evaluate(state, step, is_last) -> metrics to log (None: nothing to log), at every
+    schedule.eval_every steps and at the end.
+  save(step, state, eval_metrics) at every schedule.checkpoint_every steps and at the end.
+  nonfinite_advice() -> what to tell the user when the loss turns NaN/Inf (the run then stops).
+  """
+  is_main = jax.process_index() == 0
+  data_sharding, replicated = platform.data_parallel_shardings()
+  state_sharding = jax.tree.map(lambda _: replicated, state)
+  total = schedule.total_steps
+  history: list[dict] = []
+
+  def log(step, row):
+    history.append({"step": step, **row})
+    if writer is not None and is_main:
+      writer.write(step, row)
+
+  if start_step >= total:
+    return FitResult(state, history)
+  jitted = jax.jit(train_step, in_shardings=(state_sharding, data_sharding),
+                   out_shardings=(state_sharding, replicated), donate_argnums=0,
+                   compiler_options=compiler_options)
+  t0 = time.perf_counter()
+  batch = platform.to_global(next(batches), data_sharding)
+  compiled = jitted.lower(state, batch).compile()
+  compile_s = time.perf_counter() - t0
+  logging.info("Compiled the %s step in %.1fs.", prefix, compile_s)
+  if start_step == 0:  # (a resumed run would add a row the original run lacks)
+    log(0, {f"{prefix}/compile_s": compile_s})
+
+  progress = tqdm.tqdm(total=total, initial=start_step, disable=not (is_main and show_progress),
+                       unit="step", dynamic_ncols=True, mininterval=1.0,
+                       desc=None if prefix == "train" else prefix)
+  pending, window_start = [], time.perf_counter()
+  for step in range(start_step, total):
+    state, sums = compiled(state, batch)
+    pending.append(sums)
+    progress.update(1)
+    done = step + 1
+    is_last = done == total
+    log_now = (schedule.log_every and done % schedule.log_every == 0) or is_last
+    eval_now = evaluate is not None and (
+        (schedule.eval_every and done % schedule.eval_every == 0) or is_last)
+    save_now = save is not None and (
+        (schedule.checkpoint_every and done % schedule.checkpoint_every == 0) or is_last)
+    if log_now or eval_now or save_now:
+      totals = sum_steps(pending)  # one host sync per window
+      if totals["nonfinite"]:
+        progress.close()
+        raise NonFiniteLossError(
+            f"The {'training' if prefix == 'train' else prefix} loss or parameters became "
+            f"NaN/Inf between steps "
+            f"{done - len(pending) + 1} and {done}; stopping. " + nonfinite_advice())
+      row = _train_row(totals, prefix, len(pending) * batch_size,
+                       time.perf_counter() - window_start, done, steps_per_epoch)
+      log(done, row)
+      progress.set_postfix(loss=f"{row[f'{prefix}/loss']:.4f}",
+                           ex_per_s=f"{row[f'{prefix}/examples_per_sec']:.0f}")
+      eval_metrics = evaluate(state, done, is_last) if eval_now else None
+      if eval_metrics:
+        log(done, eval_metrics)
+        if is_main:
+          name = next(k for k in eval_metrics if k.endswith("/accuracy")).split("/")[0]
+          progress.write(f"step {done}: {name} accuracy {eval_metrics[f'{name}/accuracy']:.4f}, "
+                         f"loss {eval_metrics[f'{name}/loss']:.4f}")
+      if save_now:
+        save(done, state, eval_metrics)
+      pending, window_start = [], time.perf_counter()
+    if not is_last:
+      batch = platform.to_global(next(batches), data_sharding)
+  progress.close()
+  return FitResult(state, history)
+
+
+def _train_row(totals: dict, prefix: str, examples: int, seconds: float, step: int,
+               steps_per_epoch: int | None) -> dict:
+  count = float(totals["count"])
+  row = {f"{prefix}/loss": float(totals["loss_sum"]) / count,
+         f"{prefix}/accuracy": float(totals["correct"]) / count}
+  if "grad_norm_sum" in totals:
+    row[f"{prefix}/grad_norm"] = float(totals["grad_norm_sum"]) / float(totals["steps"])
+  row[f"{prefix}/examples_per_sec"] = examples / seconds
+  if steps_per_epoch:
+    row[f"{prefix}/epoch"] = step / steps_per_epoch
+  return row

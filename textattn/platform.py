@@ -1,0 +1,100 @@
+"""Where a run executes: CPU device count, XLA compiler options, the device mesh, and the
+machine signature a checkpoint records (what a step's float rounding may depend on)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import jax
+import ml_collections
+
+
+def data_parallel_shardings() -> tuple[jax.NamedSharding, jax.NamedSharding]:
+  """(batch sharded along a "data" axis over all devices, replicated) shardings."""
+  mesh = jax.make_mesh((jax.device_count(),), ("data",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  return jax.NamedSharding(mesh, jax.P("data")), jax.NamedSharding(mesh, jax.P())
+
+
+def to_global(batch: dict, data_sharding: jax.NamedSharding) -> dict:
+  """This process's rows of a batch -> global arrays sharded along the data axis."""
+  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, x), batch)
+
+
+XlaOptionValue = str | bool | int | float
+
+
+def _xla_option_value(text: str) -> XlaOptionValue:
+  """XLA takes typed option values: 'true'/'false' for its bool flags, numbers for its numeric
+  ones; everything else stays a string (e.g. the empty list of --xla_cpu_experimental_ynn_...)."""
+  if text.lower() in ("true", "false"):
+    return text.lower() == "true"
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return text
+
+
+def xla_compiler_options(config: ml_collections.ConfigDict) -> dict[str, XlaOptionValue]:
+  """config.xla_flags ("--xla_name=value ...") as `jax.jit(compiler_options=...)`: XLA reads
+  $XLA_FLAGS when jax is imported, too early for a config, so the flags go to the compilations
+  of the train and eval steps instead."""
+  flags = config.get("xla_flags", "")
+  tokens = flags.split() if isinstance(flags, str) else [None]
+  if any(not (t and t.startswith("--xla_") and "=" in t) for t in tokens):
+    raise ValueError(f"config.xla_flags={flags!r} must be a space-separated list of XLA flags "
+                     f"of the form --xla_name=value (e.g. '--xla_cpu_experimental_ynn_fusion_"
+                     f"type='), or empty.")
+  return {name: _xla_option_value(value)
+          for name, value in (t[2:].split("=", 1) for t in tokens)}
+
+
+def step_compiler_options(
+    config: ml_collections.ConfigDict) -> dict[str, XlaOptionValue] | None:
+  """What the train and eval steps are compiled with: config.xla_flags, plus XLA's deterministic
+  GPU ops when config.deterministic (the default) and the run is on a GPU. Call after JAX has
+  started (it asks for the backend); an explicit --xla_gpu_deterministic_ops in xla_flags wins."""
+  options = xla_compiler_options(config)
+  if config.get("deterministic", True) and jax.default_backend() == "gpu":
+    options.setdefault("xla_gpu_deterministic_ops", True)
+  return options or None
+
+
+def request_cpu_devices(config: ml_collections.ConfigDict) -> None:
+  """Apply config.num_cpu_devices (and check config.xla_flags); call before any JAX operation
+  (the backend reads the device count once)."""
+  xla_compiler_options(config)
+  n = config.get("num_cpu_devices", 0)
+  if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+    raise ValueError(f"config.num_cpu_devices={n!r} must be an integer >= 0 (0 = JAX's "
+                     f"default: one CPU device).")
+  if n == 0:
+    return
+  if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+    raise ValueError(f"config.num_cpu_devices={n} and XLA_FLAGS' "
+                     f"--xla_force_host_platform_device_count both set the CPU device count; "
+                     f"set only one.")
+  jax.config.update("jax_num_cpu_devices", n)
+
+
+def machine_signature(config: ml_collections.ConfigDict) -> dict:
+  """What a step's float rounding may depend on: the backend and devices, JAX's version, the
+  kernel and XLA settings, and on a CPU the cores this process may use (XLA's and the native
+  kernels' thread counts follow them) and a hash of its feature flags (what -march=native and
+  XLA compile for)."""
+  import jaxlib
+  signature = {"backend": jax.default_backend(), "devices": jax.device_count(),
+               "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
+               "jaxlib": jaxlib.__version__, "attention_impl": config.model.attention_impl,
+               "xla_flags": config.xla_flags, "deterministic": config.deterministic,
+               # None: JAX's default (TF32 products on recent NVIDIA GPUs, float32 on CPUs).
+               "matmul_precision": jax.config.jax_default_matmul_precision}
+  if signature["backend"] == "cpu":
+    from textattn import attention
+    from textattn.attention import native
+    signature["cpu_cores"] = attention.usable_cores()
+    signature["cpu_features"] = hashlib.sha256(native.cpu_signature().encode()).hexdigest()[:12]
+  return signature

@@ -1,0 +1,163 @@
+"""Pure train and eval steps for the classifier, and the state they carry.
+
+`train_step(state, batch) -> (state, sums)` and `eval_step(state, batch, ...) -> sums` are pure
+functions of their inputs, compiled by the loop with `jax.jit` over the data-parallel mesh.
+Dropout keys are `fold_in(state.dropout_key, state.step)`: deterministic, and the same after a
+resume. Metrics are sums (divide by "count" when reporting).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from flax.training import train_state as train_state_lib
+
+# Where the token-embedding table lives in the parameters (and in every optimizer-state tree
+# that mirrors them, e.g. Adam's mu and nu).
+TOKEN_TABLE_PATH = ("embedding", "token", "embedding")
+
+
+class TrainState(train_state_lib.TrainState):
+  dropout_key: jax.Array  # raw uint32 key data; per-step keys are fold_in(dropout_key, step)
+  label_smoothing: float = struct.field(pytree_node=False, default=0.0)  # (static)
+  # config.optimizer.name == "keras_adam" (static): train_step hands the optimizer the token
+  # table's per-occurrence squared gradients (see optim.scale_by_keras_adam).
+  table_squares: bool = struct.field(pytree_node=False, default=False)
+
+
+def init_train_state(model, tx: optax.GradientTransformation, rng: jax.Array, length: int,
+                     optimizer=None, pretrained_tokens=None, pretrained_params=None) -> TrainState:
+  """Fresh parameters (from a dummy batch of `length` tokens), optimizer state and dropout key.
+
+  `optimizer` is config.optimizer (None: defaults); the state takes its `label_smoothing` and
+  whether it is "keras_adam". `tx` is built from it by `optim.make_optimizer`.
+  `pretrained_tokens`: (table [vocab, embed], found bool [vocab]) from the word2vec recipe; rows
+  where `found` is True replace the random token embeddings, the others keep them.
+  `pretrained_params`: embedding and encoder parameters from the MLM pretraining recipe; they
+  replace the fresh ones (same paths and shapes), the classifier's head keeps its initialisation.
+  """
+  optimizer = optimizer or {}
+  params_rng, dropout_rng = jax.random.split(rng)
+  params = model.init({"params": params_rng}, jnp.ones((1, length), jnp.int32))["params"]
+  if pretrained_tokens is not None:
+    table, found = pretrained_tokens
+    random_table = _token_table(params)
+    if table.shape != random_table.shape:
+      raise ValueError(f"The pretrained token table has shape {table.shape}; the model's is "
+                       f"{random_table.shape}.")
+    merged = jnp.where(found[:, None], table.astype(random_table.dtype), random_table)
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, leaf: merged if _is_token_table(path, leaf, merged.shape) else leaf, params)
+  if pretrained_params is not None:
+    from textattn.recipes import pretrain  # (only this option needs the recipe)
+    params = pretrain.transfer(params, pretrained_params)
+  return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                           dropout_key=jax.random.key_data(dropout_rng),
+                           label_smoothing=float(optimizer.get("label_smoothing", 0.0)),
+                           table_squares=optimizer.get("name") == "keras_adam")
+
+
+def _token_table(params) -> jax.Array:
+  for name in TOKEN_TABLE_PATH:
+    params = params[name]
+  return params
+
+
+def _is_token_table(path, leaf, table_shape) -> bool:
+  names = tuple(getattr(key, "key", None) for key in path[-len(TOKEN_TABLE_PATH):])
+  return names == TOKEN_TABLE_PATH and getattr(leaf, "shape", None) == table_shape
+
+
+def _sum_all(x: jax.Array) -> jax.Array:
+  """The sum of every element of `x`, taken 32 consecutive elements at a time.
+
+  The same value as jnp.sum up to summation order. XLA:CPU rewrites one long reduction into a
+  tree of reduce-window ops that it runs about 4x slower than these short row sums (0.74 ms
+  against 0.20 ms for the squares of a 20,000 x 32 table here; experiments/RESULTS.md, "Fourth
+  round"), and train_step reduces every gradient and parameter each step for its metrics.
+  """
+  x = x.reshape(-1)
+  while x.size > 32:
+    x = jnp.pad(x, (0, -x.size % 32)).reshape(-1, 32).sum(axis=1)
+  return jnp.sum(x)
+
+
+def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+  """One optimiser step. Metrics are sums (divide by "count" when reporting).
+
+  With state.table_squares (optimizer "keras_adam") the loss is also differentiated with respect
+  to the looked-up embedding rows, to hand the optimizer the token table's per-occurrence
+  squared gradients (optim.scale_by_keras_adam); the table gradient itself is the dense one.
+  """
+  dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)
+  tokens = batch["inputs"]
+
+  def loss_fn(params, token_embeddings=None):
+    logits = state.apply_fn({"params": params}, tokens, train=True,
+                            rngs={"dropout": dropout_key}, token_embeddings=token_embeddings)
+    if state.label_smoothing:
+      targets = optax.smooth_labels(jax.nn.one_hot(batch["labels"], logits.shape[-1]),
+                                    state.label_smoothing)
+      losses = optax.softmax_cross_entropy(logits, targets)
+    else:
+      losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+    return jnp.mean(losses), (losses, logits)
+
+  if state.table_squares:
+    # Differentiate with respect to the looked-up rows (one gradient per token position);
+    # grads' table entry is then zero and unused: the model does not read the table.
+    table = _token_table(state.params)
+    (grads, row_grads), (losses, logits) = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(
+        state.params, jnp.take(table, tokens, axis=0))
+    flat_rows = row_grads.reshape(tokens.size, -1).astype(table.dtype)
+    # One scatter for both: per token id, the summed gradient and the summed squares.
+    both = jax.ops.segment_sum(jnp.concatenate([flat_rows, jnp.square(flat_rows)], axis=1),
+                               tokens.reshape(-1), num_segments=table.shape[0])
+    table_grad, table_squares = jnp.split(both, 2, axis=1)
+    grads = jax.tree_util.tree_map_with_path(
+        lambda path, g: table_grad if _is_token_table(path, g, table.shape) else g, grads)
+    squares = jax.tree_util.tree_map_with_path(
+        lambda path, g: table_squares if _is_token_table(path, g, table.shape) else jnp.square(g),
+        grads)
+    updates, opt_state = state.tx.update(grads, state.opt_state, state.params,
+                                         squared_grads=squares)
+    state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                          opt_state=opt_state)
+  else:
+    grads, (losses, logits) = jax.grad(loss_fn, has_aux=True)(state.params)
+    state = state.apply_gradients(grads=grads)
+  metrics = {
+      "loss_sum": jnp.sum(losses),
+      "correct": jnp.sum(jnp.argmax(logits, -1) == batch["labels"]),
+      "count": jnp.asarray(losses.shape[0], jnp.int32),
+      # optax.global_norm(grads), with the fast sum.
+      "grad_norm_sum": jnp.sqrt(sum(_sum_all(jnp.square(g).astype(jnp.float32))
+                                    for g in jax.tree_util.tree_leaves(grads))),
+      "steps": jnp.asarray(1, jnp.int32),
+      # Non-finite losses, plus the count of non-finite parameters after the update: the loop
+      # never checkpoints a state from a window where this is non-zero.
+      "nonfinite": (jnp.sum(~jnp.isfinite(losses)) + sum(
+          _sum_all((~jnp.isfinite(p)).astype(jnp.int32))
+          for p in jax.tree_util.tree_leaves(state.params))).astype(jnp.int32),
+  }
+  return state, metrics
+
+
+def eval_step(state: TrainState, batch: dict, num_classes: int,
+              probabilities: bool = False) -> dict:
+  """Sums over the real (weight 1) examples of a padded eval batch, and a confusion matrix;
+  with `probabilities`, also each row's predicted class probabilities ([B, num_classes])."""
+  logits = state.apply_fn({"params": state.params}, batch["inputs"], train=False)
+  weights = batch["weights"]
+  losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+  predictions = jnp.argmax(logits, -1)
+  confusion = jnp.einsum("bi,bj->ij", jax.nn.one_hot(batch["labels"], num_classes) * weights[:, None],
+                         jax.nn.one_hot(predictions, num_classes))
+  out = {"loss_sum": jnp.sum(losses * weights),
+         "correct": jnp.sum((predictions == batch["labels"]) * weights),
+         "count": jnp.sum(weights), "confusion": confusion}
+  if probabilities:
+    out["probabilities"] = jax.nn.softmax(logits.astype(jnp.float32), -1)
+  return out
