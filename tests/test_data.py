@@ -11,15 +11,19 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from configs import default
 from textattn import data as ip
+from textattn import defaults
+from textattn.data import cache as cache_lib
+from textattn.data import file_source, tfds_source
 from textattn.data import tokenizer as tokenizer_lib
 
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
+# The Kaggle file, when a checkout sits beside ../shared: checked as well, not instead.
 TWEETS = pathlib.Path(__file__).resolve().parents[2] / "shared/data/disaster-tweets/train.csv"
 
 
 def make_config(tmp_path, dataset="imdb_reviews", **overrides):
-  config = default.get_config()
+  config = defaults.classification()
   config.dataset = str(dataset)
   config.data_dir = str(tmp_path / "tfds")
   config.cache_dir = str(tmp_path / "cache")
@@ -93,10 +97,10 @@ def test_tfds_cache_round_trip_including_an_empty_validation_split(tmp_path, mon
   config = make_config(tmp_path, val_fraction=0.0)
   (tmp_path / "tfds" / "imdb_reviews").mkdir(parents=True)
   (tmp_path / "tfds" / "imdb_reviews" / "prepared.tfrecord").write_bytes(b"x")
-  monkeypatch.setattr(ip._TfdsSource, "cacheable", lambda self: True)  # Mocked data is not.
+  monkeypatch.setattr(tfds_source.TfdsSource, "cacheable", lambda self: True)  # Mocked data is not.
   with fake_tfds({"train": train, "test": train[:3]}):
     first = ip.load_dataset(config, None)
-    monkeypatch.setattr(ip._TfdsSource, "read", lambda *args: pytest.fail("cache not used"))
+    monkeypatch.setattr(tfds_source.TfdsSource, "read", lambda *args: pytest.fail("cache not used"))
     again = ip.load_dataset(config, None)
   assert (len(first.train), len(first.validation), len(first.test)) == (12, 0, 3)
   assert again.validation.inputs.shape == (0, config.max_len)
@@ -111,18 +115,18 @@ def test_recopied_tfds_dir_keeps_its_cache_and_changed_bytes_do_not(tmp_path, mo
   prepared = tmp_path / "tfds" / "imdb_reviews" / "prepared.tfrecord"
   prepared.parent.mkdir(parents=True)
   prepared.write_bytes(b"records v1")
-  monkeypatch.setattr(ip._TfdsSource, "cacheable", lambda self: True)  # Mocked data is not.
+  monkeypatch.setattr(tfds_source.TfdsSource, "cacheable", lambda self: True)  # Mocked data is not.
   with fake_tfds({"train": train, "test": train[:3]}):
     ip.load_dataset(config, None)
     prepared.unlink()
     prepared.write_bytes(b"records v1")  # the same bytes, re-copied: a new mtime
     os.utime(prepared, ns=(1, 1))
     with monkeypatch.context() as patch:
-      patch.setattr(ip._TfdsSource, "read", lambda *args: pytest.fail("cache not used"))
+      patch.setattr(tfds_source.TfdsSource, "read", lambda *args: pytest.fail("cache not used"))
       ip.load_dataset(config, None)
     prepared.write_bytes(b"records v2")  # same size, new bytes: must be read again
     with monkeypatch.context() as patch:
-      patch.setattr(ip._TfdsSource, "read", lambda *args: pytest.fail("cache not used"))
+      patch.setattr(tfds_source.TfdsSource, "read", lambda *args: pytest.fail("cache not used"))
       with pytest.raises(pytest.fail.Exception, match="cache not used"):
         ip.load_dataset(config, None)
 
@@ -133,15 +137,15 @@ def test_content_digest_is_memoised_by_path_size_and_mtime(tmp_path):
   memo_dir = tmp_path / "cache"
   digest = ip.content_digest(str(data), str(memo_dir), write=False)
   assert not memo_dir.exists()  # write=False (non-zero processes) writes nothing
-  ip._DIGESTS.clear()  # (a new process)
+  cache_lib._DIGESTS.clear()  # (a new process)
   assert ip.content_digest(str(data), str(memo_dir)) == digest == hashlib.sha256(b"abc").hexdigest()
   (memo_file,) = (memo_dir / "digests").iterdir()
   memo_file.write_text("f" * 64)  # a new process is served from the memo, not the file
-  ip._DIGESTS.clear()
+  cache_lib._DIGESTS.clear()
   assert ip.content_digest(str(data), str(memo_dir)) == "f" * 64
   assert ip.content_digest(str(data), None) == "f" * 64  # and this process remembers it
   memo_file.write_text("garbage")  # an unreadable memo is recomputed, not trusted
-  ip._DIGESTS.clear()
+  cache_lib._DIGESTS.clear()
   assert ip.content_digest(str(data), str(memo_dir)) == digest
 
 
@@ -161,10 +165,11 @@ def test_tfds_empty_texts_are_skipped_and_counted(tmp_path):
 
 
 def test_tfds_not_prepared_and_offline_is_one_clear_error(tmp_path, monkeypatch):
-  monkeypatch.setattr(ip, "_network_available", lambda *args, **kwargs: False)
+  asked = []  # (so the test cannot pass by really being offline with the check unpatched)
+  monkeypatch.setattr(tfds_source, "network_available", lambda *args: asked.append(args) or False)
   with pytest.raises(ip.DataError, match="TFDS_DATA_DIR.*--config.data_dir") as error:
     ip.load_dataset(make_config(tmp_path), None)
-  assert str(tmp_path / "tfds") in str(error.value)
+  assert str(tmp_path / "tfds") in str(error.value) and asked == [()]
 
 
 def test_unknown_tfds_name_is_a_data_error(tmp_path):
@@ -221,13 +226,25 @@ def test_file_vocabulary_is_counted_on_train_only(tmp_path):
 
 
 def test_carving_is_deterministic_in_data_seed(tmp_path):
+  """Every load carves afresh (a new cache dir each time, so none is served from the cache):
+  the same data_seed gives the same train / validation / test rows, another seed other ones,
+  and the three splits always partition the file's rows."""
   path = write_csv(tmp_path / "d.csv", unique_word_rows(50))
+  loads = itertools.count()
 
-  def validation_rows(seed):
-    config = make_config(tmp_path, dataset=path, data_seed=seed, tokenizer="byte")
-    return ip.load_dataset(config, None).validation.inputs.tolist()
-  assert validation_rows(0) == validation_rows(0)
-  assert validation_rows(0) != validation_rows(1)
+  def carve(seed):
+    config = make_config(tmp_path, dataset=path, data_seed=seed, tokenizer="byte", max_len=32,
+                         truncation="post", cache_dir=str(tmp_path / f"cache{next(loads)}"))
+    data = ip.load_dataset(config, None)
+    return [sorted(bytes((row[row > 0] - 2).tolist()).decode().split()[0] for row in split.inputs)
+            for split in (data.train, data.validation, data.test)]
+  first = carve(0)
+  assert carve(0) == first
+  assert carve(1)[1] != first[1]
+  for train, validation, test in (first, carve(1), carve(7)):
+    assert (len(train), len(validation), len(test)) == (40, 5, 5)
+    assert sorted(train + validation + test) == sorted(f"uniq{i}" for i in range(50))
+  assert len(list(tmp_path.glob("cache*/*.npz"))) == 5  # every load carved and encoded itself
 
 
 @pytest.mark.parametrize("truncation, kept", [("pre", ["w7", "w8", "w9"]),
@@ -242,9 +259,30 @@ def test_truncation_side_end_to_end(tmp_path, truncation, kept):
   assert [tokenizer.words[i - 2] for i in data.train.inputs[0]] == kept
 
 
+def test_disaster_tweets_format_csv(tmp_path):
+  """tests/fixtures/disaster_tweets.csv: the Kaggle file's format (id,keyword,location,text,
+  target; CRLF; empty keyword and location fields; quoted fields with commas, doubled quotes
+  and line breaks, LF and CRLF, inside), 36 rows written for this test, one of them blank."""
+  path = FIXTURES / "disaster_tweets.csv"
+  config = make_config(tmp_path, dataset=path, label_field="target", max_len=32,
+                       vocab_size=500, val_fraction=0.15)
+  data = ip.load_dataset(config, None)
+  assert data.class_names == ["0", "1"] and data.skipped == {"file": 1}
+  assert (len(data.train), len(data.validation), len(data.test)) == (25, 5, 5)
+  labels = np.concatenate([data.train.labels, data.validation.labels, data.test.labels])
+  assert labels.sum() == 19
+  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
+  texts = [t for split in ip.SPLITS for t in raw.texts[split]]
+  assert "Two buildings on fire downtown,\nfirefighters from four stations responding" in texts
+  assert ("Cyclone makes landfall tonight.\r\nFishermen told to stay in port.\r\nShelters open"
+          in texts)
+  assert ('Bridge collapse on the motorway: "we heard a roar and then dust everywhere"'
+          in texts)
+
+
 def test_disaster_tweets_csv(tmp_path):
   if not TWEETS.exists():
-    pytest.skip(f"{TWEETS} is absent")
+    pytest.skip(f"{TWEETS} is absent (the fixture test above covers its format)")
   config = make_config(tmp_path, dataset=TWEETS, label_field="target", max_len=32,
                        vocab_size=5000)
   data = ip.load_dataset(config, None)
@@ -266,7 +304,7 @@ def test_second_load_uses_the_cache_without_reading_or_tokenizing(tmp_path, monk
   def fail(*args, **kwargs):
     raise AssertionError("cache not used")
   with monkeypatch.context() as patch:
-    patch.setattr(ip._FileSource, "read", fail)
+    patch.setattr(file_source.FileSource, "read", fail)
     patch.setattr(tokenizer_lib.WordTokenizer, "encode", fail)
     patch.setattr(tokenizer_lib.WordTokenizer, "train", fail)
     again = ip.load_dataset(config, str(tmp_path / "work1"))
@@ -279,7 +317,7 @@ def test_second_load_uses_the_cache_without_reading_or_tokenizing(tmp_path, monk
 
   config.max_len = 4  # Changes the arrays: a cache miss must re-read.
   with monkeypatch.context() as patch:
-    patch.setattr(ip._FileSource, "read", fail)
+    patch.setattr(file_source.FileSource, "read", fail)
     with pytest.raises(AssertionError, match="cache not used"):
       ip.load_dataset(config, None)
 
@@ -300,7 +338,7 @@ def test_moved_file_with_the_same_content_uses_the_cache(tmp_path, monkeypatch):
   moved.parent.mkdir()
   moved.write_bytes(path.read_bytes())
   config.dataset = str(moved)
-  monkeypatch.setattr(ip._FileSource, "read", lambda *args: pytest.fail("cache not used"))
+  monkeypatch.setattr(file_source.FileSource, "read", lambda *args: pytest.fail("cache not used"))
   np.testing.assert_array_equal(ip.load_dataset(config, None).train.inputs, first.train.inputs)
 
 
@@ -312,7 +350,7 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
   assert len(entries) == 3  # vocabulary, arrays, the data file's digest memo
   for entry in entries:
     entry.write_bytes(entry.read_bytes()[:50])  # Truncated, as after a crash mid-copy.
-  ip._DIGESTS.clear()  # (read by a new process)
+  cache_lib._DIGESTS.clear()  # (read by a new process)
   again = ip.load_dataset(config, None)
   np.testing.assert_array_equal(again.train.inputs, first.train.inputs)
   assert all(entry.stat().st_size > 50 for entry in entries)
@@ -351,22 +389,46 @@ def test_workdir_created_with_another_tokenizer_is_refused(tmp_path):
     ip.load_dataset(make_config(tmp_path, dataset=path, tokenizer="byte"), workdir)
   with pytest.raises(ip.DataError, match="vocab_size=200.*config.vocab_size=300"):
     ip.load_dataset(make_config(tmp_path, dataset=path, vocab_size=300), workdir)
-  with pytest.raises(ip.DataError, match="punctuation='strip'.*config.punctuation='split'"):
-    ip.load_dataset(make_config(tmp_path, dataset=path, punctuation="split"), workdir)
 
 
-def test_split_punctuation_has_its_own_vocabulary_and_cache_entries(tmp_path):
-  path = write_csv(tmp_path / "d.csv", [f"good! film{i % 3},{i % 2}" for i in range(40)])
-  strip = ip.load_dataset(make_config(tmp_path, dataset=path), str(tmp_path / "w1"))
-  config = make_config(tmp_path, dataset=path, punctuation="split")
-  split = ip.load_dataset(config, str(tmp_path / "w2"))  # same cache_dir: must not reuse
-  assert "!" in split.tokenizer.words and "!" not in strip.tokenizer.words
-  bang = split.tokenizer.words.index("!") + tokenizer_lib.NUM_RESERVED
-  assert (split.train.inputs[:, 1] == bang).all() and (strip.train.inputs[:, 2] == 0).all()
-  again = ip.load_dataset(config, None)  # from the cache: the same ids
-  np.testing.assert_array_equal(again.train.inputs, split.train.inputs)
-  tokenizer, _ = ip.load_tokenizer(str(tmp_path / "w2"), config)
-  assert tokenizer.punctuation == "split"
+def test_workdir_saved_before_is_read_with_the_same_ids_and_one_saved_with_split_is_refused(
+    tmp_path):
+  """tests/fixtures/workdir_*: written by textattn before the punctuation option was removed.
+  The default ("strip") one must keep working; one of the removed "split" option holds ids the
+  word tokenizer no longer produces, so it is refused in one sentence rather than misread."""
+  config = make_config(tmp_path, dataset="reviews.csv", vocab_size=10, max_len=16)
+  tokenizer, class_names = ip.load_tokenizer(str(FIXTURES / "workdir_strip"), config)
+  assert class_names == ["neg", "pos"] and tokenizer.words == ["bad", "film", "good", "really"]
+  assert tokenizer.encode(["Good, bad film! unknown"], 6, "post").tolist() == [[4, 2, 3, 1, 0, 0]]
+  with pytest.raises(ip.DataError, match=r"workdir_split was created with punctuation='split', "
+                     r"an option textattn no longer has; use a new workdir\.$"):
+    ip.load_tokenizer(str(FIXTURES / "workdir_split"), config)
+
+
+def test_workdir_files_keep_their_format(tmp_path):
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
+  config = make_config(tmp_path, dataset=path)
+  ip.load_dataset(config, str(tmp_path / "work"))
+  info = json.loads((tmp_path / "work" / ip.DATA_INFO_FILE).read_text(encoding="utf-8"))
+  assert info == {"tokenizer": "word", "vocab_size": 35, "config_vocab_size": 200,
+                  "class_names": ["neg", "pos"], "punctuation": "strip", "dataset": str(path),
+                  "max_len": 8, "truncation": "pre"}
+
+
+def test_cache_keys_of_the_default_settings_never_change(tmp_path):
+  """The cache file names a fixed file gets under the default data settings, as textattn wrote
+  them before the data package was split and the punctuation option removed: a change orphans
+  every existing cache (bump cache._CACHE_VERSION when it must)."""
+  path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
+  config = make_config(tmp_path, dataset=path)
+  ip.load_dataset(config, None)
+  config.tokenizer = "byte"
+  ip.load_dataset(config, None)
+  assert sorted(p.name for p in pathlib.Path(config.cache_dir).glob("*.*")) == [
+      "d-byte-8pre-e25d52b1be6cb699ea5fdadc.npz", "d-vocab200-d599c6aebe0119b4032f3f47.json",
+      "d-word-8pre-19d06be0348bc3f43346a751.npz"]
+  assert os.path.basename(ip.source_cache_path(config, "mlm", {"seed": 0}, ".npz")) == (
+      "d-mlm-f9233b9eeb993d73d1a3e0f3.npz")
 
 
 def test_label_outside_the_workdir_label_set_is_an_error(tmp_path):
@@ -458,8 +520,7 @@ def test_empty_texts_are_skipped_counted_and_never_encoded(tmp_path):
 
 
 @pytest.mark.parametrize("field, value", [("truncation", "middle"), ("tokenizer", "bpe"),
-                                          ("punctuation", "keep"), ("padding", "pre"),
-                                          ("max_len", 0), ("vocab_size", 2),
+                                          ("padding", "pre"), ("max_len", 0), ("vocab_size", 2),
                                           ("val_fraction", 0.5), ("val_fraction", -0.1)])
 def test_bad_config_names_the_field(tmp_path, field, value):
   config = make_config(tmp_path)

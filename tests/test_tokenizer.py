@@ -1,30 +1,21 @@
 """Tokenizers: Keras-style standardisation, reserved ids, tie order, truncation sides, bytes."""
 
+import hashlib
+import pathlib
+
 import numpy as np
 import pytest
 
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.tokenizer import ByteTokenizer, WordTokenizer
 
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
+
 
 def test_standardize_lowercases_strips_line_breaks_and_punctuation():
   text = "Great MOVIE!<br /><br />Don't miss it... (10/10)<BR/>end"
   assert tokenizer_lib.standardize(text).split() == [
       "great", "movie", "dont", "miss", "it", "1010", "end"]
-
-
-def test_split_punctuation_keeps_every_mark_as_a_token():
-  text = "Great MOVIE!<br /><br />Don't miss it... (10/10)<BR/>end"
-  assert tokenizer_lib.standardize(text, "split").split() == [
-      "great", "movie", "!", "don", "'", "t", "miss", "it", ".", ".", ".", "(", "10", "/",
-      "10", ")", "end"]
-  tokenizer = WordTokenizer.train(["Bad!! Good?"], vocab_size=10, punctuation="split")
-  assert tokenizer.words == ["!", "?", "bad", "good"]
-  assert tokenizer.encode(["good!"], 3, "post").tolist() == [[5, 2, 0]]
-  # The same words without the setting would encode "good!" as one unknown word.
-  assert WordTokenizer(tokenizer.words).encode(["good!"], 3, "post").tolist() == [[5, 0, 0]]
-  with pytest.raises(ValueError, match="punctuation='keep' is invalid; allowed: 'strip', "):
-    WordTokenizer(["a"], punctuation="keep")
 
 
 def test_vocab_reserves_padding_and_oov_and_counts_them_in_vocab_size():
@@ -68,26 +59,39 @@ def test_invalid_truncation_is_rejected():
     WordTokenizer(["a"]).encode(["a"], 4, "middle")
 
 
-@pytest.mark.parametrize("punctuation", tokenizer_lib.PUNCTUATIONS)
-def test_json_round_trip_keeps_every_id(punctuation):
-  tokenizer = WordTokenizer.train(["the cat sat on the mat!", "é ü 日本"], vocab_size=50,
-                                  punctuation=punctuation)
+def test_json_round_trip_keeps_every_id():
+  tokenizer = WordTokenizer.train(["the cat sat on the mat!", "é ü 日本"], vocab_size=50)
   restored = WordTokenizer.from_json(tokenizer.to_json())
-  assert restored.words == tokenizer.words and restored.punctuation == punctuation
+  assert restored.words == tokenizer.words
   assert restored.fingerprint() == tokenizer.fingerprint()
 
 
-def test_fingerprint_changes_when_any_id_changes():
+def test_tokenizer_json_saved_before_loads_with_the_same_ids_and_bytes():
+  """Written by textattn before the punctuation option was removed (tests/fixtures)."""
+  saved = (FIXTURES / "workdir_strip" / "tokenizer.json").read_text(encoding="utf-8")
+  tokenizer = WordTokenizer.from_json(saved)
+  assert tokenizer.words == ["bad", "film", "good", "really"]
+  assert tokenizer.encode(["Good, bad film! unknown"], 6, "post").tolist() == [[4, 2, 3, 1, 0, 0]]
+  assert tokenizer.to_json() == saved
+
+
+def test_tokenizer_json_of_the_removed_split_punctuation_is_refused():
+  saved = (FIXTURES / "workdir_split" / "tokenizer.json").read_text(encoding="utf-8")
+  with pytest.raises(ValueError, match=r"punctuation='split', an option textattn no longer has"):
+    WordTokenizer.from_json(saved)
+
+
+def test_fingerprint_changes_when_any_id_changes_and_keeps_its_format():
   assert WordTokenizer(["a", "b"]).fingerprint() != WordTokenizer(["b", "a"]).fingerprint()
-  assert WordTokenizer(["a"]).fingerprint() != WordTokenizer(["a"], "split").fingerprint()
+  # Cache keys hold it: the format every existing cache entry was written under.
+  assert WordTokenizer(["a", "b"]).fingerprint() == (
+      "word-" + hashlib.sha256(b"a\nb").hexdigest())
 
 
-@pytest.mark.parametrize("punctuation", tokenizer_lib.PUNCTUATIONS)
-def test_saved_hugging_face_tokenizer_reproduces_our_ids(punctuation):
+def test_saved_hugging_face_tokenizer_reproduces_our_ids():
   texts = ["I loved it.<br /><br />Best film of 2009, really!", "Worst. Movie. EVER?!",
            "unseen words here", "don't   stop", "a$b+c=d ~e^f `g|h <i> \\ j *** 7/10"]
-  tokenizer = WordTokenizer.train(texts[:2] + ["stop dont", texts[4]], vocab_size=40,
-                                  punctuation=punctuation)
+  tokenizer = WordTokenizer.train(texts[:2] + ["stop dont", texts[4]], vocab_size=40)
   hf = tokenizer.to_hf()
   ours = tokenizer.encode(texts, max_len=32, truncation="post")
   for row, text in zip(ours, texts):

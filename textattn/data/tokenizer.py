@@ -2,9 +2,7 @@
 
 Word tokenizer ("word"): standardisation as Keras `TextVectorization` and Deep Learning with
 Python's IMDB example: lowercase, replace `<br />` with a space, delete ASCII punctuation
-(`string.punctuation`, so "don't" → "dont"), split on whitespace. With punctuation="split"
-each ASCII punctuation mark is kept as a token of its own instead ("don't!" → "don ' t !",
-"7/10" → "7 / 10"). Id 0 is padding, id 1 is
+(`string.punctuation`, so "don't" → "dont"), split on whitespace. Id 0 is padding, id 1 is
 out-of-vocabulary, ids 2.. are the training words by descending count, ties broken by the
 word's code points — the order Hugging Face's `WordLevelTrainer` produces. `vocab_size`
 counts the two reserved ids (Keras convention: 20000 → 19998 words).
@@ -42,30 +40,18 @@ PAD_TOKEN = "[PAD]"
 OOV_TOKEN = "[UNK]"
 BYTE_VOCAB_SIZE = 256 + NUM_RESERVED
 TRUNCATIONS = ("pre", "post")
-# What the word tokenizer does with ASCII punctuation: "strip" deletes it (Keras' default),
-# "split" keeps every mark as a token of its own.
-PUNCTUATIONS = ("strip", "split")
 
 # Lowercasing first means "<BR />" is caught as well.
 _LINE_BREAK = re.compile(r"<br\s*/?>")
 _DELETE_PUNCTUATION = str.maketrans("", "", string.punctuation)
-_SPLIT_PUNCTUATION = str.maketrans({c: f" {c} " for c in string.punctuation})
 # The same standardisation in the Oniguruma syntax of `tokenizers` normalizers.
 _HF_LINE_BREAK = r"<br\s*/?>"
 _HF_PUNCTUATION = "[" + "".join("\\" + c for c in string.punctuation) + "]"
 
 
-def standardize(text: str, punctuation: str = "strip") -> str:
-  """Keras "lower_and_strip_punctuation" plus Deep Learning with Python's `<br />` removal;
-  punctuation="split": every ASCII punctuation mark becomes a word of its own instead."""
-  text = _LINE_BREAK.sub(" ", text.lower())
-  return text.translate(_SPLIT_PUNCTUATION if punctuation == "split" else _DELETE_PUNCTUATION)
-
-
-def check_punctuation(punctuation: str) -> None:
-  if punctuation not in PUNCTUATIONS:
-    raise ValueError(f"punctuation={punctuation!r} is invalid; allowed: "
-                     f"{', '.join(map(repr, PUNCTUATIONS))}.")
+def standardize(text: str) -> str:
+  """Keras "lower_and_strip_punctuation" plus Deep Learning with Python's `<br />` removal."""
+  return _LINE_BREAK.sub(" ", text.lower()).translate(_DELETE_PUNCTUATION)
 
 
 def _check_truncation(max_len: int, truncation: str) -> None:
@@ -80,31 +66,27 @@ class WordTokenizer:
 
   kind = "word"
 
-  def __init__(self, words: Sequence[str], punctuation: str = "strip"):
-    check_punctuation(punctuation)
-    self.punctuation = punctuation
+  def __init__(self, words: Sequence[str]):
     self.words = list(words)
     self._ids = {word: i + NUM_RESERVED for i, word in enumerate(self.words)}
     if len(self._ids) != len(self.words):
       raise ValueError("The vocabulary contains duplicate words.")
 
   @classmethod
-  def train(cls, texts: Iterable[str], vocab_size: int, *, standardized: bool = False,
-            punctuation: str = "strip") -> WordTokenizer:
+  def train(cls, texts: Iterable[str], vocab_size: int, *,
+            standardized: bool = False) -> WordTokenizer:
     """The top `vocab_size - 2` words of `texts` (the training split only).
 
-    standardized=True: `texts` already went through `standardize` with this `punctuation`
-    (saves a pass when the same texts are encoded next).
+    standardized=True: `texts` already went through `standardize` (saves a pass when the same
+    texts are encoded next).
     """
     if vocab_size <= NUM_RESERVED:
       raise ValueError(f"vocab_size={vocab_size} is invalid; it must be > {NUM_RESERVED}.")
-    check_punctuation(punctuation)
     counts = collections.Counter()
     for text in texts:
-      counts.update((text if standardized else standardize(text, punctuation)).split())
+      counts.update((text if standardized else standardize(text)).split())
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    return cls([word for word, _ in itertools.islice(ranked, vocab_size - NUM_RESERVED)],
-               punctuation)
+    return cls([word for word, _ in itertools.islice(ranked, vocab_size - NUM_RESERVED)])
 
   @property
   def vocab_size(self) -> int:
@@ -113,9 +95,7 @@ class WordTokenizer:
   def fingerprint(self) -> str:
     """Changes whenever any id would change."""
     digest = hashlib.sha256("\n".join(self.words).encode("utf-8", "surrogatepass"))
-    # "strip" keeps the fingerprint it had before "split" existed (existing caches stay valid).
-    prefix = "word" if self.punctuation == "strip" else f"word-{self.punctuation}"
-    return f"{prefix}-{digest.hexdigest()}"
+    return f"word-{digest.hexdigest()}"  # the key of every cache entry written so far
 
   def encode(self, texts: Sequence[str], max_len: int, truncation: str, *,
              standardized: bool = False) -> np.ndarray:
@@ -124,7 +104,7 @@ class WordTokenizer:
     lookup = self._ids.get
     keep_end = truncation == "pre"
     for row, text in enumerate(texts):
-      tokens = (text if standardized else standardize(text, self.punctuation)).split()
+      tokens = (text if standardized else standardize(text)).split()
       tokens = tokens[-max_len:] if keep_end else tokens[:max_len]
       if tokens:
         out[row, :len(tokens)] = [lookup(token, OOV_ID) for token in tokens]
@@ -136,15 +116,10 @@ class WordTokenizer:
     from tokenizers.models import WordLevel
     vocab = {PAD_TOKEN: PAD_ID, OOV_TOKEN: OOV_ID, **self._ids}
     hf = Tokenizer(WordLevel(vocab=vocab, unk_token=OOV_TOKEN))
-    steps = [normalizers.Lowercase(), normalizers.Replace(Regex(_HF_LINE_BREAK), " ")]
-    if self.punctuation == "strip":
-      steps.append(normalizers.Replace(Regex(_HF_PUNCTUATION), ""))
-      hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    else:  # every mark its own piece
-      hf.pre_tokenizer = pre_tokenizers.Sequence([
-          pre_tokenizers.WhitespaceSplit(),
-          pre_tokenizers.Split(Regex(_HF_PUNCTUATION), behavior="isolated")])
-    hf.normalizer = normalizers.Sequence(steps)
+    hf.normalizer = normalizers.Sequence([
+        normalizers.Lowercase(), normalizers.Replace(Regex(_HF_LINE_BREAK), " "),
+        normalizers.Replace(Regex(_HF_PUNCTUATION), "")])
+    hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return hf
 
   def to_json(self) -> str:
@@ -155,8 +130,10 @@ class WordTokenizer:
     """Reads `to_json` output (a Hugging Face tokenizer.json with a WordLevel model)."""
     data = json.loads(text)
     model = data["model"]
-    pre_tokenizer = data.get("pre_tokenizer") or {}
-    punctuation = "split" if pre_tokenizer.get("type") == "Sequence" else "strip"
+    if (data.get("pre_tokenizer") or {}).get("type") == "Sequence":
+      # What the removed punctuation="split" option saved: its ids would differ from ours.
+      raise ValueError("it keeps punctuation marks as tokens (punctuation='split', an option "
+                       "textattn no longer has)")
     if model.get("type") != "WordLevel":
       raise ValueError(f"expected a WordLevel model, found {model.get('type')!r}")
     by_id = sorted(model["vocab"].items(), key=lambda item: item[1])
@@ -165,7 +142,7 @@ class WordTokenizer:
       raise ValueError("vocabulary ids are not 0..n-1")
     if [w for w, _ in by_id[:NUM_RESERVED]] != [PAD_TOKEN, OOV_TOKEN]:
       raise ValueError(f"ids 0 and 1 must be {PAD_TOKEN} and {OOV_TOKEN}")
-    return cls([word for word, _ in by_id[NUM_RESERVED:]], punctuation)
+    return cls([word for word, _ in by_id[NUM_RESERVED:]])
 
 
 class ByteTokenizer:

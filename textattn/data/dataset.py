@@ -1,0 +1,193 @@
+"""`load_dataset`: the config's data set as int32 arrays, with the workdir's vocabulary and label
+names; the config's data fields are checked first; `load_tokenizer` reads the workdir back.
+
+The word vocabulary is counted on the train part only. The tokenizer (`tokenizer.json`) and the
+label names (`data_info.json`) are saved in the workdir and reused from it, so ids never change
+between runs of a workdir. Encoded arrays come from the cache when it has them: a second run of
+the same config reads neither TFDS nor the text."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from absl import logging
+
+from textattn.data import raw as raw_lib
+from textattn.data import tokenizer as tokenizer_lib
+from textattn.data.cache import Cache, atomic_write
+from textattn.data.file_source import is_local_file
+from textattn.data.sources import source
+from textattn.data.splits import (PADDINGS, SPLITS, DataError, Dataset, Split, pad_before,
+                                  pads_before)
+
+TOKENIZER_FILE = "tokenizer.json"
+DATA_INFO_FILE = "data_info.json"
+
+
+def validate_config(config) -> None:
+  """One DataError naming the field, its value and what is allowed, for the first bad field."""
+  def check(ok: bool, field: str, allowed: str) -> None:
+    if not ok:
+      raise DataError(f"config.{field}={getattr(config, field)!r} is invalid; {allowed}.")
+
+  def is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+  check(isinstance(config.dataset, str) and config.dataset.strip() != "", "dataset",
+        "give a TFDS name such as 'imdb_reviews' or the path of a .csv/.tsv/.jsonl file")
+  check(config.tokenizer in ("word", "byte"), "tokenizer", "allowed: 'word', 'byte'")
+  check(config.truncation in tokenizer_lib.TRUNCATIONS, "truncation", "allowed: 'pre', 'post'")
+  check(is_int(config.max_len) and config.max_len >= 1, "max_len", "it must be an integer >= 1")
+  check(config.get("padding", PADDINGS[0]) in PADDINGS, "padding",
+        "allowed: 'after_masked' (padding after the tokens, masked out), 'before_as_token' "
+        "(padding before the tokens and attended and pooled like a token, as the Keras seed)")
+  if config.tokenizer == "word":
+    check(is_int(config.vocab_size) and config.vocab_size > tokenizer_lib.NUM_RESERVED,
+          "vocab_size", "it must be an integer > 2 (ids 0 and 1 are reserved)")
+  check(isinstance(config.val_fraction, (int, float)) and 0 <= config.val_fraction < 0.5,
+        "val_fraction", "it must be in [0, 0.5)")
+  check(config.val_fraction > 0 or not is_local_file(config.dataset), "val_fraction",
+        "a local file needs val_fraction > 0 to carve its validation and test splits")
+  check(is_int(config.data_seed) and config.data_seed >= 0, "data_seed",
+        "it must be an integer >= 0")
+  check(bool(raw_lib.text_fields(config)), "text_fields", "give comma-separated field names")
+  check(isinstance(config.label_field, str) and config.label_field.strip() != "",
+        "label_field", "give the label field's name")
+
+
+def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
+  """Train / validation / test splits of int32 token ids, per the config's data fields.
+
+  Args:
+    config: the run's ConfigDict (dataset, data_dir, text_fields, label_field, val_fraction,
+      data_seed, tokenizer, vocab_size, max_len, truncation, cache_dir).
+    workdir: where the vocabulary and label names are saved and reused from; None to
+      neither save nor reuse them (benchmarks).
+    write: False on non-zero processes: nothing is written (workdir or cache); the vocabulary
+      is read from the workdir if process 0 saved it, else built identically in memory.
+  """
+  validate_config(config)
+  data_source = source(config)
+  saved_tokenizer, saved_class_names = (load_tokenizer(workdir, config) if workdir
+                                        else (None, None))
+
+  tokenizer = saved_tokenizer
+  if tokenizer is None and config.tokenizer == "byte":
+    tokenizer = tokenizer_lib.ByteTokenizer()
+  cache = Cache(config, data_source.identity(write), writable=write)
+  if tokenizer is None:
+    tokenizer = cache.load_vocab()
+  cached = cache.load_arrays(tokenizer) if tokenizer is not None else None
+
+  if cached is not None:
+    splits, class_names, skipped = cached
+    logging.info("Loaded encoded %s from cache.", data_source.description)
+  else:
+    raw = data_source.read(config.val_fraction, config.data_seed)
+    # Key the cache by what was actually read, and never cache mocked TFDS data.
+    cache = Cache(config, data_source.identity(write) if data_source.cacheable() else None,
+                  writable=write)
+    standardized = config.tokenizer == "word"
+    if standardized:  # Once per text, not once for counting and again for encoding.
+      raw.texts = {s: [tokenizer_lib.standardize(t) for t in texts]
+                   for s, texts in raw.texts.items()}
+    if tokenizer is None:
+      tokenizer = tokenizer_lib.WordTokenizer.train(raw.texts["train"], config.vocab_size,
+                                                    standardized=standardized)
+      cache.save_vocab(tokenizer)
+    splits = {s: Split(tokenizer.encode(raw.texts[s], config.max_len, config.truncation,
+                                        standardized=standardized), raw.labels[s])
+              for s in SPLITS}
+    class_names, skipped = raw.class_names, raw.skipped
+    cache.save_arrays(tokenizer, splits, class_names, skipped)
+
+  if saved_class_names is not None and saved_class_names != class_names:
+    splits = _remap_labels(splits, class_names, saved_class_names, workdir)
+    class_names = saved_class_names
+  if workdir and write and saved_tokenizer is None:
+    _save_workdir(workdir, config, tokenizer, class_names)
+  if pads_before(config):
+    splits = {s: Split(pad_before(split.inputs), split.labels) for s, split in splits.items()}
+  return Dataset(train=splits["train"], validation=splits["validation"], test=splits["test"],
+                 class_names=list(class_names), vocab_size=tokenizer.vocab_size,
+                 skipped=dict(skipped), tokenizer=tokenizer)
+
+
+def _remap_labels(splits: dict[str, Split], names: list[str], saved: list[str],
+                  workdir: str) -> dict[str, Split]:
+  """Re-expresses labels in the workdir's label ids (fixed since the workdir was created)."""
+  index = {name: i for i, name in enumerate(saved)}
+  unknown = sorted(set(names) - set(index))
+  present = {names[i] for s in splits.values() for i in np.unique(s.labels)}
+  unknown = [name for name in unknown if name in present]
+  if unknown:
+    raise DataError(f"label(s) {unknown} in the data are outside the label set {saved} saved "
+                    f"in {workdir}/{DATA_INFO_FILE}.")
+  mapping = np.array([index.get(name, -1) for name in names], np.int32)
+  return {k: Split(s.inputs, mapping[s.labels]) for k, s in splits.items()}
+
+
+def load_tokenizer(workdir: str, config=None):
+  """(tokenizer, class_names) saved in `workdir`, or (None, None) if none is saved yet.
+
+  Used on resume and at prediction time: `tokenizer.encode(texts, max_len, truncation)`, then
+  `pad_before(...)` when the run used config.padding="before_as_token".
+  With `config`, a tokenizer kind or vocab_size other than the workdir's is a DataError.
+  """
+  info_path = os.path.join(workdir, DATA_INFO_FILE)
+  if not os.path.exists(info_path):
+    return None, None
+  try:
+    with open(info_path, encoding="utf-8") as f:
+      info = json.load(f)
+    kind = info["tokenizer"]
+    if info.get("punctuation") not in ("strip", None):  # (None: a byte tokenizer, or older)
+      raise DataError(f"{workdir} was created with punctuation={info['punctuation']!r}, an "
+                      f"option textattn no longer has; use a new workdir.")
+    class_names = [str(name) for name in info["class_names"]]
+    if kind == "word":
+      with open(os.path.join(workdir, TOKENIZER_FILE), encoding="utf-8") as f:
+        tokenizer = tokenizer_lib.WordTokenizer.from_json(f.read())
+    elif kind == "byte":
+      tokenizer = tokenizer_lib.ByteTokenizer()
+    else:
+      raise ValueError(f"unknown tokenizer {kind!r}")
+  except DataError:
+    raise
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise DataError(f"{workdir}: the saved vocabulary ({DATA_INFO_FILE}, {TOKENIZER_FILE}) is "
+                    f"unreadable ({type(e).__name__}: {e}); restore it or use a new "
+                    f"workdir.") from None
+  if config is not None:
+    if kind != config.tokenizer:
+      raise DataError(f"{workdir} was created with tokenizer={kind!r} but "
+                      f"config.tokenizer={config.tokenizer!r}; use a new workdir or the "
+                      f"original value.")
+    if kind == "word" and info.get("config_vocab_size") != config.vocab_size:
+      raise DataError(f"{workdir} was created with vocab_size={info.get('config_vocab_size')} "
+                      f"but config.vocab_size={config.vocab_size}; use a new workdir or the "
+                      f"original value.")
+  return tokenizer, class_names
+
+
+def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> None:
+  if tokenizer.kind == "word":
+    atomic_write(os.path.join(workdir, TOKENIZER_FILE), lambda f: f.write(tokenizer.to_json()))
+  info = {
+      "tokenizer": tokenizer.kind,
+      "vocab_size": tokenizer.vocab_size,
+      "config_vocab_size": config.vocab_size,
+      "class_names": class_names,
+      "punctuation": "strip" if tokenizer.kind == "word" else None,  # (read by load_tokenizer)
+      # For the record only; not checked on reuse.
+      "dataset": config.dataset,
+      "max_len": config.max_len,
+      "truncation": config.truncation,
+  }
+  # Written last: its presence marks the workdir's vocabulary as complete.
+  atomic_write(os.path.join(workdir, DATA_INFO_FILE),
+               lambda f: json.dump(info, f, indent=2, ensure_ascii=False))
+
+

@@ -1,0 +1,59 @@
+"""What `load_dataset` returns (`Split`, `Dataset`), the two padding layouts, and `DataError`,
+the one exception the package raises for bad data or a bad data setting."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+SPLITS = ("train", "validation", "test")
+
+# config.padding: "after_masked" (textattn's: tokens first, padding after, masked out of
+# attention and pooling) or "before_as_token" (the Keras seed's: pad_sequences puts padding
+# before the tokens and its model never masks it, so id 0 is embedded, attended to and averaged
+# like any token; the model then takes no padding mask, models.Classifier.mask_padding).
+PADDINGS = ("after_masked", "before_as_token")
+
+
+class DataError(ValueError):
+  """Bad data or data configuration; the message names the file, row and problem."""
+
+
+@dataclasses.dataclass
+class Split:
+  inputs: np.ndarray  # int32 [N, max_len], 0 = padding; tokens left-aligned (right-aligned
+  #                     with config.padding="before_as_token").
+  labels: np.ndarray  # int32 [N]
+
+  def __len__(self) -> int:
+    return len(self.labels)
+
+
+@dataclasses.dataclass
+class Dataset:
+  train: Split
+  validation: Split
+  test: Split
+  class_names: list[str]
+  vocab_size: int  # Ids in use: <= config.vocab_size for "word", 258 for "byte".
+  # Examples skipped (empty text) per source split, e.g. {"train": 3}.
+  skipped: dict[str, int] = dataclasses.field(default_factory=dict)
+  tokenizer: Any = None  # The run's WordTokenizer or ByteTokenizer (ids -> the arrays above).
+
+
+def pads_before(config) -> bool:
+  """Whether the config asks for the Keras seed's layout (config.padding="before_as_token")."""
+  return config.get("padding", PADDINGS[0]) == "before_as_token"
+
+
+def pad_before(inputs: np.ndarray) -> np.ndarray:
+  """Left-aligned rows (tokens, then 0s) -> right-aligned (0s, then the same tokens), the layout
+  of Keras' pad_sequences(padding="pre"). Token ids are never 0, so a row's token count is its
+  number of non-zero ids."""
+  length = inputs.shape[1]
+  shift = length - np.count_nonzero(inputs, axis=1)
+  source = np.arange(length)[None, :] - shift[:, None]
+  rows = np.arange(inputs.shape[0])[:, None]
+  return np.where(source >= 0, inputs[rows, np.maximum(source, 0)], 0).astype(inputs.dtype)
