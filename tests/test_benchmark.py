@@ -13,14 +13,13 @@ import sys
 import numpy as np
 import pytest
 
-from configs import default
-from textattn import benchmark
+from textattn import defaults
+from textattn.benchmark import measure, plan, report, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIRED_COLUMNS = ("variant", "seq_len", "batch_size", "mode", "dtype", "status", "compile_s",
                     "median_ms", "p90_ms", "tokens_per_s", "examples_per_s", "peak_bytes",
                     "flops")
-OUTPUTS = ("results.csv", "results.md", "time_vs_length.png", "memory_vs_length.png")
 TINY = ("--embed_dim=16", "--num_heads=2", "--batch_size=2", "--warmup=1", "--repeats=2")
 
 COMMANDS = {
@@ -37,12 +36,12 @@ COMMANDS = {
 
 
 def one_spec(mode="attention", variant="additive", seq_len=16, inject=None, **spec):
-  settings = benchmark.resolve_settings(default.get_config(), mode, {
+  settings = plan.resolve_settings(defaults.classification(), mode, {
       "variants": variant, "seq_lens": str(seq_len), "embed_dim": 16, "num_heads": 2,
       "batch_size": 2})
   injections = {(variant, seq_len): inject} if inject else None
-  (point,) = benchmark.plan_points(default.get_config(), settings, mode, warmup=0, repeats=1,
-                                   injections=injections, **spec)
+  (point,) = plan.plan_points(defaults.classification(), settings, mode, warmup=0, repeats=1,
+                              injections=injections, **spec)
   return point
 
 
@@ -58,7 +57,7 @@ POINTS = {
 @pytest.fixture(scope="module")
 def points():
   with concurrent.futures.ThreadPoolExecutor(len(POINTS)) as pool:
-    futures = {name: pool.submit(benchmark.run_point_in_subprocess, spec, timeout_s)
+    futures = {name: pool.submit(sweep.run_point_in_subprocess, spec, timeout_s)
                for name, (spec, timeout_s) in POINTS.items()}
     yield lambda name: futures[name].result(timeout=300)
 
@@ -98,7 +97,9 @@ def rows_of(out_dir):
 def test_sweep_writes_a_row_per_point_and_all_outputs(runs):
   returncode, stdout, stderr, out_dir = runs("sweep")
   assert returncode == 0, stderr[-2000:]
-  for name in OUTPUTS:
+  assert report.OUTPUTS == ("results.csv", "results.md", "time_vs_length.png",
+                            "memory_vs_length.png")
+  for name in report.OUTPUTS:
     assert os.path.getsize(os.path.join(out_dir, name)) > 0, name
   with open(os.path.join(out_dir, "results.csv"), newline="") as f:
     header = next(csv.reader(f))
@@ -157,10 +158,10 @@ def test_train_step_mode_uses_the_config_and_prints_examples_per_second(runs):
   assert "examples/s" in stdout and row["lengths"] == "half_to_full"
 
 
-@pytest.mark.parametrize("lengths", benchmark.LENGTHS)
+@pytest.mark.parametrize("lengths", plan.LENGTHS)
 def test_random_inputs_have_the_requested_lengths(lengths):
   spec = one_spec(lengths=lengths) | {"vocab_size": 50}
-  _, mask, tokens, _ = benchmark._random_inputs(spec, 64, 16)
+  _, mask, tokens, _ = measure._random_inputs(spec, 64, 16)
   assert mask[0].all() and ((tokens != 0) == mask).all()  # padding is exactly the masked part
   counts = mask.sum(axis=1)
   if lengths == "full":
@@ -172,17 +173,16 @@ def test_random_inputs_have_the_requested_lengths(lengths):
 def test_train_step_batches_follow_the_configs_padding_layout():
   # The seed config trains with padding before the tokens (config.padding="before_as_token"):
   # the benchmark's step must see that layout, not the pipeline's default.
-  from configs import imdb_keras_example
-  config = imdb_keras_example.get_config()
+  config = defaults.load(os.path.join(ROOT, "configs", "imdb_keras_example.py"))
   config.update(vocab_size=50, max_len=16, batch_size=4)
   config.model.embed_dim = 8
   spec = one_spec(mode="train_step", seq_len=16) | {"vocab_size": 50, "num_classes": 2}
-  _, (_, batch) = benchmark._build(spec, config)
+  _, (_, batch) = measure._build(spec, config)
   inputs = np.asarray(batch["inputs"])
   padding = inputs == 0
   assert padding.any() and (padding[:, 1:] <= padding[:, :-1]).all()  # zeros first, then tokens
   config.padding = "after_masked"
-  _, (_, batch) = benchmark._build(spec, config)
+  _, (_, batch) = measure._build(spec, config)
   padding = np.asarray(batch["inputs"]) == 0
   assert padding.any() and (padding[:, :-1] <= padding[:, 1:]).all()
 
@@ -207,7 +207,9 @@ def test_a_point_over_the_memory_limit_is_recorded_as_oom_without_running(points
 
 
 @pytest.mark.parametrize("bad,message", [
-    ("--variants=softmax,softmax_flash", "error: --variants: 'softmax_flash' is not a known variant"),
+    # The allowed names come from the registry.
+    ("--variants=softmax,softmax_flash", ("error: --variants: 'softmax_flash' is not a known "
+                                          "variant; allowed: softmax, causal, additive")),
     ("--out_dir={file}", "error: --out_dir={file} exists and is not a directory"),
     # Results already there (the committed tables): a sweep would rewrite them point by point.
     ("--out_dir={dir}", ("error: --out_dir={dir} already holds results (results.csv); give a "
@@ -231,28 +233,51 @@ def test_bad_flags_fail_with_one_sentence_and_touch_nothing(tmp_path, bad, messa
     ("causal_fused", ("causal", "fused")), ("additive", ("additive", "xla")),
     ("additive_native", ("additive", "native")), ("additive_auto", ("additive", "auto"))])
 def test_variant_names_round_trip(name, expected):
-  assert benchmark.parse_variant(name) == expected
-  assert benchmark.variant_name(*expected) == name
+  assert plan.parse_variant(name) == expected
+  assert plan.variant_name(*expected) == name
 
 
 @pytest.mark.parametrize("name", ["additive_chunked", "additive_fused", "softmax_", "flash",
                                   "causal_flash"])
 def test_malformed_variant_names_are_rejected(name):
   with pytest.raises(ValueError, match="not a known variant"):
-    benchmark.parse_variant(name)
+    plan.parse_variant(name)
+
+
+def test_variants_are_the_registry_s_attentions_and_implementations():
+  from textattn import attention
+  for name in attention.names():
+    variant = attention.get(name)
+    assert plan.parse_variant(name) == (name, variant.reference)
+    for implementation in variant.implementations:
+      assert plan.parse_variant(f"{name}_{implementation}") == (name, implementation)
+      assert plan.parse_variant(plan.variant_name(name, implementation)) == (name, implementation)
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_a_point_timeout_that_is_not_positive_is_refused(tmp_path, value):
+  result = subprocess.run(
+      [sys.executable, "-m", "textattn.benchmark", f"--point_timeout_s={value}",
+       f"--out_dir={tmp_path / 'out'}"],
+      cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+  assert result.returncode == 2
+  (line,) = result.stderr.strip().splitlines()
+  assert line == (f"error: --point_timeout_s={float(value):g} must be a positive number of "
+                  f"seconds (the wall-clock limit of one point's subprocess)."), line
+  assert not (tmp_path / "out").exists()
 
 
 def test_flags_override_the_config_only_when_given():
-  config = default.get_config()
+  config = defaults.classification()
   given = {"batch_size": 8, "seq_lens": None, "variants": None}
-  settings = benchmark.resolve_settings(config, "train_step", given)
+  settings = plan.resolve_settings(config, "train_step", given)
   assert settings["batch_size"] == 8 and settings["seq_lens"] == [config.max_len]
-  assert settings["variants"] == [benchmark.variant_name(config.model.attention,
-                                                        config.model.attention_impl)]
+  assert settings["variants"] == [plan.variant_name(config.model.attention,
+                                                   config.model.attention_impl)]
   assert settings["embed_dim"] == config.model.embed_dim
-  settings = benchmark.resolve_settings(config, "forward", given)
-  assert settings["embed_dim"] == benchmark.SYNTHETIC_DEFAULTS["embed_dim"]
+  settings = plan.resolve_settings(config, "forward", given)
+  assert settings["embed_dim"] == plan.SYNTHETIC_DEFAULTS["embed_dim"]
   with pytest.raises(ValueError, match="num_heads"):
-    benchmark.resolve_settings(config, "forward", {"embed_dim": 10, "num_heads": 4})
+    plan.resolve_settings(config, "forward", {"embed_dim": 10, "num_heads": 4})
   with pytest.raises(ValueError, match="inject_failure"):
-    benchmark.parse_injections("softmax@16=segfault")
+    plan.parse_injections("softmax@16=segfault")

@@ -1,0 +1,183 @@
+"""`python -m textattn.benchmark`: its flags and main (see textattn/benchmark/__init__.py).
+
+The parent checks the flags, plans one spec per (variant, length) and runs the sweep
+(sweep.py); with --point_spec the same command is the child that measures one point
+(measure.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from textattn.benchmark import plan, report, sweep
+from textattn.benchmark.plan import DTYPES, INJECTABLE_FAILURES, LENGTHS, MODES, SYNTHETIC_DEFAULTS
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file (configs/*.py). train_step mode: the model, batch, max_len and "
+    "optimizer benchmarked (default: textattn.defaults.classification()). Other modes: only the "
+    "model fields the flags below do not set.", lock_config=True)
+_VARIANTS = flags.DEFINE_string(
+    "variants", None, "Comma list of variants: <attention> (its reference implementation) or "
+    "<attention>_<implementation>, for any registered attention (softmax, causal, additive, or "
+    "one a --plugin registers) and any implementation it accepts, e.g. softmax_dot_product, "
+    "softmax_cudnn, softmax_chunked, softmax_fused, causal_fused, additive_native. Default: the "
+    f"config's variant (train_step) or {SYNTHETIC_DEFAULTS['variants']!r}.")
+_PLUGINS = flags.DEFINE_multi_string(
+    "plugin", [], "Module (dotted name) that registers attention variants; imported here and in "
+    "every point's subprocess before the point is built. Repeatable.")
+_SEQ_LENS = flags.DEFINE_string(
+    "seq_lens", None, "Comma list of sequence lengths. Default: config.max_len (train_step) or "
+    f"{SYNTHETIC_DEFAULTS['seq_lens']!r}.")
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", None, "Batch size. Default: config.batch_size (train_step) or "
+    f"{SYNTHETIC_DEFAULTS['batch_size']}.")
+_EMBED_DIM = flags.DEFINE_integer(
+    "embed_dim", None, "Embedding size. Default: the config's (train_step) or "
+    f"{SYNTHETIC_DEFAULTS['embed_dim']}.")
+_NUM_HEADS = flags.DEFINE_integer(
+    "num_heads", None, "Attention heads. Default: the config's (train_step) or "
+    f"{SYNTHETIC_DEFAULTS['num_heads']}.")
+_NUM_LAYERS = flags.DEFINE_integer(
+    "num_layers", None, "Encoder blocks. Default: the config's (train_step) or "
+    f"{SYNTHETIC_DEFAULTS['num_layers']}.")
+_DTYPE = flags.DEFINE_enum(
+    "dtype", None, DTYPES, "Compute dtype. Default: the config's (train_step) or "
+    f"{SYNTHETIC_DEFAULTS['dtype']}.")
+_VOCAB_SIZE = flags.DEFINE_integer(
+    "vocab_size", None, "Vocabulary size of the classifier. Default: config.vocab_size "
+    f"(train_step) or {SYNTHETIC_DEFAULTS['vocab_size']}.")
+_NUM_CLASSES = flags.DEFINE_integer("num_classes", 2, "Output classes of the classifier.")
+_MODE = flags.DEFINE_enum("mode", "forward+backward", MODES, "What is timed.")
+_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed calls after compilation.")
+_REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls; median and p90 are over these.")
+_OUT_DIR = flags.DEFINE_string(
+    "out_dir", "", "Where results.csv, results.md and the plots are written; default "
+    "runs/benchmark/<UTC date-time>, new each run. A directory already holding results is "
+    "refused unless --overwrite.")
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite", False, "Replace the results already in --out_dir (they are rewritten point by "
+    "point, so an interrupted sweep leaves a partial table there).")
+_POINT_TIME_BUDGET_S = flags.DEFINE_float(
+    "point_time_budget_s", 0.0, "If > 0: no further warm-up or timed call starts once a point's "
+    "calls have taken this many seconds; at least one call is timed (if the warm-up used the "
+    "budget, its last call is the timed one). The row's warmup and repeats say what was done. "
+    "0 = always --warmup + --repeats calls.")
+_POINT_TIMEOUT_S = flags.DEFINE_float(
+    "point_timeout_s", 600.0, "Wall-clock limit (> 0) of one point's subprocess (import, "
+    "compile, warm-up, repeats); past it the point is recorded as 'timeout'.")
+_POINT_MEMORY_LIMIT_GB = flags.DEFINE_float(
+    "point_memory_limit_gb", 8.0, "CPU only: a point whose compiled footprint exceeds this many "
+    "GiB is recorded as 'oom' without running, and the point's address space is capped at its "
+    "size at start plus this. 0 = no limit.")
+_CHECK_AGAINST_REFERENCE = flags.DEFINE_bool(
+    "check_against_reference", False, "For variants other than their attention's reference "
+    "implementation (the registry's; 'xla' for the built-in ones: the einsum kernel, or "
+    "additive attention's XLA function): also run the reference on the same parameters and "
+    "inputs, where its footprint fits the memory limit, and record the largest absolute "
+    "difference of the outputs (attention output, logits, or loss and every gradient) in "
+    "max_abs_diff.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the parameters and the random inputs.")
+_LENGTHS = flags.DEFINE_enum(
+    "lengths", "half_to_full", LENGTHS, "Lengths of the random examples: half_to_full = uniform "
+    "in [L/2, L], the first one full (padding, as real text has); full = all L tokens (no "
+    "padding).")
+_INJECT_FAILURE = flags.DEFINE_string(
+    "inject_failure", "", "For testing this tool: comma list of variant@seq_len=kind, kind one of "
+    f"{', '.join(INJECTABLE_FAILURES)}; that point fails that way on purpose.")
+_POINT_SPEC = flags.DEFINE_string(
+    "point_spec", None, "Internal: run the one point described in this JSON file (the sweep "
+    "starts one such subprocess per point).")
+_POINT_RESULT = flags.DEFINE_string(
+    "point_result", None, "Internal: where the point subprocess writes its result.")
+
+
+def _default_config():
+  from textattn import defaults
+  return defaults.classification()
+
+
+def _check_out_dir(out_dir: str) -> None:
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise ValueError(f"--out_dir={out_dir} exists and is not a directory; give a new "
+                     f"or an existing directory.")
+  existing = [name for name in report.OUTPUTS if os.path.exists(os.path.join(out_dir, name))]
+  if existing and not _OVERWRITE.value:
+    raise ValueError(f"--out_dir={out_dir} already holds results ({', '.join(existing)}); "
+                     f"give a new --out_dir, or --overwrite to replace them.")
+
+
+def _plan(config, mode: str) -> list[dict]:
+  """The points the flags ask for; ValueError (one sentence) for any bad flag or config."""
+  import ml_collections
+
+  from textattn import attention, models
+  attention.load_plugins(_PLUGINS.value)  # before any variant name is looked up
+  if _WARMUP.value < 0 or _REPEATS.value < 1:
+    raise ValueError(f"--warmup={_WARMUP.value} must be >= 0 and --repeats={_REPEATS.value} "
+                     ">= 1.")
+  given = {"variants": _VARIANTS.value, "seq_lens": _SEQ_LENS.value,
+           "batch_size": _BATCH_SIZE.value, "embed_dim": _EMBED_DIM.value,
+           "num_heads": _NUM_HEADS.value, "num_layers": _NUM_LAYERS.value,
+           "dtype": _DTYPE.value, "vocab_size": _VOCAB_SIZE.value}
+  settings = plan.resolve_settings(config, mode, given)
+  injections = plan.parse_injections(_INJECT_FAILURE.value)
+  specs = plan.plan_points(
+      config, settings, mode, warmup=_WARMUP.value, repeats=_REPEATS.value,
+      time_budget_s=_POINT_TIME_BUDGET_S.value, memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
+      check_against_reference=_CHECK_AGAINST_REFERENCE.value, seed=_SEED.value,
+      num_classes=_NUM_CLASSES.value, injections=injections, lengths=_LENGTHS.value,
+      plugins=tuple(_PLUGINS.value))
+  for spec in specs:  # the config errors a point would hit, once, before any point runs
+    models.validate_model_config(ml_collections.ConfigDict(json.loads(spec["config"])))
+  return specs
+
+
+def _print_train_step_summary(rows: list[dict]) -> None:
+  for row in rows:
+    if row["status"] == "ok":
+      print(f"train_step {row['variant']} L={row['seq_len']} batch={row['batch_size']} "
+            f"{row['dtype']} lengths={row['lengths']}: {row['examples_per_s']:,.1f} "
+            f"examples/s (median "
+            f"{row['median_ms']:.2f} ms/step, p90 {row['p90_ms']:.2f} ms; compile "
+            f"{row['compile_s']:.1f} s, not included)")
+    else:
+      print(f"train_step {row['variant']} L={row['seq_len']}: {row['status']} "
+            f"({row['message']})")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  if _POINT_SPEC.value:
+    from textattn.benchmark import measure
+    with open(_POINT_SPEC.value) as f:
+      measure.run_point(json.load(f), _POINT_RESULT.value)
+    return
+  if not _POINT_TIMEOUT_S.value > 0:  # (NaN too)
+    print(f"error: --point_timeout_s={_POINT_TIMEOUT_S.value:g} must be a positive number of "
+          f"seconds (the wall-clock limit of one point's subprocess).", file=sys.stderr)
+    sys.exit(2)
+
+  config = _CONFIG.value if _CONFIG.value is not None else _default_config()
+  mode = _MODE.value
+  out_dir = _OUT_DIR.value or os.path.join(
+      "runs", "benchmark", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+  try:
+    _check_out_dir(out_dir)
+    specs = _plan(config, mode)
+  except ValueError as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(1)
+
+  command = "python -m textattn.benchmark " + " ".join(sys.argv[1:])
+  rows = sweep.run_sweep(specs, timeout_s=_POINT_TIMEOUT_S.value, out_dir=out_dir,
+                         command=command)
+  if mode == "train_step":
+    _print_train_step_summary(rows)
+  print("Wrote " + ", ".join(os.path.join(out_dir, name) for name in report.OUTPUTS))

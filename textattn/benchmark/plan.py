@@ -1,0 +1,161 @@
+"""The sweep's plan (parent process; never touches a device): variant names, sizes, one spec per
+point.
+
+A variant name is `<attention>` (its reference implementation) or `<attention>_<implementation>`
+for any attention in the registry (textattn.attention, plus what --plugin modules register) and
+any implementation it accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODES = ("attention", "forward", "forward+backward", "train_step")
+DTYPES = ("float32", "bfloat16")
+INJECTABLE_FAILURES = ("error", "oom", "timeout")
+# How long the random examples of a batch are: "half_to_full" = uniform in [L/2, L] with the
+# first example full (padding, as real text has); "full" = every example L tokens (no padding:
+# the work of a model that ignores the mask, such as the seed Keras model).
+LENGTHS = ("half_to_full", "full")
+
+# Sizes benchmarked in the attention / forward / forward+backward modes when no flag is given.
+SYNTHETIC_DEFAULTS = {"variants": "softmax,additive", "seq_lens": "256,512,1024,2048,4096",
+                      "batch_size": 4, "embed_dim": 256, "num_heads": 4, "num_layers": 1,
+                      "dtype": "float32", "vocab_size": 1000}
+
+
+def _registry():
+  from textattn import attention  # the parent imports it only once flags are parsed
+  return attention
+
+
+def _known_variants(registry) -> str:
+  return "; ".join(f"{name}_<impl> with <impl> one of "
+                   f"{', '.join(registry.get(name).implementations)}"
+                   for name in registry.names())
+
+
+def parse_variant(name: str) -> tuple[str, str]:
+  """'softmax_chunked' -> ('softmax', 'chunked'); 'additive' -> ('additive', 'xla').
+
+  Registered attention names may contain underscores: the longest registered name that `name`
+  starts with (followed by "_" and one of its implementations) wins."""
+  registry = _registry()
+  if name in registry.names():
+    return name, registry.get(name).reference
+  for attention in sorted(registry.names(), key=len, reverse=True):
+    implementation = name[len(attention) + 1:]
+    if (name.startswith(attention + "_")
+        and implementation in registry.get(attention).implementations):
+      return attention, implementation
+  raise ValueError(
+      f"--variants: {name!r} is not a known variant; allowed: "
+      f"{', '.join(registry.names())} (each with its reference implementation), or "
+      f"{_known_variants(registry)} (--plugin=MODULE registers more).")
+
+
+def variant_name(attention: str, implementation: str) -> str:
+  """The inverse of parse_variant: the bare name for the attention's reference implementation."""
+  if implementation == _registry().get(attention).reference:
+    return attention
+  return f"{attention}_{implementation}"
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+  try:
+    values = [int(part) for part in text.split(",") if part.strip()]
+  except ValueError:
+    values = []
+  if not values or min(values) < 1:
+    raise ValueError(f"--{flag}={text!r} must be a comma list of positive integers.")
+  return values
+
+
+def parse_injections(text: str) -> dict[tuple[str, int], str]:
+  injections = {}
+  for item in filter(None, (part.strip() for part in text.split(","))):
+    try:
+      point, kind = item.split("=")
+      variant, seq_len = point.split("@")
+      key = (variant, int(seq_len))
+    except ValueError:
+      kind = None
+    if kind not in INJECTABLE_FAILURES:
+      raise ValueError(f"--inject_failure: {item!r} must be variant@seq_len=kind with kind one "
+                       f"of {', '.join(INJECTABLE_FAILURES)}.")
+    injections[key] = kind
+  return injections
+
+
+def resolve_settings(config, mode: str, given: dict[str, Any]) -> dict[str, Any]:
+  """The benchmarked sizes: flags given explicitly win; otherwise the config's (train_step) or
+  SYNTHETIC_DEFAULTS (the other modes)."""
+  if mode == "train_step":
+    from_config = {
+        "variants": variant_name(config.model.attention, config.model.attention_impl),
+        "seq_lens": str(config.max_len), "batch_size": config.batch_size,
+        "embed_dim": config.model.embed_dim, "num_heads": config.model.num_heads,
+        "num_layers": config.model.num_layers, "dtype": config.model.dtype,
+        "vocab_size": config.vocab_size}
+  else:
+    from_config = SYNTHETIC_DEFAULTS
+  settings = {name: given[name] if given.get(name) is not None else default
+              for name, default in from_config.items()}
+  settings["variants"] = [v.strip() for v in settings["variants"].split(",") if v.strip()]
+  if not settings["variants"]:
+    raise ValueError("--variants must name at least one variant.")
+  for variant in settings["variants"]:
+    parse_variant(variant)
+  settings["seq_lens"] = parse_int_list(settings["seq_lens"], "seq_lens")
+  for name in ("batch_size", "embed_dim", "num_heads", "num_layers", "vocab_size"):
+    if settings[name] < 1:
+      raise ValueError(f"--{name}={settings[name]} must be a positive integer.")
+  if settings["embed_dim"] % settings["num_heads"]:
+    raise ValueError(f"--num_heads={settings['num_heads']} must divide "
+                     f"--embed_dim={settings['embed_dim']}.")
+  return settings
+
+
+def point_config(config, settings: dict[str, Any], variant: str, seq_len: int):
+  """The config of one point: the base config with the benchmarked fields set."""
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    attention, implementation = parse_variant(variant)
+    config.model.attention = attention
+    config.model.attention_impl = implementation
+    config.model.embed_dim = settings["embed_dim"]
+    config.model.num_heads = settings["num_heads"]
+    config.model.num_layers = settings["num_layers"]
+    config.model.dtype = settings["dtype"]
+    config.vocab_size = settings["vocab_size"]
+    config.batch_size = settings["batch_size"]
+    config.max_len = seq_len
+  return config
+
+
+def plan_points(config, settings: dict, mode: str, *, warmup: int = 2, repeats: int = 10,
+                time_budget_s: float = 0.0, memory_limit_gb: float = 8.0,
+                check_against_reference: bool = False, seed: int = 0, num_classes: int = 2,
+                injections: dict | None = None, lengths: str = "half_to_full",
+                plugins: tuple[str, ...] = ()) -> list[dict]:
+  """One spec (everything its subprocess needs, JSON-able) per variant x length. `plugins`:
+  modules the subprocess imports before building the point (--plugin)."""
+  if lengths not in LENGTHS:
+    raise ValueError(f"lengths={lengths!r} is invalid; allowed: {', '.join(LENGTHS)}.")
+  specs = []
+  for variant in settings["variants"]:
+    attention, implementation = parse_variant(variant)
+    for seq_len in settings["seq_lens"]:
+      specs.append({
+          "variant": variant, "attention": attention, "implementation": implementation,
+          "seq_len": seq_len, "batch_size": settings["batch_size"], "mode": mode,
+          "dtype": settings["dtype"], "embed_dim": settings["embed_dim"],
+          "num_heads": settings["num_heads"], "num_layers": settings["num_layers"],
+          "vocab_size": settings["vocab_size"], "num_classes": num_classes, "seed": seed,
+          "warmup": warmup, "repeats": repeats, "time_budget_s": time_budget_s,
+          "lengths": lengths,
+          "memory_limit_gb": memory_limit_gb, "check_against_reference": check_against_reference,
+          "inject": (injections or {}).get((variant, seq_len)),
+          "plugins": list(plugins),
+          "config": point_config(config, settings, variant, seq_len).to_json()})
+  return specs
