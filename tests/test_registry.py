@@ -20,7 +20,6 @@ import pytest
 
 from textattn import attention, defaults, models, optim
 from textattn import step as step_lib
-from textattn.attention import registry
 from textattn.benchmark import plan, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,7 +35,7 @@ def toy():
   worker see the built-in variants only."""
   module = importlib.import_module(PLUGIN)
   yield module
-  registry._VARIANTS.pop(module.VARIANT.name, None)  # noqa: SLF001 -- no public unregister
+  attention.unregister(module.VARIANT.name)
   sys.modules.pop(PLUGIN, None)
 
 

@@ -14,6 +14,7 @@ from textattn.attention import softmax  # noqa: I001 -- they register on import
 from textattn.attention import causal  # noqa: F401
 from textattn.attention import additive  # noqa: F401
 from textattn.attention.common import usable_cores
-from textattn.attention.registry import Variant, get, load_plugins, names, register
+from textattn.attention.registry import (Variant, get, load_plugins, names, register,
+                                         unregister)
 
-__all__ = ["Variant", "get", "load_plugins", "names", "register", "usable_cores"]
+__all__ = ["Variant", "get", "load_plugins", "names", "register", "unregister", "usable_cores"]

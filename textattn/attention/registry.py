@@ -33,12 +33,18 @@ class Variant:
   """
   name: str
   build: Callable[..., nn.Module]
-  implementations: tuple[str, ...] = ("auto",)
-  resolve: Callable[[str, int | None], str] = lambda implementation, head_dim: implementation
+  implementations: tuple[str, ...] = ("auto", "xla")
+  resolve: Callable[[str, int | None], str] = (
+      lambda implementation, head_dim: "xla" if implementation == "auto" else implementation)
   check: Callable[..., None] | None = None
   reference: str = "xla"
   causal: bool = False
   description: str = ""
+
+  def __post_init__(self):
+    if self.reference not in self.implementations:
+      raise ValueError(f"attention variant {self.name!r}: reference={self.reference!r} is not one "
+                       f"of its implementations ({', '.join(self.implementations)}).")
 
   def validate(self, implementation: str, embed_dim: int, num_heads: int,
                dtype: str = "float32") -> None:
@@ -60,6 +66,11 @@ def register(variant: Variant) -> Variant:
                      f"({existing.description or existing.build}); choose another name.")
   _VARIANTS[variant.name] = variant
   return variant
+
+
+def unregister(name: str) -> None:
+  """Removes a variant (tests that register a toy one clean up with this)."""
+  _VARIANTS.pop(name, None)
 
 
 def names() -> tuple[str, ...]:

@@ -1,39 +1,41 @@
-"""Validation-only hyper-parameter sweep, for choosing a config (e.g. on a lent GPU).
+"""Validation-only sweeps over configs, seeds and variants, and their paired comparison.
+
+The command a researcher uses to compare attention variants (or any config change) honestly:
+the same seeds on both sides, validation only (the test split is never exported), and a paired
+confidence interval of the difference.
 
 Two steps, so the sweep machine needs neither TFDS nor the text, and never sees the test set:
 
   # 1. Here: encode the train and validation splits of a config (never test) into one file.
-  TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/val_sweep.py export \
+  TFDS_DATA_DIR=../shared/tensorflow_datasets python -m textattn.sweep export \
       --config=configs/imdb_fastformer.py --out=.sweep/imdb_800.npz
 
   # 2. Anywhere with JAX: train each variant for each seed with the project's own optimizer,
   #    train_step and eval_step, evaluating on validation every eval_every_steps; print the best
   #    and last validation accuracy of each run as one JSON line.
-  python experiments/val_sweep.py sweep --data=.sweep/imdb_800.npz \
+  python -m textattn.sweep sweep --data=.sweep/imdb_800.npz \
       --config=configs/imdb_fastformer.py --seeds=0,1,2 --jobs=8 \
       --variant='base' --variant='max:model.pooling=max' ...
 
-  # Masked-language-model pretraining on the sweep machine (the CPU export would pretrain here):
-  # export the pretraining corpus (training text, validation carved out, plus the unlabelled
-  # split; never validation or test text), pretrain there, and fine-tune variants from it.
-  TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/val_sweep.py export-corpus \
+  # MLM pretraining on the sweep machine: export the corpus (training text minus validation,
+  # plus the unlabelled split), pretrain there, and fine-tune variants from it.
+  TFDS_DATA_DIR=../shared/tensorflow_datasets python -m textattn.sweep export-corpus \
       --config=configs/imdb_fastformer.py --unlabeled-split=unsupervised --out=.sweep/corpus.npz
-  python experiments/val_sweep.py pretrain --corpus=.sweep/corpus.npz \
+  python -m textattn.sweep pretrain --corpus=.sweep/corpus.npz \
       --config=configs/imdb_fastformer.py \
       --overrides='{"model.embedding_init": "random", "pretrain.num_steps": 10000}' \
       --out=.sweep/encoder.npz
-  python experiments/val_sweep.py sweep ... --encoder=.sweep/encoder.npz \
+  python -m textattn.sweep sweep ... --encoder=.sweep/encoder.npz \
       --variant='mlm:model.embedding_init=random,pretrain.objective=mlm,pretrain.num_steps=10000,...'
 
   # 3. Summarise sweep files (one JSON line per run, as written by --out).
-  python experiments/val_sweep.py summarize experiments/sweeps/*.jsonl
+  python -m textattn.sweep summarize experiments/sweeps/*.jsonl
   #    Paired (same seeds on both sides), e.g. the softmax bigram decision:
-  python experiments/val_sweep.py summarize experiments/sweeps/softmax_bigram_cpu.jsonl \
+  python -m textattn.sweep summarize experiments/sweeps/softmax_bigram_cpu.jsonl \
       --paired=base,bigram --seeds=10-29
 
-A variant is NAME[:FIELD=VALUE[,FIELD=VALUE...]]; values are parsed as Python literals when they
-parse, else kept as strings. `max_len` may be lowered below the exported length: each review's
-last max_len tokens are kept (truncation "pre", as the configs) or its first (truncation "post").
+A variant is NAME[:FIELD=VALUE[,...]] (values parsed as Python literals where they parse).
+`max_len` may be lowered below the exported length (re-truncated as config.truncation says).
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures
-import importlib.util
 import json
 import os
 import subprocess
@@ -51,15 +52,11 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from textattn import defaults
 
 
 def load_config(path: str):
-  spec = importlib.util.spec_from_file_location("sweep_config", os.path.join(ROOT, path))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return defaults.load(path)
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -75,8 +72,15 @@ def parse_variant(text: str) -> tuple[str, dict]:
 
 
 def apply_overrides(config, overrides: dict):
+  """`config` with FIELD=VALUE overrides; a recipe's fields (pretrain.*, word2vec.*) are added
+  with their defaults when an override names one and the config lacks them."""
+  from textattn.recipes import pretrain, word2vec
   config = config.copy_and_resolve_references()
   for field, value in overrides.items():
+    recipe = {"pretrain": pretrain, "word2vec": word2vec}.get(field.split(".")[0])
+    if recipe is not None and field.split(".")[0] not in config:
+      with config.unlocked():
+        config[field.split(".")[0]] = recipe.default_config()
     *parents, leaf = field.split(".")
     node = config
     for parent in parents:
@@ -92,15 +96,15 @@ def apply_overrides(config, overrides: dict):
 # Fields that decide the exported arrays: a sweep variant may not change them (max_len may only
 # shrink, see run_one).
 DATA_FIELDS = ("dataset", "val_fraction", "data_seed", "tokenizer", "vocab_size", "truncation",
-               "text_fields", "label_field", "punctuation", "padding")
+               "text_fields", "label_field", "padding")
 # What an export made before a field existed had (it was not recorded then).
-DATA_FIELD_DEFAULTS = {"punctuation": "strip", "padding": "after_masked"}
+DATA_FIELD_DEFAULTS = {"padding": "after_masked"}
 
 
 def export(args) -> None:
+  from textattn import checkpointing
   from textattn import data as data_lib
-  from textattn.recipes import pretrain
-  from textattn.recipes import word2vec
+  from textattn.recipes import pretrain, word2vec
   config = load_config(args.config)
   if data_lib.pads_before(config):
     raise SystemExit(f"{args.config}: config.padding={config.padding!r}; the sweep stores and "
@@ -119,7 +123,7 @@ def export(args) -> None:
   # builds it, cached), so variants of the fine-tuning start from it.
   if pretrain.enabled(config):
     params, _ = pretrain.pretrain(config, data.tokenizer, data.vocab_size)
-    extra.update({f"mlm:{name}": value for name, value in pretrain.flatten(params).items()})
+    extra.update({f"mlm:{name}": value for name, value in checkpointing.flatten(params).items()})
     extra["mlm_settings"] = json.dumps(pretrain.settings(config))
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   np.savez_compressed(
@@ -139,9 +143,8 @@ def export_corpus(args) -> None:
   pretrain.corpus builds it, stored ragged (tokens concatenated, one length per text)."""
   from textattn import data as data_lib
   from textattn.recipes import pretrain
-  config = load_config(args.config)
+  config = apply_overrides(load_config(args.config), {"pretrain.objective": "mlm"})
   with config.unlocked():
-    config.pretrain.objective = "mlm"
     config.pretrain.unlabeled_split = args.unlabeled_split
     # (MLM pretraining refuses the word2vec start some configs use; the corpus does not depend
     # on it.)
@@ -181,6 +184,8 @@ def check_export(raw: dict, config) -> None:
   if config.max_len > int(raw["max_len"]):
     raise ValueError(f"max_len {config.max_len} > exported {int(raw['max_len'])}")
   exported = {**DATA_FIELD_DEFAULTS, **json.loads(str(raw["data_fields"]))}
+  if exported.pop("punctuation", "strip") != "strip":  # (an option textattn no longer has)
+    raise ValueError("the export was made with punctuation='split', which textattn no longer has.")
   changed = {f: (config[f], v) for f, v in exported.items() if config[f] != v}
   if changed:
     raise ValueError(f"these fields differ from the export's (this, exported): {changed}; "
@@ -190,6 +195,7 @@ def check_export(raw: dict, config) -> None:
 def pretrain_encoder(args) -> None:
   """Pretrains a config's encoder on an exported corpus; writes the parameters, the settings
   they depend on and the curve, for `sweep --encoder`."""
+  from textattn import checkpointing
   from textattn.recipes import pretrain
   config = apply_overrides(load_config(args.config),
                            {"pretrain.objective": "mlm", **json.loads(args.overrides)})
@@ -201,7 +207,7 @@ def pretrain_encoder(args) -> None:
   np.savez(args.out, mlm_settings=json.dumps(pretrain.settings(config)),
            data_fields=json.dumps({f: config[f] for f in DATA_FIELDS}),
            curve=json.dumps(curve), seconds=seconds,
-           **{f"mlm:{name}": value for name, value in pretrain.flatten(params).items()})
+           **{f"mlm:{name}": value for name, value in checkpointing.flatten(params).items()})
   import jax
   print(json.dumps({"out": args.out, "seconds": seconds, "device": str(jax.devices()[0]),
                     "last": curve[-1]}))
@@ -225,20 +231,9 @@ def shorten(inputs: np.ndarray, max_len: int, truncation: str) -> np.ndarray:
   return out
 
 
-def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
-            encoder_path: str = "") -> dict:
-  import jax
-  import jax.numpy as jnp
-
-  from textattn import models, train
+def _load_export(data_path: str, config) -> tuple[dict, dict]:
+  """(the export's arrays, {"train", "val"} Splits re-truncated to config.max_len)."""
   from textattn import data as data_lib
-  from textattn.recipes import pretrain
-
-  config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
-  if jax.default_backend() != "cpu":
-    # Full float32 products, as on a CPU (JAX's GPU default is TF32), so that lines from
-    # both backends differ only by rounding order and may be pooled.
-    jax.config.update("jax_default_matmul_precision", "highest")
   with np.load(data_path) as f:
     raw = {k: f[k] for k in f.files}
   check_export(raw, config)
@@ -248,11 +243,16 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
     if config.max_len < inputs.shape[1]:
       inputs = shorten(inputs, config.max_len, config.truncation)
     splits[name] = data_lib.Split(inputs, raw[f"{name}_labels"].astype(np.int32))
-  class_names = [str(c) for c in raw["class_names"]]
-  num_classes = len(class_names)
+  return raw, splits
 
-  train.validate_config(config, jax.device_count())
-  pretrained_tokens = None
+
+def _pretrained_starts(raw: dict, config, encoder_path: str):
+  """(word2vec token table or None, pretrained encoder parameters or None) from the export."""
+  import jax.numpy as jnp
+
+  from textattn import checkpointing
+  from textattn.recipes import pretrain
+  pretrained_tokens = pretrained_params = None
   if config.model.embedding_init == "word2vec":
     if "w2v_table" not in raw:
       raise ValueError("model.embedding_init='word2vec' needs the table in the export; export "
@@ -261,7 +261,6 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
     if exported_w2v != word2vec_settings(config):
       raise ValueError(f"the word2vec settings differ from the export's: {exported_w2v}")
     pretrained_tokens = (jnp.asarray(raw["w2v_table"]), jnp.asarray(raw["w2v_found"]))
-  pretrained_params = None
   if pretrain.enabled(config):
     if encoder_path:  # pretrained on the sweep machine (pretrain_encoder)
       with np.load(encoder_path) as f:
@@ -278,35 +277,56 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
     if exported_mlm != json.loads(json.dumps(pretrain.settings(config))):
       raise ValueError(f"the pretraining settings differ from the export's: {exported_mlm}; "
                        f"export again with them.")
-    pretrained_params = pretrain.unflatten(
+    pretrained_params = checkpointing.unflatten(
         {k[len("mlm:"):]: jnp.asarray(v) for k, v in raw.items() if k.startswith("mlm:")})
-  model = models.build_model(config, num_classes, vocab_size=int(raw["vocab_size"]))
+  return pretrained_tokens, pretrained_params
+
+
+def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
+            encoder_path: str = "") -> dict:
+  """Trains one (config + overrides, seed) on the export with the project's own loop, steps and
+  optimizer, evaluating on validation every eval_every_steps; returns the validation curve."""
+  import jax
+
+  from textattn import classify, loop, models, optim, platform, step
+  from textattn import data as data_lib
+
+  config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
+  if jax.default_backend() != "cpu":
+    # Full float32 products, as on a CPU (JAX's GPU default is TF32), so that lines from
+    # both backends differ only by rounding order and may be pooled.
+    jax.config.update("jax_default_matmul_precision", "highest")
+  raw, splits = _load_export(data_path, config)
+  class_names = [str(c) for c in raw["class_names"]]
+  classify.validate_config(config, jax.device_count())
+  pretrained_tokens, pretrained_params = _pretrained_starts(raw, config, encoder_path)
+  model = models.build_model(config, len(class_names), vocab_size=int(raw["vocab_size"]))
   train_iter = data_lib.TrainIterator(splits["train"], config.batch_size, config.seed)
   total_steps = (config.num_train_steps if config.num_train_steps > 0
                  else config.num_epochs * train_iter.steps_per_epoch)
-  eval_every = config.eval_every_steps or train_iter.steps_per_epoch
-  tx = train.make_optimizer(config.optimizer, total_steps)
-  state = jax.jit(lambda rng, tokens, encoder: train.init_train_state(
-      model, tx, rng, config.max_len, config.optimizer, tokens, encoder))(
-          jax.random.key(config.seed), pretrained_tokens, pretrained_params)
+  tx = optim.make_optimizer(config.optimizer, total_steps)
+  _, replicated = platform.data_parallel_shardings()
+  init = lambda rng, tokens, encoder: step.init_train_state(
+      model, tx, rng, config.max_len, config.optimizer, tokens, encoder)
+  abstract = jax.eval_shape(init, jax.random.key(config.seed), pretrained_tokens,
+                            pretrained_params)
+  state_sharding = jax.tree.map(lambda _: replicated, abstract)
+  state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(config.seed),
+                                                      pretrained_tokens, pretrained_params)
   # As the trainer compiles them: config.xla_flags, and deterministic ops on a GPU.
-  options = train.step_compiler_options(config)
-  step_fn = jax.jit(train.train_step, donate_argnums=0, compiler_options=options)
-  eval_fn = jax.jit(lambda s, b: train.eval_step(s, b, num_classes), compiler_options=options)
+  options = platform.step_compiler_options(config)
+  evaluator = classify.make_evaluator(state_sharding, len(class_names), config.eval_batch_size,
+                                      class_names, options)
+  curve = []
 
-  def evaluate(state):
-    totals = None
-    for batch in data_lib.eval_batches(splits["val"], config.eval_batch_size):
-      sums = eval_fn(state, batch)
-      totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-    return float(totals["correct"]) / float(totals["count"])
+  def evaluate(state, done, is_last):
+    curve.append((done, evaluator(state, splits["val"], "val")[0]["val/accuracy"]))
 
   t0 = time.perf_counter()
-  curve = []
-  for step in range(1, total_steps + 1):
-    state, _ = step_fn(state, next(train_iter))
-    if step % eval_every == 0 or step == total_steps:
-      curve.append((step, evaluate(state)))
+  loop.fit(state, step.train_step, train_iter,
+           loop.Schedule(total_steps, 0, config.eval_every_steps or train_iter.steps_per_epoch),
+           batch_size=config.batch_size, evaluate=evaluate, compiler_options=options,
+           show_progress=False)
   best_step, best = max(curve, key=lambda c: c[1])  # first best, as the checkpoint manager
   return {"val_best": best, "val_best_step": best_step, "val_last": curve[-1][1],
           "curve": curve, "seconds": time.perf_counter() - t0, "device": str(jax.devices()[0]),
@@ -323,7 +343,7 @@ def sweep(args) -> None:
 
   def launch(job):
     name, overrides, seed = job
-    command = [sys.executable, __file__, "one", f"--data={args.data}", f"--config={args.config}",
+    command = [sys.executable, "-m", "textattn.sweep", "one", f"--data={args.data}", f"--config={args.config}",
                f"--overrides={json.dumps(overrides)}", f"--seed={seed}",
                f"--encoder={args.encoder}"]
     # Several processes share one GPU: no process may grab most of its memory up front.

@@ -1,22 +1,15 @@
-"""The sweep summary that decides pre-registered comparisons (experiments/val_sweep.py)."""
+"""textattn.sweep: the paired summary that decides pre-registered comparisons, and a sweep run."""
 
-import importlib.util
 import json
-import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from scipy import stats
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _val_sweep():
-  spec = importlib.util.spec_from_file_location(
-      "val_sweep", os.path.join(ROOT, "experiments", "val_sweep.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from textattn import sweep as vs
+from tests.test_train import REPO, write_sentiment_jsonl
 
 
 def _write(path, rows):
@@ -25,7 +18,6 @@ def _write(path, rows):
 
 
 def test_paired_summary_pairs_by_seed_and_reports_missing(tmp_path):
-  vs = _val_sweep()
   # Written out of order, split over two files, with an errored run that must not count.
   _write(tmp_path / "a.jsonl", [("base", 12, 0.890), ("bigram", 10, 0.900), ("base", 10, 0.880)])
   _write(tmp_path / "b.jsonl", [("bigram", 12, 0.893), ("bigram", 11, 0.899), ("base", 11, 0.894)])
@@ -45,7 +37,6 @@ def test_paired_summary_pairs_by_seed_and_reports_missing(tmp_path):
 
 
 def test_a_run_counted_twice_is_refused(tmp_path):
-  vs = _val_sweep()
   _write(tmp_path / "cpu.jsonl", [("base", 10, 0.89)])
   _write(tmp_path / "gpu.jsonl", [("base", 10, 0.90)])
   with pytest.raises(SystemExit, match="seed 10 appears twice"):
@@ -56,10 +47,41 @@ def test_plain_summary_keeps_separate_sweeps_apart(tmp_path, capsys):
   """Different sweep files reuse variant names ("base", seed 0): listing them all, as the
   module's docstring does, summarises each file on its own instead of refusing."""
   import argparse
-  vs = _val_sweep()
   _write(tmp_path / "round1.jsonl", [("base", 0, 0.89), ("base", 1, 0.87)])
   _write(tmp_path / "round2.jsonl", [("base", 0, 0.80)])
   vs.summarize(argparse.Namespace(files=[str(tmp_path / "round1.jsonl"),
                                          str(tmp_path / "round2.jsonl")], paired="", seeds=""))
   out = capsys.readouterr().out
   assert "n=2  mean 0.8800" in out and "n=1  mean 0.8000" in out
+
+
+def test_export_sweep_and_paired_summary_end_to_end(tmp_path):
+  # The command a researcher runs: export train/validation (never test), train two variants
+  # on one seed through the same loop as textattn.main, then the paired summary.
+  data = tmp_path / "reviews.jsonl"
+  write_sentiment_jsonl(data, n=240)
+  config = tmp_path / "tiny.py"
+  config.write_text(
+      "from textattn import defaults\n\n\ndef get_config():\n"
+      "  config = defaults.classification()\n"
+      f"  config.dataset = {str(data)!r}\n  config.cache_dir = {str(tmp_path / 'cache')!r}\n"
+      "  config.vocab_size, config.max_len, config.batch_size = 64, 16, 8\n"
+      "  config.num_train_steps, config.eval_every_steps = 12, 6\n"
+      "  config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4)\n"
+      "  return config\n")
+  run = lambda *args: subprocess.run([sys.executable, "-m", "textattn.sweep", *args], cwd=REPO,
+                                     capture_output=True, text=True, check=False)
+  export = run("export", f"--config={config}", f"--out={tmp_path / 'data.npz'}")
+  assert export.returncode == 0, export.stderr[-2000:]
+  with np.load(tmp_path / "data.npz") as f:
+    assert "test_inputs" not in f.files and "val_inputs" in f.files
+  out = tmp_path / "sweep.jsonl"
+  done = run("sweep", f"--data={tmp_path / 'data.npz'}", f"--config={config}", "--seeds=3",
+             "--variant=base", "--variant=wide:model.ffn_dim=16", f"--out={out}")
+  assert done.returncode == 0, done.stderr[-2000:]
+  lines = [json.loads(line) for line in out.read_text().splitlines()]
+  assert [(r["variant"], r["seed"]) for r in lines] == [("base", 3), ("wide", 3)]
+  for r in lines:
+    assert [step for step, _ in r["curve"]] == [6, 12] and 0 <= r["val_best"] <= 1, r
+  summary = run("summarize", str(out), "--paired=base,wide", "--seeds=3-3")
+  assert summary.returncode == 0 and "paired over 1 seeds" in summary.stdout, summary.stdout
