@@ -102,6 +102,19 @@ def unflatten(flat: dict) -> dict:
   return tree
 
 
+def transfer(params, pretrained):
+  """`params` with every leaf that `pretrained` has replaced by it (same path and shape); the
+  classifier's own head (pooling, hidden layer, logits) keeps its fresh initialisation."""
+  flat = flatten(pretrained)
+  target = flatten(params)
+  for name, value in sorted(flat.items()):
+    if name not in target or tuple(target[name].shape) != tuple(value.shape):
+      got = tuple(target[name].shape) if name in target else "no such parameter"
+      raise ValueError(f"The pretrained parameter {name} has shape {tuple(value.shape)}; the "
+                       f"model's: {got}.")
+  return unflatten({name: flat.get(name, value) for name, value in target.items()})
+
+
 def run_contract(config: ml_collections.ConfigDict, data_print: str, total_steps: int,
                  eval_every: int, checkpoint_every: int) -> dict:
   """What a checkpoint records so a resume can check it continues the same training."""

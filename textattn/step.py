@@ -14,6 +14,8 @@ import optax
 from flax import struct
 from flax.training import train_state as train_state_lib
 
+from textattn import checkpointing
+
 # Where the token-embedding table lives in the parameters (and in every optimizer-state tree
 # that mirrors them, e.g. Adam's mu and nu).
 TOKEN_TABLE_PATH = ("embedding", "token", "embedding")
@@ -51,8 +53,7 @@ def init_train_state(model, tx: optax.GradientTransformation, rng: jax.Array, le
     params = jax.tree_util.tree_map_with_path(
         lambda path, leaf: merged if _is_token_table(path, leaf, merged.shape) else leaf, params)
   if pretrained_params is not None:
-    from textattn.recipes import pretrain  # (only this option needs the recipe)
-    params = pretrain.transfer(params, pretrained_params)
+    params = checkpointing.transfer(params, pretrained_params)
   return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                            dropout_key=jax.random.key_data(dropout_rng),
                            label_smoothing=float(optimizer.get("label_smoothing", 0.0)),

@@ -39,7 +39,7 @@ from absl import logging
 
 from textattn import loop, models, optim, platform, step
 from textattn import data as data_lib
-from textattn.checkpointing import flatten, unflatten
+from textattn.checkpointing import flatten, transfer, unflatten  # noqa: F401 -- transfer: API
 from textattn.defaults import check_integer
 from textattn.data import tokenizer as tokenizer_lib
 
@@ -205,19 +205,6 @@ def encoder_params(params) -> dict:
   if "embedding" in shared:
     shared["embedding"] = {k: v for k, v in shared["embedding"].items() if k != "mask"}
   return shared
-
-
-def transfer(params, pretrained):
-  """`params` with every leaf that `pretrained` has replaced by it (same path and shape); the
-  classifier's own head (pooling, hidden layer, logits) keeps its fresh initialisation."""
-  flat = flatten(pretrained)
-  target = flatten(params)
-  for name, value in sorted(flat.items()):
-    if name not in target or tuple(target[name].shape) != tuple(value.shape):
-      got = tuple(target[name].shape) if name in target else "no such parameter"
-      raise ValueError(f"The pretrained parameter {name} has shape {tuple(value.shape)}; the "
-                       f"model's: {got}.")
-  return unflatten({name: flat.get(name, value) for name, value in target.items()})
 
 
 def _load(path: str):
