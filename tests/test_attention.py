@@ -423,3 +423,28 @@ def test_auto_picks_the_native_kernel_on_this_cpu():
   assert attention.get("additive").resolve("auto", 16) == "native"
   assert attention.get("additive").resolve("auto", 12) == "xla"  # head_dim % 8
   assert attention.get("additive").resolve("xla", 16) == "xla"
+
+
+@pytest.mark.parametrize("impl", [i for i in KERNELS if i != "native"])
+def test_kernels_at_the_backends_default_matmul_precision(impl):
+  # The suite runs float32 products in full precision (conftest); on GPUs JAX's default is TF32
+  # (~1e-3 relative error per product), which is what training uses there. Here the kernels run
+  # at the default precision against the float64 reference with a tolerance that fits TF32.
+  shape = (2, 16, 2, 16)
+  q, k, v = random_qkv(shape, seed=11)
+  mask = random_padding(shape[0], shape[1], seed=12)
+  want = numpy_softmax_attention(q, k, v, mask, False)
+  with jax.default_matmul_precision("default"):
+    got = jax.jit(functools.partial(KERNELS[impl], causal=False))(q, k, v, jnp.asarray(mask))
+  np.testing.assert_allclose(np.asarray(got), want, atol=2e-2, rtol=2e-2)
+
+
+def test_auto_falls_back_with_one_warning_naming_the_reason(monkeypatch, caplog):
+  monkeypatch.setattr(jax, "device_count", lambda: 2)  # the native kernel needs one device
+  softmax._warn_fallback.cache_clear()
+  with caplog.at_level("WARNING"):
+    assert attention.get("softmax").resolve("auto", 16) == "fused"
+    assert attention.get("softmax").resolve("auto", 16) == "fused"
+  warnings = [r.getMessage() for r in caplog.records if "attention_impl='auto'" in r.getMessage()]
+  assert len(warnings) == 1 and "2 devices" in warnings[0], warnings
+  softmax._warn_fallback.cache_clear()
