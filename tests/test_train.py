@@ -635,7 +635,7 @@ def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file):
     ("deterministic", None, "config.deterministic=None must be True or False"),
 ])
 def test_bad_config_values_are_one_clear_sentence(field, value, message):
-  # In-process (suite time): main turns these ValueErrors into the one line and exit code 1
+  # In-process (suite time): main turns these ValueErrors into the one line and exit code 2
   # checked by the command-line case above.
   config = defaults.classification()
   section, _, name = field.rpartition(".")
@@ -663,7 +663,7 @@ def test_bad_optimizer_extras_are_one_clear_sentence(field, value):
 def test_process_flags_without_coordinator_are_refused(tmp_path, data_file):
   result = run_main(cli_args(data_file, tmp_path / "cache") + ["--num_processes=2"],
                     tmp_path / "run")
-  assert result.returncode == 1 and "need --coordinator_address" in result.stderr
+  assert result.returncode == 2 and "need --coordinator_address" in result.stderr
 
 
 def test_unknown_config_field_is_rejected_before_anything_runs(tmp_path, data_file):

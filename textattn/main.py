@@ -18,6 +18,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from textattn import defaults
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Training configuration file (configs/*.py).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and logs.")
@@ -36,26 +38,43 @@ _PLUGINS = flags.DEFINE_multi_string(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def _usage_error(message: str) -> None:
+  """A mistake in the command (flags, config): one line, exit code 2."""
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(2)
+
+
+def _remove_if_created_empty(workdir: str, existed: bool) -> None:
+  """A rejected run leaves no workdir behind: removed if this run created it and it is empty."""
+  if not existed:
+    try:
+      os.rmdir(workdir)
+    except OSError:  # not empty (or never created): kept
+      pass
+
+
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    _usage_error(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value).")
   import jax  # after flag parsing, so --help and flag errors are instant
 
-  from textattn import attention, classify, platform
+  from textattn import attention, classify, errors, platform
   from textattn import data as data_lib
   from textattn.errors import NonFiniteLossError, RunError
 
+  config, workdir = _CONFIG.value, _WORKDIR.value
   try:
-    platform.request_cpu_devices(_CONFIG.value)  # before any JAX operation
+    # Everything a run's config and flags can get wrong is checked before JAX starts or the
+    # workdir is touched: exit 2, one line, nothing created.
+    data_lib.validate_config(config)
+    platform.request_cpu_devices(config)  # before any JAX operation
     attention.load_plugins(_PLUGINS.value)
   except ValueError as error:
-    print(f"error: {error}", file=sys.stderr)
-    sys.exit(1)
+    _usage_error(str(error))
 
   if not _COORDINATOR.value and (_NUM_PROCESSES.value or _PROCESS_ID.value is not None):
-    print("error: --num_processes/--process_id (or JAX_NUM_PROCESSES/JAX_PROCESS_ID) need "
-          "--coordinator_address=HOST:PORT (or JAX_COORDINATOR_ADDRESS) too.", file=sys.stderr)
-    sys.exit(1)
+    _usage_error("--num_processes/--process_id (or JAX_NUM_PROCESSES/JAX_PROCESS_ID) need "
+                 "--coordinator_address=HOST:PORT (or JAX_COORDINATOR_ADDRESS) too.")
   if _COORDINATOR.value:
     # Only affects CPU collectives; must be set before any backend starts.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -63,18 +82,32 @@ def main(argv):
   logging.info("JAX process %d/%d, %d local / %d global devices (%s).", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count(),
                jax.default_backend())
-
   try:
-    classify.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    classify.validate_config(config, jax.device_count())
+    platform.check_xla_flags(config)
+  except ValueError as error:
+    _usage_error(str(error))
+
+  existed = os.path.exists(workdir)
+  stopped = getattr(errors, "Stopped", None)
+  try:
+    classify.train_and_evaluate(config, workdir)
   except (ValueError, NonFiniteLossError) as error:
     # A user's mistake (bad config, bad data, a workdir of another run) or a diverged run:
-    # one clear sentence, exit 1. Other ValueErrors are bugs: their traceback is kept.
-    if isinstance(error, (data_lib.DataError, RunError, NonFiniteLossError)) or str(
-        error).startswith("config."):
+    # one clear sentence; exit 2 for the config (a usage error), 1 for the data or the run.
+    # Other ValueErrors are bugs: their traceback is kept.
+    usage = str(error).startswith(("config.", "--"))
+    if usage or isinstance(error, (data_lib.DataError, RunError, NonFiniteLossError)):
+      _remove_if_created_empty(workdir, existed)
       print(f"error: {error}", file=sys.stderr)
-      sys.exit(1)
+      sys.exit(2 if usage else 1)
     raise
+  except BaseException as error:  # only errors.Stopped (SIGINT/SIGTERM) is handled here
+    if stopped is None or not isinstance(error, stopped):
+      raise
+    print(error.args[0] if error.args else str(error), file=sys.stderr)
+    sys.exit(error.exit_code)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=defaults.flags_parser("config"))

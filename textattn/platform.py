@@ -52,6 +52,53 @@ def xla_compiler_options(config: ml_collections.ConfigDict) -> dict[str, XlaOpti
           for name, value in (t[2:].split("=", 1) for t in tokens)}
 
 
+def check_xla_flags(config: ml_collections.ConfigDict) -> None:
+  """ValueError (one sentence) unless XLA accepts config.xla_flags: a trial compilation of a
+  scalar function with the step's compiler options, so an unknown flag or a bad value is
+  refused at start (before any data is read or the workdir touched), not at the first step.
+  Call after JAX has started (as step_compiler_options)."""
+  import difflib
+  import re
+
+  options = step_compiler_options(config)
+  if not options:
+    return
+  try:
+    jax.jit(lambda x: x + 1, compiler_options=options).lower(
+        jax.numpy.zeros((), jax.numpy.float32)).compile()
+  except Exception as error:  # noqa: BLE001 -- XLA's own error (JaxRuntimeError): one sentence
+    text = " ".join(str(error).split())
+    unknown = re.search(r"No such compile option: '([^']+)'", text)
+    if unknown is None:
+      raise ValueError(f"config.xla_flags={config.xla_flags!r} is refused by XLA ({text}); "
+                       f"give flags of the form --xla_name=value with values of the flag's "
+                       f"type (true/false, a number or a string).") from None
+    name = unknown.group(1)
+    known = _known_xla_options()
+    close = difflib.get_close_matches(name, known, n=1)
+    raise ValueError(
+        f"config.xla_flags={config.xla_flags!r}: --{name} is not a flag this XLA (jaxlib "
+        f"{_jaxlib_version()}) knows; "
+        + (f"did you mean --{close[0]}? " if close else "")
+        + "allowed: XLA's compile options (listed by `XLA_FLAGS=--help python -c 'import jax; "
+          "jax.numpy.ones(1)'`), or '' for none.") from None
+
+
+def _jaxlib_version() -> str:
+  import jaxlib
+  return jaxlib.__version__
+
+
+def _known_xla_options() -> list[str]:
+  """The XLA option names jaxlib exposes to Python (a subset of all; for "did you mean")."""
+  try:
+    from jax._src.lib import xla_client
+    debug_options = xla_client.CompileOptions().executable_build_options.debug_options
+    return [name for name in dir(debug_options) if name.startswith("xla_")]
+  except Exception:  # noqa: BLE001 -- a private API: no suggestion rather than an error
+    return []
+
+
 def step_compiler_options(
     config: ml_collections.ConfigDict) -> dict[str, XlaOptionValue] | None:
   """What the train and eval steps are compiled with: config.xla_flags, plus XLA's deterministic

@@ -32,7 +32,8 @@ config checks, workdir files) and `batches`.
 
 from textattn.data.batches import TrainIterator, eval_batches
 from textattn.data.cache import atomic_write, content_digest, read_cache
-from textattn.data.dataset import DATA_INFO_FILE, TOKENIZER_FILE, load_dataset, load_tokenizer
+from textattn.data.dataset import (DATA_INFO_FILE, TOKENIZER_FILE, load_dataset, load_tokenizer,
+                                   validate_config)
 from textattn.data.file_source import FileSource as _FileSource
 from textattn.data.file_source import is_local_file
 from textattn.data.sources import source as _source

@@ -15,9 +15,10 @@ import numpy as np
 from absl import logging
 
 from textattn.data import raw as raw_lib
+from textattn.data import tfds_source
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.cache import Cache, atomic_write
-from textattn.data.file_source import is_local_file
+from textattn.data.file_source import FileSource, is_local_file
 from textattn.data.sources import source
 from textattn.data.splits import (PADDINGS, SPLITS, DataError, Dataset, Split, pad_before,
                                   pads_before)
@@ -37,6 +38,13 @@ def validate_config(config) -> None:
 
   check(isinstance(config.dataset, str) and config.dataset.strip() != "", "dataset",
         "give a TFDS name such as 'imdb_reviews' or the path of a .csv/.tsv/.jsonl file")
+  if is_local_file(config.dataset):
+    if not os.path.isfile(config.dataset):
+      raise DataError(f"config.dataset={config.dataset}: file does not exist; give the path of "
+                      f"a .csv/.tsv/.jsonl file or a TFDS name such as 'imdb_reviews'.")
+  else:
+    tfds_source.check_name(config.dataset,
+                           tfds_source.data_root(tfds_source.tfds_data_dir(config)))
   check(config.tokenizer in ("word", "byte"), "tokenizer", "allowed: 'word', 'byte'")
   check(config.truncation in tokenizer_lib.TRUNCATIONS, "truncation", "allowed: 'pre', 'post'")
   check(is_int(config.max_len) and config.max_len >= 1, "max_len", "it must be an integer >= 1")
@@ -80,6 +88,10 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
   if tokenizer is None:
     tokenizer = cache.load_vocab()
   cached = cache.load_arrays(tokenizer) if tokenizer is not None else None
+  if cached is not None and not _labels_follow_the_rules(cached[0], cached[1], data_source):
+    # An entry written before the label rules (raw.label_string, raw.check_classes): its key
+    # is the file's content, so it is read afresh, which applies them (or names the problem).
+    cached = None
 
   if cached is not None:
     splits, class_names, skipped = cached
@@ -113,6 +125,20 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
   return Dataset(train=splits["train"], validation=splits["validation"], test=splits["test"],
                  class_names=list(class_names), vocab_size=tokenizer.vocab_size,
                  skipped=dict(skipped), tokenizer=tokenizer)
+
+
+def _labels_follow_the_rules(splits: dict[str, Split], class_names: list[str],
+                              data_source) -> bool:
+  """Whether cached labels are what reading the source today would give: canonical class
+  names and, for a local file, two or more training classes covering the held-out labels."""
+  if any(raw_lib.label_string(name) != name for name in class_names):
+    return False
+  if not isinstance(data_source, FileSource):
+    return True
+  trained = set(np.unique(splits["train"].labels).tolist())
+  held_out = set(np.unique(np.concatenate([splits["validation"].labels,
+                                           splits["test"].labels])).tolist())
+  return len(trained) >= 2 and held_out <= trained
 
 
 def _remap_labels(splits: dict[str, Split], names: list[str], saved: list[str],

@@ -1,7 +1,12 @@
 """The local-file source: a .csv / .tsv / .jsonl (or .json holding JSON lines) file, one split
 carved into test, validation (`val_fraction` each) and train. Text = the `text_fields` joined
 with " "; label ids follow the sorted distinct label values (as strings). CSV and TSV files
-need a header row; quoted fields may span lines; CRLF line endings are fine."""
+need a header row; quoted fields may span lines; CRLF line endings are fine.
+
+Labels: surrounding whitespace is stripped and numeric spellings of one value are one class
+(1, 1.0 and " 1 " are class "1"; raw.label_string). A missing label (empty, NaN, None, null),
+a training split with one class, or a validation/test label that never occurs in the training
+split is a DataError naming the file, the line and the value."""
 
 from __future__ import annotations
 
@@ -80,6 +85,10 @@ class FileSource:
     class_names, labels = raw_lib.index_labels({"file": label_strings})
     labels = labels["file"]
     train, validation, test = raw_lib.carve(len(texts), val_fraction, data_seed, 2, path)
+    raw_lib.check_classes(
+        {"train": labels[train], "validation": labels[validation], "test": labels[test]},
+        class_names, path, lambda row: f"line {lines[keep[row]]}",
+        {"train": train, "validation": validation, "test": test})
     return raw_lib.Raw(
         texts={"train": [texts[i] for i in train],
                "validation": [texts[i] for i in validation],
@@ -110,10 +119,12 @@ class FileSource:
           if len(record) != len(header):
             raise DataError(f"{path}, line {line}: expected {len(header)} fields "
                             f"({delimiter!r}-separated), found {len(record)}.")
-          label = record[label_column].strip()
-          if not label:
+          label = raw_lib.label_string(record[label_column])
+          if label is None:
+            value = record[label_column].strip()
             raise DataError(f"{path}, line {line}: the label column {self.label_field!r} "
-                            f"is empty.")
+                            f"is {f'{value!r}, a missing value' if value else 'empty'}; every "
+                            f"row needs a label (a class name or a number).")
           yield line, [record[c] for c in text_columns], label
         line = reader.line_num + 1
     except csv.Error as e:
@@ -152,8 +163,9 @@ class FileSource:
                           f"escape).") from None
         fields.append(value)
       label = record[self.label_field]
-      if label is None or isinstance(label, (list, dict)) or (
-          isinstance(label, str) and not label.strip()):
+      name = None if isinstance(label, (list, dict)) else raw_lib.label_string(label)
+      if name is None:
         raise DataError(f"{where}: label field {self.label_field!r} is {label!r}; it must be "
-                        f"a non-empty string or a number.")
-      yield number, fields, raw_lib.label_string(label)
+                        f"a non-empty string or a number (not a missing value such as null, "
+                        f"NaN or '').")
+      yield number, fields, name

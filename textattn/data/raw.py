@@ -5,6 +5,9 @@ and logged) and the deterministic carve of held-out splits."""
 from __future__ import annotations
 
 import dataclasses
+import decimal
+import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,10 +45,33 @@ def join_fields(values: Sequence[str]) -> str:
   return values[0] if len(values) == 1 else " ".join(values)
 
 
-def label_string(value: Any) -> str:
+# Spellings of "no label" as pandas, R and JSON exports write them (compared lower-case).
+MISSING_LABELS = ("", "nan", "none", "null")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def label_string(value: Any) -> str | None:
+  """The canonical class name of a label value, or None for a missing one (None, NaN, "",
+  "NaN", "None", "null"). Surrounding whitespace is stripped, and numeric spellings of one
+  value are one class: 1, 1.0, "1", " 1.0 ", "1e0" -> "1"; "0.50" -> "0.5"."""
+  if value is None:
+    return None
   if isinstance(value, bytes):
     value = value.decode("utf-8", "replace")
-  return str(value).strip()
+  if isinstance(value, (bool, np.bool_)):
+    return str(bool(value))
+  if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+    return None if math.isnan(value) else str(float(value))
+  text = str(value).strip()
+  if text.lower() in MISSING_LABELS:
+    return None
+  if _NUMBER.fullmatch(text):
+    number = decimal.Decimal(text)  # exact: 12345678901234567891 stays itself
+    if abs(number.adjusted()) <= 40:  # (not 1e999999: kept as written)
+      if number == number.to_integral_value():
+        return str(int(number))
+      return format(number.normalize(), "f")
+  return text
 
 
 def index_labels(labels: dict[str, list[str]]) -> tuple[list[str], dict[str, np.ndarray]]:
@@ -54,6 +80,34 @@ def index_labels(labels: dict[str, list[str]]) -> tuple[list[str], dict[str, np.
   index = {name: i for i, name in enumerate(class_names)}
   return class_names, {split: np.array([index[v] for v in values], np.int32)
                        for split, values in labels.items()}
+
+
+def check_classes(labels: dict[str, np.ndarray], class_names: list[str], where: str,
+                  row_name, split_rows: dict[str, np.ndarray]) -> None:
+  """DataError unless the training split has at least two classes and every label of the
+  held-out splits occurs in it (a class never trained on cannot be predicted; a test report
+  on it is meaningless). `split_rows[split]`: the rows the split's examples came from, named
+  by `row_name(row)` (e.g. "line 12")."""
+  trained = np.unique(labels["train"])
+  if len(trained) < 2:
+    every = len(class_names) == 1
+    raise DataError(
+        f"{where}: {'every label is' if every else 'the training split has only class'} "
+        f"{class_names[int(trained[0])] if len(trained) else None!r}"
+        f"{'' if every else ' (after carving validation and test)'}; a classifier needs at "
+        f"least two classes in training (check config.label_field"
+        f"{'' if every else ', or use more data or another config.data_seed'}).")
+  known = set(trained.tolist())
+  for split in ("validation", "test"):
+    unseen = [i for i, label in enumerate(labels[split].tolist()) if label not in known]
+    if unseen:
+      first = unseen[0]
+      name = class_names[int(labels[split][first])]
+      raise DataError(
+          f"{where}, {row_name(int(split_rows[split][first]))}: label {name!r} ({split} split) "
+          f"never occurs in the training split (its classes: "
+          f"{', '.join(class_names[i] for i in sorted(known))}); a class needs training "
+          f"examples: add some, or remove its {len(unseen)} {split} row(s).")
 
 
 def keep_nonempty(texts: list[str], where: str, row_name, skipped: dict, key: str) -> list[int]:

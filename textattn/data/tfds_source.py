@@ -23,9 +23,33 @@ _READ_BATCH = 4096
 _LABELLED_SPLIT_PREFIXES = ("train", "valid", "test", "dev")
 
 
+# TFDS's own name grammar (tensorflow_datasets.core.naming): [namespace:]name[/config][:x.y.z].
+# Checked before anything touches the file system: a name is joined to the data dir and its
+# files hashed, so ".." or "/" would hash a whole tree.
+_TFDS_NAME = re.compile(r"([\w\-]+:)?[A-Za-z]\w*(/[\w+\-.]+)?(:(\d+|\*)(\.(\d+|\*)){2})?")
+
+
+def check_name(name: str, root: str | None = None) -> None:
+  """DataError (one sentence) unless `name` is shaped like a TFDS name and is not a directory
+  (other than the data set's own under `root`, the TFDS data dir); cheap: a stat, no walk."""
+  allowed = ("give a TFDS name such as 'imdb_reviews' (name[/config][:version]) or the path of "
+             "a .csv/.tsv/.jsonl file")
+  own = root is not None and os.path.realpath(name) == os.path.realpath(os.path.join(root, name))
+  if os.path.isdir(name) and not own:
+    raise DataError(f"config.dataset={name!r} is a directory; {allowed}.")
+  if not _TFDS_NAME.fullmatch(name):
+    raise DataError(f"config.dataset={name!r} is neither an existing local file nor a TFDS "
+                    f"name; {allowed}.")
+
+
 def tfds_data_dir(config) -> str | None:
   """config.data_dir, else $TFDS_DATA_DIR, else None (TFDS's default)."""
   return config.data_dir or os.environ.get("TFDS_DATA_DIR") or None
+
+
+def data_root(data_dir: str | None) -> str:
+  """The TFDS data dir, absolute: `data_dir` (tfds_data_dir's), else TFDS's default."""
+  return os.path.realpath(os.path.expanduser(data_dir or os.path.join("~", "tensorflow_datasets")))
 
 
 def network_available(host: str = "storage.googleapis.com", timeout: float = 3.0) -> bool:
@@ -59,13 +83,13 @@ class TfdsSource:
     self._read_from: str | None = None
 
   def _root(self) -> str:
-    data_dir = self.data_dir or os.path.join("~", "tensorflow_datasets")
-    return os.path.realpath(os.path.expanduser(data_dir))
+    return data_root(self.data_dir)
 
   def identity(self, write: bool = True) -> list | None:
     """Name and the names and contents (sha256) of its prepared files, not their location or
     modification times: a re-copied or moved data dir keeps its cache. None when nothing is
     prepared. `write`: whether the digests may be memoised in the cache dir."""
+    check_name(self.name, self._root())  # (before the walk: ".." would walk the data dir's parent)
     base = os.path.join(self._root(), self.name.split("/")[0].split(":")[0])
     files = []
     for dirpath, _, filenames in os.walk(base):
@@ -209,6 +233,12 @@ class TfdsSource:
     other labels are indexed as strings in sorted order."""
     if not class_names:
       string_labels = {s: [raw_lib.label_string(v) for v in vs] for s, vs in raw_labels.items()}
+      for split, values in string_labels.items():
+        if None in values:
+          i = values.index(None)
+          raise DataError(f"{self.description}, split {split!r}, example {i}: label "
+                          f"{raw_labels[split][i]!r} is a missing value; every example needs a "
+                          f"label.")
       return raw_lib.index_labels(string_labels)
     labels = {}
     for split, values in raw_labels.items():
