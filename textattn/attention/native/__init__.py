@@ -12,10 +12,18 @@ and the CPU's feature flags, so a changed source or machine builds a new library
 loading a stale one; it is written under a temporary name and renamed into place, so concurrent
 processes (several hosts on one machine, pytest-xdist) never load a half-written file.
 
+Only a library this installation built is loaded: the build records the library's sha256 in
+`<library>.sha256` beside it (written atomically, before the library is renamed into place),
+and the bytes are hashed and compared before every load. A library with a different hash (one
+planted or damaged) is refused; one without a recorded hash (an older build) is rebuilt. A
+cache directory that other users may write to (group/other write permission, or owned by
+another user) is refused outright: whoever can write there could plant code this process runs.
+
 `load()` raises `NativeUnavailable` with one sentence saying why (no compiler, compile error, an
-unwritable or noexec cache directory, not a Linux or macOS host...); `available()` answers
-without raising, so `attention_impl='auto'` falls back to the XLA kernel. Nothing here runs at
-import time.
+unwritable, shared or noexec cache directory, a library that fails its hash check, fails to load
+or lacks a kernel's symbol, not a Linux or macOS host...); `available()` answers without
+raising, so `attention_impl='auto'` falls back to the XLA kernel (with one warning, from the
+attention variant's resolve()). Nothing here runs at import time.
 """
 
 from __future__ import annotations
@@ -88,6 +96,62 @@ def _library_path(compiler: list[str]) -> Path:
   return cache_dir() / f"textattn_kernels-{key.hexdigest()[:16]}.so"
 
 
+def _sha256(path: Path) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _hash_path(library: Path) -> Path:
+  return library.with_name(library.name + ".sha256")
+
+
+def check_cache_dir(directory: Path) -> None:
+  """NativeUnavailable unless `directory` is owned by this user and not writable by group or
+  others: a library loaded from a directory someone else can write to runs their code."""
+  info = directory.stat()
+  getuid = getattr(os, "getuid", None)
+  if getuid is not None and info.st_uid != getuid():
+    raise NativeUnavailable(f"the native kernel cache {directory} is owned by user id "
+                            f"{info.st_uid}, not this user ({getuid()}); libraries there are "
+                            f"not loaded. Set TEXTATTN_NATIVE_CACHE to a directory of your own.")
+  if info.st_mode & 0o022:
+    raise NativeUnavailable(f"the native kernel cache {directory} is writable by group or "
+                            f"others (mode {info.st_mode & 0o777:o}); libraries there are not "
+                            f"loaded. "
+                            f"Run `chmod go-w {directory}` or set TEXTATTN_NATIVE_CACHE to a "
+                            f"private directory.")
+
+
+def verify(library: Path) -> None:
+  """NativeUnavailable unless `library`'s bytes have the sha256 its build recorded."""
+  try:
+    recorded = _hash_path(library).read_text(encoding="ascii").strip()
+  except (OSError, UnicodeDecodeError) as error:
+    raise NativeUnavailable(f"{library} has no readable recorded hash ({_hash_path(library).name}: "
+                            f"{error}); it is not loaded. Remove it to rebuild.") from None
+  actual = _sha256(library)
+  if actual != recorded:
+    raise NativeUnavailable(f"{library} does not match the sha256 its build recorded (found "
+                            f"{actual[:12]}..., recorded {recorded[:12]}...); it was not built "
+                            f"by this installation or is damaged, and is not loaded. Remove it "
+                            f"(and {_hash_path(library).name}) to rebuild.")
+
+
+def _write_hash(library: Path, digest: str) -> None:
+  """<library>.sha256, atomically (temporary file in the same directory, then rename)."""
+  fd, tmp = tempfile.mkstemp(prefix=library.name + ".", suffix=".sha256.tmp", dir=library.parent)
+  try:
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+      f.write(digest + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, _hash_path(library))
+  finally:
+    Path(tmp).unlink(missing_ok=True)
+
+
 def build() -> Path:
   """Compile the kernels if this machine has no up-to-date build; return the library's path."""
   if sys.platform not in ("linux", "darwin"):
@@ -100,10 +164,12 @@ def build() -> Path:
                             "'fused'.")
   try:
     library = _library_path(compiler)
-    if library.exists():
-      return library
+    # 0o755 & ~umask: never group-writable, even under a umask of 002.
+    library.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    check_cache_dir(library.parent)
+    if library.exists() and _hash_path(library).exists():
+      return library  # (verified by _load before it is loaded)
     import jax
-    library.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=library.stem + ".", suffix=".tmp.so", dir=library.parent)
     os.close(fd)
     try:
@@ -114,6 +180,7 @@ def build() -> Path:
         names = ", ".join(source.name for source in SOURCES)
         raise NativeUnavailable(f"compiling {names} failed ({' '.join(command)}): {tail}")
       os.chmod(tmp, 0o755)  # mkstemp makes it private; a shared cache must be loadable by all
+      _write_hash(library, _sha256(Path(tmp)))  # first: a library in place always has its hash
       os.replace(tmp, library)
     finally:
       Path(tmp).unlink(missing_ok=True)  # gone already after a successful rename
@@ -146,17 +213,28 @@ def _load() -> ctypes.CDLL:
   import jax
   path = build()
   try:
+    verify(path)
     library = ctypes.cdll.LoadLibrary(str(path))
-  except OSError as error:  # e.g. a noexec cache directory
+  except OSError as error:  # e.g. a noexec cache directory, or not a loadable library
     raise NativeUnavailable(f"loading the native kernels from {path} failed ({error}); set "
                             f"TEXTATTN_NATIVE_CACHE elsewhere or use config.model.attention_impl="
                             f"'fused'.") from error
-  for target, symbol in (
-      (FORWARD_TARGET, library.TextattnSoftmaxAttentionForward),
-      (BACKWARD_TARGET, library.TextattnSoftmaxAttentionBackward),
-      (ADDITIVE_FORWARD_TARGET, library.TextattnAdditiveAttentionForward),
-      (ADDITIVE_BACKWARD_TARGET, library.TextattnAdditiveAttentionBackward)):
-    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
+  symbols = []
+  for target, name in ((FORWARD_TARGET, "TextattnSoftmaxAttentionForward"),
+                       (BACKWARD_TARGET, "TextattnSoftmaxAttentionBackward"),
+                       (ADDITIVE_FORWARD_TARGET, "TextattnAdditiveAttentionForward"),
+                       (ADDITIVE_BACKWARD_TARGET, "TextattnAdditiveAttentionBackward")):
+    try:
+      symbols.append((target, getattr(library, name)))
+    except AttributeError:
+      raise NativeUnavailable(f"{path} lacks the kernel symbol {name}; it is not used. Remove "
+                              f"it (and {_hash_path(path).name}) to rebuild.") from None
+  try:
+    for target, symbol in symbols:
+      jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
+  except Exception as error:  # noqa: BLE001 -- XLA refusing a target: the fallback, not a crash
+    raise NativeUnavailable(f"registering the native kernels from {path} with XLA failed "
+                            f"({type(error).__name__}: {error}).") from None
   return library
 
 
