@@ -221,7 +221,7 @@ def test_bad_flags_fail_with_one_sentence_and_touch_nothing(tmp_path, bad, messa
   result = subprocess.run(
       [sys.executable, "-m", "textattn.benchmark", bad.format(file=a_file, dir=tmp_path)],
       cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
-  assert result.returncode == 1
+  assert result.returncode == 2
   (line,) = result.stderr.strip().splitlines()
   assert line.startswith(message.format(file=a_file, dir=tmp_path)), line
   assert a_file.read_text() == "kept\n"

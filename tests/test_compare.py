@@ -65,12 +65,12 @@ def test_cli_reads_what_training_writes_and_refuses_bad_input_in_one_line(tmp_pa
   assert "B - A: +40.00 points" in ok.stdout and "only A right: 0; only B right: 2" in ok.stdout
 
   missing = run_cli(tmp_path / "a", tmp_path / "nowhere")
-  assert missing.returncode == 1 and missing.stdout == ""
+  assert missing.returncode == 2 and missing.stdout == ""
   assert missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
 
   os.makedirs(tmp_path / "c")
   compare.write_predictions(str(tmp_path / "c"), labels[:4],
                           one_hot_probabilities(labels[:4]), ["neg", "pos"], 7)
   mismatched = run_cli(tmp_path / "a", tmp_path / "c")
-  assert mismatched.returncode == 1 and "not evaluated on the same test examples" in mismatched.stderr
+  assert mismatched.returncode == 2 and "not evaluated on the same test examples" in mismatched.stderr
   assert run_cli(tmp_path / "a").returncode == 2  # usage

@@ -58,7 +58,15 @@ def write_predictions(workdir: str, labels: np.ndarray, probabilities: np.ndarra
 
 
 def load_predictions(workdir: str) -> tuple[np.ndarray, np.ndarray]:
-  """(labels [N], probabilities [N, C]) of a finished run."""
+  """(labels [N], probabilities [N, C]) of a finished run; CompareError (one sentence) for a
+  missing, unreadable or truncated file, or contents that are not predictions: labels outside
+  0..C-1, probabilities that are not finite numbers."""
+  labels, probabilities, _ = load_run(workdir)
+  return labels, probabilities
+
+
+def load_run(workdir: str) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
+  """load_predictions plus the run's class names (None in a file written without them)."""
   path = os.path.join(workdir, PREDICTIONS_FILE)
   if not os.path.isfile(path):
     raise CompareError(f"{path} does not exist: give the workdir of a run that finished (runs "
@@ -66,12 +74,35 @@ def load_predictions(workdir: str) -> tuple[np.ndarray, np.ndarray]:
   try:
     with np.load(path, allow_pickle=False) as archive:
       labels, probabilities = archive["labels"], archive["probabilities"]
-  except (OSError, ValueError, KeyError) as error:
-    raise CompareError(f"{path} is not a readable predictions file ({error}).") from error
-  if labels.ndim != 1 or probabilities.shape[:1] != labels.shape or probabilities.ndim != 2:
-    raise CompareError(f"{path} holds labels {labels.shape} and probabilities "
-                       f"{probabilities.shape}; expected [N] and [N, classes].")
-  return labels, probabilities
+      class_names = ([str(name) for name in archive["class_names"].tolist()]
+                     if "class_names" in archive.files else None)
+  except Exception as error:  # noqa: BLE001 -- truncated zip (BadZipFile, EOFError), a missing
+    # array (KeyError), a pickled object (ValueError), an I/O error: all one sentence.
+    raise CompareError(f"{path} is not a readable predictions file ({type(error).__name__}: "
+                       f"{' '.join(str(error).split())}); rerun the evaluation or give another "
+                       f"workdir.") from None
+  if (labels.ndim != 1 or probabilities.ndim != 2 or probabilities.shape[:1] != labels.shape
+      or not np.issubdtype(labels.dtype, np.integer)
+      or not np.issubdtype(probabilities.dtype, np.floating)):
+    raise CompareError(f"{path} holds labels {labels.shape} {labels.dtype} and probabilities "
+                       f"{probabilities.shape} {probabilities.dtype}; expected integer labels "
+                       f"[N] and float probabilities [N, classes].")
+  classes = probabilities.shape[1]
+  if class_names is not None and len(class_names) != classes:
+    raise CompareError(f"{path} names {len(class_names)} classes but holds probabilities for "
+                       f"{classes}; the file is damaged.")
+  bad = np.flatnonzero((labels < 0) | (labels >= classes))
+  if bad.size:
+    raise CompareError(f"{path}: label {labels[bad[0]]} of test example {bad[0]} (and "
+                       f"{bad.size - 1} more) is outside the classes 0..{classes - 1}; the file "
+                       f"is damaged.")
+  finite = np.isfinite(probabilities).all(axis=1)
+  if not finite.all():
+    first = int(np.flatnonzero(~finite)[0])
+    raise CompareError(f"{path}: the probabilities of {int((~finite).sum())} test example(s) "
+                       f"(first: example {first}) are not finite (NaN or infinity); they must be "
+                       f"finite numbers: compare runs whose test reports are finite.")
+  return labels, probabilities, class_names
 
 
 def mcnemar_exact_p(only_a: int, only_b: int) -> float:
@@ -85,6 +116,10 @@ def mcnemar_exact_p(only_a: int, only_b: int) -> float:
 
 def compare(labels_a: np.ndarray, probabilities_a: np.ndarray, labels_b: np.ndarray,
             probabilities_b: np.ndarray) -> Comparison:
+  if probabilities_a.shape[1:] != probabilities_b.shape[1:]:
+    raise CompareError(f"the runs have different class counts ({probabilities_a.shape[1]} and "
+                       f"{probabilities_b.shape[1]}); a paired comparison needs runs of the same "
+                       f"dataset and label set.")
   if labels_a.shape != labels_b.shape or not np.array_equal(labels_a, labels_b):
     raise CompareError(
         f"the runs were not evaluated on the same test examples ({len(labels_a)} and "
@@ -122,12 +157,16 @@ def main(argv: list[str]) -> int:
     print("usage: python -m textattn.compare WORKDIR_A WORKDIR_B", file=sys.stderr)
     return 2
   try:
-    labels_a, probabilities_a = load_predictions(argv[1])
-    labels_b, probabilities_b = load_predictions(argv[2])
+    labels_a, probabilities_a, names_a = load_run(argv[1])
+    labels_b, probabilities_b, names_b = load_run(argv[2])
+    if names_a is not None and names_b is not None and names_a != names_b and len(
+        names_a) == len(names_b):
+      raise CompareError(f"the runs have different classes ({names_a} and {names_b}); a "
+                         f"paired comparison needs runs of the same dataset and label set.")
     result = compare(labels_a, probabilities_a, labels_b, probabilities_b)
-  except CompareError as error:
+  except CompareError as error:  # the user's input: one line, exit 2 (as a usage error)
     print(f"error: {error}", file=sys.stderr)
-    return 1
+    return 2
   print(report(argv[1], argv[2], result))
   return 0
 

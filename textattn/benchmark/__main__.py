@@ -2,10 +2,11 @@
 
 from absl import app
 
-from textattn import benchmark
+from textattn import benchmark, defaults
 from textattn.benchmark import cli
 
 __doc__ = benchmark.__doc__  # what absl's --help prints: the main module's docstring
 
 if __name__ == "__main__":
-  app.run(cli.main)
+  # Flag errors (a bad value, an unreadable --config): one line, exit 2, as the checks in main.
+  app.run(cli.main, flags_parser=defaults.flags_parser("config"))

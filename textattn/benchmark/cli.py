@@ -159,21 +159,20 @@ def main(argv):
     with open(_POINT_SPEC.value) as f:
       measure.run_point(json.load(f), _POINT_RESULT.value)
     return
-  if not _POINT_TIMEOUT_S.value > 0:  # (NaN too)
-    print(f"error: --point_timeout_s={_POINT_TIMEOUT_S.value:g} must be a positive number of "
-          f"seconds (the wall-clock limit of one point's subprocess).", file=sys.stderr)
-    sys.exit(2)
-
   config = _CONFIG.value if _CONFIG.value is not None else _default_config()
   mode = _MODE.value
   out_dir = _OUT_DIR.value or os.path.join(
       "runs", "benchmark", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
   try:
+    plan.check_limits(point_timeout_s=_POINT_TIMEOUT_S.value,
+                      point_time_budget_s=_POINT_TIME_BUDGET_S.value,
+                      point_memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
+                      num_classes=_NUM_CLASSES.value)
     _check_out_dir(out_dir)
     specs = _plan(config, mode)
-  except ValueError as error:
-    print(f"error: {error}", file=sys.stderr)
-    sys.exit(1)
+  except ValueError as error:  # every bad flag or config value is a usage error: exit 2
+    print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+    sys.exit(2)
 
   command = "python -m textattn.benchmark " + " ".join(sys.argv[1:])
   rows = sweep.run_sweep(specs, timeout_s=_POINT_TIMEOUT_S.value, out_dir=out_dir,

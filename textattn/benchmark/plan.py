@@ -8,6 +8,7 @@ any implementation it accepts.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 MODES = ("attention", "forward", "forward+backward", "train_step")
@@ -59,6 +60,23 @@ def variant_name(attention: str, implementation: str) -> str:
   if implementation == _registry().get(attention).reference:
     return attention
   return f"{attention}_{implementation}"
+
+
+def check_limits(*, point_timeout_s: float, point_time_budget_s: float,
+                 point_memory_limit_gb: float, num_classes: int) -> None:
+  """ValueError (one sentence naming the flag, its value and what is allowed) for a limit
+  that is not a finite number in its range (NaN and infinity included)."""
+  if not (point_timeout_s > 0 and math.isfinite(point_timeout_s)):
+    raise ValueError(f"--point_timeout_s={point_timeout_s:g} must be a positive number of "
+                     f"seconds (the wall-clock limit of one point's subprocess).")
+  if not (point_time_budget_s >= 0 and math.isfinite(point_time_budget_s)):
+    raise ValueError(f"--point_time_budget_s={point_time_budget_s:g} must be a number of "
+                     f"seconds >= 0 (0 = no budget: always --warmup + --repeats calls).")
+  if not (point_memory_limit_gb >= 0 and math.isfinite(point_memory_limit_gb)):
+    raise ValueError(f"--point_memory_limit_gb={point_memory_limit_gb:g} must be a number of "
+                     f"GiB >= 0 (0 = no limit).")
+  if num_classes < 2:
+    raise ValueError(f"--num_classes={num_classes} must be an integer >= 2.")
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
