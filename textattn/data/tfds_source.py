@@ -34,7 +34,8 @@ def check_name(name: str, root: str | None = None) -> None:
   (other than the data set's own under `root`, the TFDS data dir); cheap: a stat, no walk."""
   allowed = ("give a TFDS name such as 'imdb_reviews' (name[/config][:version]) or the path of "
              "a .csv/.tsv/.jsonl file")
-  own = root is not None and os.path.realpath(name) == os.path.realpath(os.path.join(root, name))
+  own = (root is not None and not os.path.isabs(name)
+         and os.path.realpath(name) == os.path.realpath(os.path.join(root, name)))
   if os.path.isdir(name) and not own:
     raise DataError(f"config.dataset={name!r} is a directory; {allowed}.")
   if not _TFDS_NAME.fullmatch(name):
