@@ -448,3 +448,32 @@ def test_auto_falls_back_with_one_warning_naming_the_reason(monkeypatch, caplog)
   warnings = [r.getMessage() for r in caplog.records if "attention_impl='auto'" in r.getMessage()]
   assert len(warnings) == 1 and "2 devices" in warnings[0], warnings
   softmax._warn_fallback.cache_clear()
+
+
+@pytest.mark.parametrize("backend,dtype,want", [
+    ("gpu", "bfloat16", "cudnn"), ("gpu", "float16", "cudnn"), ("gpu", "float32", "dot_product"),
+    ("tpu", "bfloat16", "dot_product")])
+def test_auto_picks_flash_attention_on_a_gpu_in_bfloat16(monkeypatch, backend, dtype, want):
+  monkeypatch.setattr(jax, "default_backend", lambda: backend)
+  for name in ("softmax", "causal"):
+    assert attention.get(name).resolve("auto", 64, dtype) == want
+  assert attention.get("additive").resolve("auto", 64, dtype) == "xla"
+  softmax._warn_fallback.cache_clear()
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu",
+                    reason="cuDNN flash attention needs an NVIDIA GPU (this run: "
+                           f"{jax.default_backend()})")
+@pytest.mark.parametrize("causal", [False, True], ids=["softmax", "causal"])
+def test_cudnn_flash_attention_matches_float64_reference(causal):
+  # bfloat16 inputs (what cuDNN's flash kernel takes), padding as key lengths; rows without a
+  # visible key (the all-padding row 1) must be zero. Tolerance: bfloat16's 8-bit mantissa.
+  shape = (3, 128, 2, 64)
+  q, k, v = random_qkv(shape, seed=21)
+  mask = random_padding(shape[0], shape[1], seed=22)
+  q, k, v = (np.asarray(jnp.asarray(a, jnp.bfloat16), np.float32) for a in (q, k, v))
+  want = numpy_softmax_attention(q, k, v, mask, causal)
+  got = jax.jit(functools.partial(softmax.cudnn_attention, causal=causal))(
+      *(jnp.asarray(a, jnp.bfloat16) for a in (q, k, v)), jnp.asarray(mask))
+  np.testing.assert_allclose(np.asarray(got, np.float32), want, atol=3e-2, rtol=3e-2)
+  assert np.all(np.asarray(got, np.float32)[1] == 0)

@@ -36,5 +36,5 @@ VARIANT = attention.register(attention.Variant(
     name="toy_mean",
     build=MeanAttention,
     implementations=IMPLEMENTATIONS,
-    resolve=lambda implementation, head_dim: "xla",
+    resolve=lambda implementation, head_dim=None, dtype="float32": "xla",
     description="test-only: every position gets the masked mean of the value projections"))

@@ -331,13 +331,11 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
   config.vocab_size."""
   validate_model_config(config)
   m = config.model
-  impl = attention_lib.get(m.attention).resolve(m.attention_impl, m.embed_dim // m.num_heads)
+  impl = attention_lib.get(m.attention).resolve(m.attention_impl, m.embed_dim // m.num_heads,
+                                                 m.dtype)
   if impl != m.attention_impl:
     logging.info("config.model.attention_impl=%r: using the %r %s kernel here.",
                  m.attention_impl, impl, m.attention)
-  if impl == "cudnn":
-    logging.warning("attention_impl='cudnn' (cuDNN flash attention) has never been verified by "
-                    "this project's tests on a GPU; compare its results with 'dot_product'.")
   return Classifier(
       num_classes=num_classes, vocab_size=vocab_size or config.vocab_size,
       max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,

@@ -117,16 +117,18 @@ def native_additive_attention(query: Array, key: Array, padding_mask: Array, alp
   return u.reshape(query.shape).astype(query.dtype)
 
 
-def resolve(implementation: str, head_dim: int | None = None) -> str:
+def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32") -> str:
   """'auto' -> 'native' where the native kernels serve this run and head_dim is a multiple of 8
-  (its kernel needs that), else 'xla'."""
+  (its kernel needs that), else 'xla' (the only kernel off a CPU: it is memory-bound, linear in
+  length, and XLA fuses it)."""
+  del dtype
   if implementation != "auto":
     return implementation
   if head_dim is not None and head_dim % 8:
     return "xla"
   if softmax.native_runs_here():
     return "native"
-  if jax.default_backend() == "cpu":
+  if jax.default_backend() == "cpu":  # (elsewhere 'xla' is the platform's best: no warning)
     softmax._warn_fallback("additive", "xla")  # noqa: SLF001 -- the shared once-only warning
   return "xla"
 

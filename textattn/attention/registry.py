@@ -25,8 +25,8 @@ class Variant:
   build(num_heads=, implementation=, dtype=, name=) returns a Linen module called as
   `module(x [batch, length, embed], padding_mask bool [batch, length]) -> [batch, length, embed]`
   (padding_mask True for real tokens). `implementations` are the accepted values of
-  config.model.attention_impl, "auto" first; `resolve(implementation, head_dim)` names the kernel
-  "auto" (or any accepted name) means on this platform; `check(implementation, embed_dim,
+  config.model.attention_impl, "auto" first; `resolve(implementation, head_dim, dtype)` names the
+  kernel "auto" (or any accepted name) means on this platform for that compute dtype; `check(implementation, embed_dim,
   num_heads, dtype)` raises ValueError naming the bad field. `reference` is the implementation
   the benchmark's --check_against_reference compares the others with. `causal`: each position
   sees only itself and earlier positions.
@@ -34,8 +34,9 @@ class Variant:
   name: str
   build: Callable[..., nn.Module]
   implementations: tuple[str, ...] = ("auto", "xla")
-  resolve: Callable[[str, int | None], str] = (
-      lambda implementation, head_dim: "xla" if implementation == "auto" else implementation)
+  resolve: Callable[..., str] = (
+      lambda implementation, head_dim=None, dtype="float32":
+      "xla" if implementation == "auto" else implementation)
   check: Callable[..., None] | None = None
   reference: str = "xla"
   causal: bool = False

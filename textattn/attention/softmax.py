@@ -4,14 +4,16 @@ Kernels (pure functions over projected tensors [batch, length, heads, head_dim];
 adds the look-ahead mask, which is how textattn/attention/causal.py reuses them):
   xla          `softmax_attention`, the reference einsum, float32 logits and softmax.
   dot_product  `jax.nn.dot_product_attention`, its default (XLA) implementation.
-  cudnn        its cuDNN flash attention (NVIDIA GPU, bfloat16/float16). UNVERIFIED: it has never
-               run in this project (no GPU test has exercised it yet).
+  cudnn        its cuDNN flash attention (NVIDIA GPU, bfloat16/float16; padding as key lengths).
+               Tested against the float64 reference only when the suite runs on a GPU
+               (tests/test_attention.py); no GPU has run it yet.
   chunked      exact, query-chunked and rematerialised: memory O(length * chunk), not O(length^2).
   fused        the CPU fast path: batched-matmul layout, mask as one additive bias, hand-written
                flash-style backward.
   native       the same maths as two C++ XLA FFI kernels (CPU, one device; built on first use by
                textattn.attention.native).
-  auto         native on a one-device CPU run where it builds, else fused (`resolve`).
+  auto         native on a one-device CPU run where it builds, else fused; cudnn on a GPU in
+               bfloat16, dot_product there in float32 and on TPUs (`resolve`).
 Every kernel is checked against a float64 NumPy transcription in tests/test_attention.py.
 """
 
@@ -235,29 +237,48 @@ def native_runs_here() -> bool:
 
 
 @functools.cache
-def _warn_fallback(variant: str, fallback: str) -> None:
+def _warn_fallback(variant: str, fallback: str, reason: str | None = None) -> None:
+  """Once per (variant, kernel, reason): why 'auto' did not pick the platform's fastest kernel."""
   from textattn.attention import native
-  if jax.default_backend() != "cpu":
-    reason = f"the {jax.default_backend()} backend"
-  elif jax.device_count() > 1:
-    reason = f"{jax.device_count()} devices (the native kernel runs with one)"
-  else:
-    reason = native.unavailable_reason() or "unknown"
-  logging.warning("%s attention_impl='auto': using the %r kernel, not 'native' (%s).", variant,
-                  fallback, reason)
+  if reason is None:
+    if jax.default_backend() != "cpu":
+      reason = f"the {jax.default_backend()} backend"
+    elif jax.device_count() > 1:
+      reason = f"{jax.device_count()} devices (the native kernel runs with one)"
+    else:
+      reason = native.unavailable_reason() or "unknown"
+  logging.warning("%s attention_impl='auto': using the %r kernel (%s).", variant, fallback, reason)
 
 
-def resolve(implementation: str, head_dim: int | None = None, variant: str = "softmax") -> str:
-  """'auto' -> 'native' on a one-device CPU run where the native kernels build, else 'fused'
-  (both exact; the fallback's reason is warned once); other names are returned as they are."""
+FLASH_DTYPES = ("bfloat16", "float16")  # what cuDNN's flash attention takes
+
+
+def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32",
+            variant: str = "softmax") -> str:
+  """The kernel `implementation` means here; other names than 'auto' are returned as they are.
+
+  'auto': on a CPU, 'native' for a one-device run where the native kernels build, else 'fused'
+  (both exact); on a GPU, 'cudnn' (flash attention) for bfloat16/float16 compute, else
+  'dot_product' (XLA's default path; cuDNN's flash kernel takes no float32); on a TPU and
+  anything else, 'dot_product' (XLA's default path: the Pallas flash kernel that ships with JAX
+  is not used, as this project cannot test it). Each fallback's reason is warned once."""
   del head_dim
   if implementation != "auto":
     return implementation
-  if native_runs_here():
-    return "native"
-  if jax.default_backend() == "cpu":
+  backend = jax.default_backend()
+  if backend == "cpu":
+    if native_runs_here():
+      return "native"
     _warn_fallback(variant, "fused")
-  return "fused"
+    return "fused"
+  if backend == "gpu":
+    if str(dtype) in FLASH_DTYPES:
+      return "cudnn"
+    _warn_fallback(variant, "dot_product", f"model.dtype={str(dtype)!r}: cuDNN flash attention "
+                   f"needs bfloat16 or float16")
+    return "dot_product"
+  _warn_fallback(variant, "dot_product", f"no flash kernel is used on the {backend} backend")
+  return "dot_product"
 
 
 def check_native_devices() -> None:
@@ -309,7 +330,7 @@ class SelfAttention(nn.Module):
     query = dense(name="query")(x)
     key = dense(name="key")(x)
     value = dense(name="value")(x)
-    kernel = KERNELS[resolve(self.implementation, head_dim,
+    kernel = KERNELS[resolve(self.implementation, head_dim, jnp.dtype(self.dtype).name,
                              "causal" if self.causal else "softmax")]
     out = kernel(query, key, value, padding_mask, causal=self.causal)
     return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),

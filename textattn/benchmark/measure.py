@@ -234,7 +234,7 @@ def _compile(spec: dict, config, result: dict, save):
   if spec["implementation"] == "auto":  # what it resolved to
     m = config.model
     result["implementation"] = attention_lib.get(spec["attention"]).resolve(
-        "auto", m.embed_dim // m.num_heads)
+        "auto", m.embed_dim // m.num_heads, m.dtype)
   jax.block_until_ready(args)
   result["setup_s"] = time.perf_counter() - start
   start = time.perf_counter()
