@@ -6,6 +6,15 @@ names, the run contract (the flattened config minus what a resume may change, a 
 tokenised data, the run length and the evaluation/checkpoint intervals) and the machine
 signature. A resume that would not continue the same training is refused with one sentence
 (RunError) before anything changes; the processes of a multi-host run agree on the verdict first.
+
+Integrity: the meta item also records a sha256 of every state array's bytes (and of the data
+iterator state), computed from host copies when the checkpoint is saved; `restore_verified`
+checks them. A checkpoint whose bytes changed after it was written (a flipped bit, a truncated
+file that Orbax reads as fill values) is reported in one warning line naming the step and the
+array, moved aside to workdir/checkpoints-failed-verification/, and the newest older checkpoint
+that verifies is used; if none does, the run refuses with one line. Checkpoints written before
+checksums existed are resumed with a warning. A save that fails (full disk, read-only
+directory, permissions) is a RunError naming the path (see `save_failed`).
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 
 import jax
 import ml_collections
@@ -24,6 +34,7 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy as preserva
 from textattn.errors import RunError
 
 _SEPARATOR = "/"
+FAILED_DIR = "checkpoints-failed-verification"
 
 
 def checkpoint_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
@@ -41,17 +52,6 @@ def checkpoint_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
                                          best_mode="max")
   return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
                                options=options)
-
-
-# Config fields a resumed run may change: where data and caches are read from (the data
-# itself is checked by its fingerprint), the logging window and evaluation batch size (the
-# train-metric rows' windows, the evaluation sums' rounding), how many checkpoints are kept, and
-# the hardware and kernel settings (float rounding only; a change is reported as a warning, see
-# machine_signature). Everything else must match the run being resumed: parameters, checkpoints
-# and every evaluation and test figure then come out as in an uninterrupted run. The run's
-# length (num_epochs / num_train_steps) may grow only where nothing depends on it: a constant
-# schedule, and an old end on the evaluation and checkpoint grid (so the extended run evaluates
-# and keeps the same steps an uninterrupted longer run would).
 
 
 # Config fields a resumed run may change: where data and caches are read from (the data
@@ -306,6 +306,144 @@ def restore(manager, step: int, abstract_state, state_sharding, with_data: bool 
 
 
 def save(manager, step: int, state, data_state: dict, meta: dict, metrics: dict | None) -> None:
-  manager.save(step, args=ocp.args.Composite(
-      state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
-      meta=ocp.args.JsonSave(meta)), metrics=metrics)
+  """Saves (asynchronously; Orbax waits for the previous save first) with checksums in the meta
+  item. Any failure, of this save or of the previous one, is a RunError (save_failed)."""
+  meta = {**meta, "checksums": checksums(state, data_state)}
+  try:
+    manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
+        meta=ocp.args.JsonSave(meta)), metrics=metrics)
+  except Exception as e:
+    raise save_failed(manager, step, e) from e
+
+
+def finish_saves(manager) -> None:
+  """Waits for the checkpoint being written; a failure is a RunError (save_failed)."""
+  try:
+    manager.wait_until_finished()
+  except Exception as e:
+    raise save_failed(manager, manager.latest_step() or 0, e) from e
+
+
+def _leaf_name(path) -> str:
+  parts = []
+  for key in path:
+    for attribute in ("key", "name", "idx"):
+      if hasattr(key, attribute):
+        parts.append(str(getattr(key, attribute)))
+        break
+    else:
+      parts.append(str(key))
+  return "/".join(parts)
+
+
+def checksums(state, data_state: dict | None = None) -> dict:
+  """{"state": {array name: sha256 of its dtype, shape and bytes}, "data": sha256 of the
+  iterator state's JSON}. From host copies (one device-to-host copy; checkpoints only)."""
+  host = jax.device_get(state)
+  out = {"state": {}}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(host)[0]:
+    array = np.ascontiguousarray(np.asarray(leaf))
+    digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(array.reshape(-1).view(np.uint8))
+    out["state"][_leaf_name(path)] = digest.hexdigest()
+  if data_state is not None:
+    out["data"] = hashlib.sha256(json.dumps(data_state, sort_keys=True).encode()).hexdigest()
+  return out
+
+
+def verify(restored: dict, meta: dict) -> str | None:
+  """None if `restored` (state, and data if restored) has the checksums `meta` recorded, else
+  what differs ("array params/x"); "unverified" for a checkpoint written without them."""
+  recorded = meta.get("checksums")
+  if not recorded:
+    return "unverified"
+  now = checksums(restored["state"], restored.get("data"))
+  differing = sorted(name for name in set(recorded["state"]) | set(now["state"])
+                     if recorded["state"].get(name) != now["state"].get(name))
+  if "data" in restored and recorded.get("data") != now.get("data"):
+    differing.append("data iterator state")
+  if not differing:
+    return None
+  more = f" and {len(differing) - 1} more" if len(differing) > 1 else ""
+  return f"{'array ' if differing[0] in now['state'] else ''}{differing[0]}{more}"
+
+
+def any_process(flag: bool) -> int:
+  """The index of the first process where `flag` holds, or -1 (every process calls it)."""
+  if jax.process_count() == 1:
+    return 0 if flag else -1
+  from jax.experimental import multihost_utils
+  flags = np.asarray(multihost_utils.process_allgather(np.asarray(flag, np.int32))).reshape(-1)
+  return int(np.argmax(flags)) if flags.any() else -1
+
+
+def restore_verified(manager, meta: dict, abstract_state, state_sharding,
+                     with_data: bool = True) -> tuple[dict, dict]:
+  """(restored items, meta) of the newest checkpoint at or before meta["step"] whose arrays
+  verify. Newer ones that fail are reported (one warning line each) and moved aside into
+  workdir/checkpoints-failed-verification/ (so the resumed run can write those steps again);
+  RunError if none verifies (then nothing is moved)."""
+  failed = []
+  candidates = sorted((s for s in manager.all_steps() if s <= meta["step"]), reverse=True)
+  for step in candidates:
+    step_meta = meta if step == meta["step"] else {**_read_meta(manager, step), "step": step}
+    restored = restore(manager, step, abstract_state, state_sharding, with_data=with_data)
+    problem = verify(restored, step_meta)
+    if problem == "unverified":
+      if jax.process_index() == 0:
+        print(f"Warning: the checkpoint at step {step} in {manager.directory} was written "
+              f"without checksums (an older textattn); resuming from it unverified.", flush=True)
+      problem = None
+    where = any_process(problem is not None)
+    if where < 0:
+      if failed:
+        _move_aside(manager, [s for s, _ in failed])
+      return restored, step_meta
+    problem = problem or f"on process {where}"
+    failed.append((step, problem))
+    if jax.process_index() == 0:
+      older = [s for s in candidates if s < step]
+      print(f"Warning: the checkpoint at step {step} in {manager.directory} failed verification "
+            f"({problem} differs from the checksum recorded when it was saved: its files "
+            f"changed since); " + (f"trying step {older[0]}." if older else "no older one."),
+            flush=True)
+  listed = "; ".join(f"step {s}: {p}" for s, p in failed)
+  raise RunError(f"No checkpoint in {manager.directory} passed verification ({listed}); their "
+                 f"files changed after they were written, so resuming would continue from wrong "
+                 f"parameters: restore them from a copy, or move them away to start afresh (or "
+                 f"use a new --workdir).")
+
+
+def _move_aside(manager, steps) -> None:
+  directory = os.path.abspath(str(manager.directory))
+  target = os.path.join(os.path.dirname(directory), FAILED_DIR)
+  if jax.process_index() == 0:
+    os.makedirs(target, exist_ok=True)
+    for step in steps:
+      destination = os.path.join(target, str(step))
+      if os.path.exists(destination):
+        destination += f"-{len(os.listdir(target))}"
+      shutil.move(os.path.join(directory, str(step)), destination)
+      print(f"Moved the checkpoint at step {step} that failed verification to {destination}.",
+            flush=True)
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices("textattn: failed checkpoints moved aside")
+  manager.reload()
+
+
+def save_failed(manager, step: int, error: Exception) -> RunError:
+  """The one line for a checkpoint that could not be written."""
+  path = getattr(error, "filename", None) or os.path.join(str(manager.directory), str(step))
+  try:
+    older = [s for s in manager.all_steps() if s < step]
+  except Exception:  # noqa: BLE001 -- the directory itself may be unreadable
+    older = []
+  kept = (f"the checkpoints saved before (latest: step {max(older)}) are intact" if older
+          else "no earlier checkpoint exists")
+  detail = (f"{type(error).__name__}: {error.strerror}" if isinstance(error, OSError)
+            and error.strerror else f"{type(error).__name__}: {one_line(error)}")
+  return RunError(f"Saving the checkpoint at step {step} to {path} failed ({detail}); training "
+                  f"stopped and {kept}: free disk space or fix the directory's permissions, then "
+                  f"run the same command to resume.")

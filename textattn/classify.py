@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -18,9 +19,10 @@ import ml_collections
 import numpy as np
 
 from textattn import checkpointing, compare, loop, models, optim, platform, step
+from textattn import workdir as workdir_lib
 from textattn import data as data_lib
 from textattn.defaults import check_choice
-from textattn.errors import RunError
+from textattn.errors import RunError, Stopped
 from textattn.metrics import MetricWriter, summarize_eval, write_json_atomic
 from textattn.recipes import pretrain, word2vec
 
@@ -130,13 +132,37 @@ def _write_config(workdir: str, config, start_step: int) -> None:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains (or resumes), evaluates, and returns the final report's metrics."""
+  """Trains (or resumes), evaluates, and returns the final report's metrics.
+
+  Holds the workdir lock (textattn.workdir) throughout; a workdir this call created is removed
+  again if the run is refused before training starts. SIGINT/SIGTERM during training save a
+  checkpoint and raise errors.Stopped (see loop.stop_on_signals)."""
   validate_config(config, jax.device_count())
   is_main = jax.process_index() == 0
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise RunError(f"--workdir={workdir} is a file, not a directory; name a directory (it is "
                    f"created if missing).")
+  created = not os.path.exists(workdir)
   os.makedirs(workdir, exist_ok=True)
+  lock = workdir_lib.WorkdirLock(workdir, enabled=is_main, num_processes=jax.process_count())
+  progress = {"training": False}
+  try:
+    problem = None
+    try:
+      lock.acquire()
+    except RunError as e:
+      problem = e
+    checkpointing.stop_together(problem)
+    return _train_and_evaluate(config, workdir, is_main, lock, progress)
+  except Exception:
+    if created and is_main and not progress["training"]:
+      shutil.rmtree(workdir, ignore_errors=True)  # refused before training: leave no trace
+    raise
+  finally:
+    lock.release()
+
+
+def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   _, replicated = platform.data_parallel_shardings()
 
   data = data_lib.load_dataset(config, workdir, write=is_main)
@@ -177,7 +203,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if meta is not None:
     if is_main:
       checkpointing.warn_machine_change(meta.get("machine", machine), machine)
-    restored = checkpointing.restore(manager, meta["step"], abstract_state, state_sharding)
+    restored, meta = checkpointing.restore_verified(manager, meta, abstract_state,
+                                                    state_sharding)
     state = restored["state"].replace(apply_fn=model.apply, tx=tx)
     train_iter.set_state(restored["data"])
     start_step = meta["step"]
@@ -186,8 +213,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   else:
     state = _fresh_state(config, init, rng, data, state_sharding, workdir, is_main)
 
-  writer = MetricWriter(workdir, is_main, start_step)
-  writer.drop_after(start_step)
+  writer = MetricWriter(workdir, is_main, start_step, fresh=meta is None)
+  writer.drop_after(start_step if meta is not None else None)
   if is_main:
     _write_config(workdir, config, start_step)
 
@@ -210,16 +237,39 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         "run": contract, "machine": machine}, ckpt_metrics)
 
   def nonfinite_advice():
-    manager.wait_until_finished()
-    return (f"The last good checkpoint (step {manager.latest_step()}) is kept in "
-            f"{manager.directory}. Try a lower optimizer.learning_rate or "
-            f"optimizer.grad_clip_norm > 0.")
+    try:
+      manager.wait_until_finished()
+    except Exception:  # noqa: BLE001 -- a failed save: the steps listed below are what exists
+      pass
+    latest = manager.latest_step()
+    kept = (f"the last good checkpoint (step {latest}) is kept in {manager.directory}"
+            if latest is not None else "there is no checkpoint yet")
+    return (f"Runs are deterministic, so running the same command again replays the same "
+            f"NaN; {kept}. Change the training in a new --workdir (a resume must continue "
+            f"the same training): a lower optimizer.learning_rate (now "
+            f"{config.optimizer.learning_rate}) or optimizer.grad_clip_norm > 0 (now "
+            f"{config.optimizer.grad_clip_norm}).")
 
-  result = loop.fit(state, step.train_step, train_iter, schedule, batch_size=config.batch_size,
-                    start_step=start_step, steps_per_epoch=train_iter.steps_per_epoch,
-                    evaluate=evaluate, save=save, writer=writer, compiler_options=options,
-                    nonfinite_advice=nonfinite_advice)
-  manager.wait_until_finished()
+  progress["training"] = True
+  with loop.stop_on_signals(on_force_exit=lock.release) as stop:
+    try:
+      result = loop.fit(state, step.train_step, train_iter, schedule,
+                        batch_size=config.batch_size, start_step=start_step,
+                        steps_per_epoch=train_iter.steps_per_epoch, evaluate=evaluate,
+                        save=save, writer=writer, compiler_options=options,
+                        nonfinite_advice=nonfinite_advice, stop=stop)
+    except Stopped:
+      checkpointing.finish_saves(manager)  # the stop's checkpoint is complete before exit
+      writer.close()
+      raise
+    except BaseException:
+      try:  # let a save in flight finish; the error being raised is the one to report
+        manager.wait_until_finished()
+      except Exception:  # noqa: BLE001
+        pass
+      writer.close()
+      raise
+    checkpointing.finish_saves(manager)
   test_metrics = _test_report(config, result.state, manager, abstract_state, state_sharding,
                               model, tx, schedule.total_steps, last_eval, evaluator, data,
                               workdir, writer, is_main)
@@ -235,8 +285,7 @@ def _test_report(config, state, manager, abstract_state, state_sharding, model, 
   if config.final_params == "best" and manager.best_step() is not None:
     report_step = manager.best_step()
     if report_step != total_steps:
-      state = checkpointing.restore(manager, report_step, abstract_state, state_sharding,
-                                    with_data=False)["state"]
+      state = _restore_for_report(manager, report_step, abstract_state, state_sharding)
       state = state.replace(apply_fn=model.apply, tx=tx)
   if config.eval_split == "test" and last_eval.get("step") == report_step:
     test_metrics, test_probabilities = last_eval["metrics"], last_eval["probabilities"]
@@ -246,8 +295,34 @@ def _test_report(config, state, manager, abstract_state, state_sharding, model, 
   if is_main:
     compare.write_predictions(workdir, data.test.labels, test_probabilities, data.class_names,
                               report_step)
-    writer.write(total_steps, test_metrics)
+    writer.write_report(total_steps, test_metrics)
     print("Test report: " + ", ".join(
         f"{k.split('/', 1)[1]}={v:.4f}" if isinstance(v, float) else f"{k.split('/', 1)[1]}={v}"
         for k, v in test_metrics.items()), flush=True)
   return test_metrics
+
+
+def _restore_for_report(manager, report_step, abstract_state, state_sharding):
+  """The best checkpoint's state, verified: a report is never computed from parameters whose
+  bytes changed after they were saved (the previous report, if any, is then kept)."""
+  try:
+    restored = checkpointing.restore(manager, report_step, abstract_state, state_sharding,
+                                     with_data=False)
+    meta = checkpointing._read_meta(manager, report_step)
+  except Exception as e:
+    raise RunError(f"The best checkpoint (step {report_step}) in {manager.directory} cannot be "
+                   f"read ({type(e).__name__}: {checkpointing.one_line(e)}); no test report "
+                   f"was written (an earlier one is kept).") from e
+  problem = checkpointing.verify(restored, meta)
+  if problem == "unverified":
+    print(f"Warning: the best checkpoint (step {report_step}) was written without checksums "
+          f"(an older textattn); the test report uses it unverified.", flush=True)
+    problem = None
+  where = checkpointing.any_process(problem is not None)
+  if where >= 0:
+    raise RunError(f"The best checkpoint (step {report_step}) in {manager.directory} failed "
+                   f"verification ({problem or f'on process {where}'} differs from the checksum "
+                   f"recorded when it was saved); no test report was written (an earlier one is "
+                   f"kept): restore that checkpoint from a copy, or use final_params='last' in a "
+                   f"new --workdir.")
+  return restored["state"]

@@ -12,3 +12,13 @@ class RunError(ValueError):
 
 class NonFiniteLossError(RuntimeError):
   """The training loss or parameters became NaN/Inf; the last good checkpoint is kept."""
+
+
+class Stopped(Exception):
+  """Training stopped on SIGINT/SIGTERM after saving a checkpoint; the run resumes exactly when
+  the same command is run again. `exit_code`: 128 + the signal number (130 SIGINT, 143
+  SIGTERM), what a shell reports for a process ended by that signal."""
+
+  def __init__(self, message: str, exit_code: int):
+    super().__init__(message)
+    self.exit_code = exit_code

@@ -9,21 +9,36 @@ Order within a step, which exact resume relies on: the step runs; at a log, eval
 checkpoint boundary its window's sums are fetched (one host sync) and checked for NaN/Inf
 before anything is saved; then evaluation, then the checkpoint; only then is the next batch
 drawn, so a checkpoint's iterator position is the batch of the step after it.
+
+Stopping on SIGINT/SIGTERM (`stop_on_signals`, installed by the caller around `fit`): the signal
+only sets a flag; the current step finishes, the window is checked for NaN, a checkpoint is
+saved at that step like any other (so the resume is exact), and `fit` raises errors.Stopped
+(exit code 128 + the signal). A second signal exits at once (os._exit): whatever was being
+written then is an unfinished Orbax temporary directory, which a resume ignores and removes.
+The train-metric row of the unfinished window is not logged (the resumed run logs its next
+window from the stop on). Several processes agree on the stop (an allgather of the flag at
+each log/eval/checkpoint boundary and every STOP_CHECK_EVERY steps); one process runs no
+extra host sync for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import numpy as np
 import tqdm
 from absl import logging
 
 from textattn import platform
-from textattn.errors import NonFiniteLossError
+from textattn.errors import NonFiniteLossError, Stopped
 from textattn.metrics import MetricWriter, sum_steps
 
 
@@ -34,6 +49,63 @@ class Schedule:
   log_every: int = 100
   eval_every: int = 0
   checkpoint_every: int = 0
+
+
+STOP_CHECK_EVERY = 10  # steps between the processes' stop agreements (several processes only)
+_SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+
+
+class StopRequest:
+  """Set by the first SIGINT/SIGTERM: `signum` (0: none)."""
+
+  def __init__(self):
+    self.signum = 0
+
+
+@contextlib.contextmanager
+def stop_on_signals(on_force_exit: Callable[[], None] | None = None):
+  """Within the block, SIGINT and SIGTERM ask `fit` to stop after the current step (yields the
+  StopRequest to pass it); a second one exits at once with 128 + its number, after
+  `on_force_exit` (e.g. releasing the workdir lock). The previous handlers come back after."""
+  request = StopRequest()
+  if threading.current_thread() is not threading.main_thread():
+    yield request  # (signal handlers can only be set from the main thread)
+    return
+
+  def handler(signum, frame):
+    if request.signum:
+      # os.write, not print: a handler may run in the middle of another write to stderr.
+      os.write(2, f"\nSecond {_SIGNALS.get(signum, signum)}: exiting now; the last checkpoint "
+                  f"saved is intact (an unfinished one is ignored on resume).\n".encode())
+      if on_force_exit is not None:
+        try:
+          on_force_exit()
+        except Exception:  # noqa: BLE001 -- exiting regardless
+          pass
+      os._exit(128 + signum)
+    request.signum = signum
+    os.write(2, f"\n{_SIGNALS.get(signum, signum)}: finishing this step and saving a checkpoint "
+                f"(send it again to exit at once).\n".encode())
+
+  previous = {s: signal.signal(s, handler) for s in _SIGNALS}
+  try:
+    yield request
+  finally:
+    for s, old in previous.items():
+      signal.signal(s, old)
+
+
+def _agreed_stop(stop: StopRequest | None, done: int, boundary: bool) -> int:
+  """The signal to stop on (0: go on), the same on every process."""
+  if stop is None:
+    return 0
+  if jax.process_count() == 1:
+    return stop.signum
+  if not (boundary or done % STOP_CHECK_EVERY == 0):
+    return 0
+  from jax.experimental import multihost_utils
+  flags = multihost_utils.process_allgather(np.asarray(stop.signum, np.int32))
+  return int(np.max(np.asarray(flags)))
 
 
 @dataclasses.dataclass
@@ -48,7 +120,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
         save: Callable[[int, Any, dict | None], None] | None = None,
         writer: MetricWriter | None = None, compiler_options: dict | None = None,
         nonfinite_advice: Callable[[], str] = lambda: "", prefix: str = "train",
-        show_progress: bool = True) -> FitResult:
+        show_progress: bool = True, stop: StopRequest | None = None) -> FitResult:
   """Trains `state` from `start_step` to `schedule.total_steps` and returns the final state and
   the logged rows.
 
@@ -60,6 +132,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
     schedule.eval_every steps and at the end.
   save(step, state, eval_metrics) at every schedule.checkpoint_every steps and at the end.
   nonfinite_advice() -> what to tell the user when the loss turns NaN/Inf (the run then stops).
+  stop: from stop_on_signals(); once set, fit saves at the current step and raises Stopped.
   """
   is_main = jax.process_index() == 0
   data_sharding, replicated = platform.data_parallel_shardings()
@@ -100,14 +173,10 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
         (schedule.eval_every and done % schedule.eval_every == 0) or is_last)
     save_now = save is not None and (
         (schedule.checkpoint_every and done % schedule.checkpoint_every == 0) or is_last)
-    if log_now or eval_now or save_now:
+    boundary = bool(log_now or eval_now or save_now)
+    if boundary:
       totals = sum_steps(pending)  # one host sync per window
-      if totals["nonfinite"]:
-        progress.close()
-        raise NonFiniteLossError(
-            f"The {'training' if prefix == 'train' else prefix} loss or parameters became "
-            f"NaN/Inf between steps "
-            f"{done - len(pending) + 1} and {done}; stopping. " + nonfinite_advice())
+      _check_finite(totals, done, len(pending), prefix, nonfinite_advice, progress)
       row = _train_row(totals, prefix, len(pending) * batch_size,
                        time.perf_counter() - window_start, done, steps_per_epoch)
       log(done, row)
@@ -123,10 +192,30 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
       if save_now:
         save(done, state, eval_metrics)
       pending, window_start = [], time.perf_counter()
+    signum = _agreed_stop(stop, done, boundary)
+    if signum:
+      if save is not None and not save_now:
+        if pending:  # never save parameters that went NaN
+          _check_finite(sum_steps(pending), done, len(pending), prefix, nonfinite_advice,
+                        progress)
+        save(done, state, None)
+      progress.close()
+      saved = "checkpoint saved" if save is not None else "nothing saved (no checkpoints)"
+      raise Stopped(f"stopped at step {done}, {saved}; run the same command to resume",
+                    128 + signum)
     if not is_last:
       batch = platform.to_global(next(batches), data_sharding)
   progress.close()
   return FitResult(state, history)
+
+
+def _check_finite(totals: dict, done: int, steps: int, prefix: str,
+                  nonfinite_advice: Callable[[], str], progress) -> None:
+  if totals["nonfinite"]:
+    progress.close()
+    raise NonFiniteLossError(
+        f"The {'training' if prefix == 'train' else prefix} loss or parameters became NaN/Inf "
+        f"between steps {done - steps + 1} and {done}; stopping. " + nonfinite_advice())
 
 
 def _train_row(totals: dict, prefix: str, examples: int, seconds: float, step: int,

@@ -2,10 +2,17 @@
 
 Steps return sums and counts, divided only when reported, so padded evaluation batches count
 each real example exactly once. Only process 0 writes.
+
+On a restart the metrics equal an uninterrupted run's: a resume drops rows and TensorBoard
+steps past the restored step (tensorboardX's purge_step); a fresh start (no checkpoint yet)
+drops every earlier row and event file, so a restart before the first checkpoint leaves no
+duplicate step-0 rows. The final report row is replaced, atomically, only when a new report is
+written, so a run that fails before its report keeps the last good one.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from typing import Any
@@ -46,10 +53,15 @@ def summarize_eval(sums: dict, class_names: list[str], prefix: str) -> dict:
 
 class MetricWriter:
 
-  def __init__(self, workdir: str, enabled: bool, start_step: int = 0):
+  def __init__(self, workdir: str, enabled: bool, start_step: int = 0, fresh: bool = False):
+    """fresh: the run starts from no checkpoint, so earlier TensorBoard files (of a run killed
+    before its first checkpoint) are removed; rows are dropped by drop_after."""
     self.enabled = enabled
     self.path = os.path.join(workdir, "metrics.jsonl")
     self._tensorboard = None
+    if enabled and fresh:
+      for old in glob.glob(os.path.join(glob.escape(workdir), "events.out.tfevents.*")):
+        os.remove(old)
     if enabled:
       import tensorboardX  # TensorBoard event files without TensorBoard itself.
       # purge_step: TensorBoard hides events past the restored step (they are produced again).
@@ -77,25 +89,51 @@ class MetricWriter:
           logging.warning("Dropping the unfinished last line of %s.", path)
     return parsed, len(rows)
 
-  def drop_after(self, step: int) -> None:
-    """On resume: rows past the restored step will be produced again, so drop them."""
+  def drop_after(self, step: int | None) -> None:
+    """On resume: rows past the restored step will be produced again, so drop them (step None:
+    a fresh start, every row). The final report row stays until write_report replaces it."""
     if not self.enabled:
       return
     parsed, lines = self.read_rows(self.path)
-    # The final test report is always produced again at the end of the run, so it goes too.
-    keep = [line for line, row in parsed
-            if row.get("step", 0) <= step and "test/params_from_step" not in row]
+    keep = [line for line, row in parsed if "test/params_from_step" in row
+            or (step is not None and row.get("step", 0) <= step)]
     if len(keep) != lines:
-      tmp = self.path + ".tmp"
+      self._replace(keep)
+
+  def _replace(self, lines: list[str]) -> None:
+    tmp = self.path + ".tmp"
+    try:
       with open(tmp, "w") as f:
-        f.writelines(keep)
+        f.writelines(lines)
       os.replace(tmp, self.path)
+    except OSError as e:
+      raise self._failed(e) from e
+
+  def _failed(self, error: OSError) -> RunError:
+    return RunError(f"Cannot write {self.path} ({type(error).__name__}: "
+                    f"{error.strerror or error}); free disk space or fix its permissions, then "
+                    f"run the same command to resume from the last checkpoint.")
 
   def write(self, step: int, metrics: dict) -> None:
     if not self.enabled:
       return
-    with open(self.path, "a") as f:
-      f.write(json.dumps({"step": int(step), **metrics}) + "\n")
+    try:
+      with open(self.path, "a") as f:  # one line, one write: a kill leaves at most its tail
+        f.write(json.dumps({"step": int(step), **metrics}) + "\n")
+    except OSError as e:
+      raise self._failed(e) from e
+    self._scalars(step, metrics)
+
+  def write_report(self, step: int, metrics: dict) -> None:
+    """The final report row: replaces any earlier one in one atomic rewrite of the file."""
+    if not self.enabled:
+      return
+    parsed, _ = self.read_rows(self.path)
+    self._replace([line for line, row in parsed if "test/params_from_step" not in row]
+                  + [json.dumps({"step": int(step), **metrics}) + "\n"])
+    self._scalars(step, metrics)
+
+  def _scalars(self, step: int, metrics: dict) -> None:
     for key, value in metrics.items():
       if isinstance(value, (int, float)):
         self._tensorboard.add_scalar(key, value, int(step))

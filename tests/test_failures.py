@@ -1,0 +1,349 @@
+"""Failures as a user (or an unlucky machine) meets them: signals, a busy workdir, corrupted
+checkpoints, a full disk, NaN, restarts. Each ends in one line and a documented exit code, and
+leaves what was saved before intact and resumable; a corrupted checkpoint is either refused or
+replaced by an older good one, never restored silently."""
+
+import errno
+import glob
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from tests.test_train import (REPO, assert_trees_identical, cli_args, eval_rows, final_report,
+                              read_metrics, restore_params, run_main, tiny_config,
+                              write_sentiment_jsonl)
+from textattn import checkpointing, classify, errors
+from textattn import step as step_lib
+from textattn import workdir as workdir_lib
+
+STOP_LINE = r"stopped at step (\d+), checkpoint saved; run the same command to resume"
+
+# Until textattn.main maps errors.Stopped to its message and exit code itself, the command
+# runs through this wrapper doing exactly that (the change main needs); afterwards it is plain
+# `python -m textattn.main`.
+_MAIN_HANDLES_STOPPED = "Stopped" in (REPO / "textattn" / "main.py").read_text()
+_WRAPPER = ("import runpy, sys\n"
+            "from textattn import errors\n"
+            "try:\n"
+            "  runpy.run_module('textattn.main', run_name='__main__', alter_sys=True)\n"
+            "except errors.Stopped as stopped:\n"
+            "  print(stopped, file=sys.stderr, flush=True)\n"
+            "  sys.exit(stopped.exit_code)\n")
+
+
+def start_main(args, workdir):
+  """textattn.main in a subprocess (not waited for); stdout and stderr kept apart."""
+  if _MAIN_HANDLES_STOPPED:
+    command = [sys.executable, "-m", "textattn.main"]
+  else:
+    command = [sys.executable, "-c", _WRAPPER]
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+  return subprocess.Popen(command + [f"--workdir={workdir}"] + args, cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, process, timeout=120):
+  deadline = time.time() + timeout
+  while time.time() < deadline and process.poll() is None:
+    if predicate():
+      return True
+    time.sleep(0.01)
+  return False
+
+
+def has_checkpoint(workdir):
+  directory = pathlib.Path(workdir) / "checkpoints"
+  return directory.exists() and any(d.isdigit() for d in os.listdir(directory))
+
+
+def one_error_line(stderr):
+  assert "Traceback" not in stderr, stderr[-3000:]
+  lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
+  assert len(lines) == 1, stderr[-3000:]
+  return lines[0]
+
+
+@pytest.fixture
+def data_file(tmp_path):
+  return write_sentiment_jsonl(tmp_path / "reviews.jsonl")
+
+
+def test_sigterm_and_sigint_stop_with_a_checkpoint_and_resume_bit_identically(tmp_path,
+                                                                              data_file):
+  # Checkpoints every 7 steps: a stop lands off that grid, so the stop's own save is tested.
+  args = cli_args(data_file, tmp_path / "cache", num_train_steps=60, checkpoint_every_steps=7,
+                  eval_every_steps=7)
+  straight = run_main(args, tmp_path / "straight")
+  assert straight.returncode == 0, straight.stdout + straight.stderr
+  for signum, code, twice in [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)]:
+    run = tmp_path / f"stopped-{signum}"
+    process = start_main(args, run)
+    assert wait_for(lambda: has_checkpoint(run), process), process.communicate()
+    process.send_signal(signum)
+    if twice:  # a second Ctrl-C at once: exits at once, possibly mid-save
+      time.sleep(0.05)
+      process.send_signal(signum)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    if not twice:
+      [stopped_at] = [int(m) for m in __import__("re").findall(STOP_LINE, err)]
+      assert 7 <= stopped_at < 60, err[-2000:]
+      assert max(int(d) for d in os.listdir(run / "checkpoints") if d.isdigit()) == stopped_at
+      assert not (run / ".lock").exists()
+    resumed = run_main(args, run)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "Resuming from checkpoint at step" in resumed.stdout
+    step_a, params_a = restore_params(tmp_path / "straight")
+    step_b, params_b = restore_params(run)
+    assert step_a == step_b == 60
+    assert_trees_identical(params_a, params_b)
+    assert final_report(tmp_path / "straight") == final_report(run)
+    assert eval_rows(tmp_path / "straight") == eval_rows(run)
+
+
+def test_a_second_run_on_a_busy_workdir_refuses_at_once_naming_the_holder(tmp_path,
+                                                                          data_file):
+  args = cli_args(data_file, tmp_path / "cache", num_train_steps=100000,
+                  checkpoint_every_steps=50, eval_every_steps=50)
+  run = tmp_path / "run"
+  first = start_main(args, run)
+  try:
+    assert wait_for(lambda: has_checkpoint(run), first), first.communicate()
+    lock = json.loads((run / ".lock").read_text())
+    assert lock["pid"] == first.pid
+    rows_before = read_metrics(run)
+    second = run_main(args, run)
+    assert second.returncode == 1
+    line = one_error_line(second.stderr)
+    assert (f"is in use by process {first.pid} on host {lock['host']}" in line
+            and "use another --workdir" in line), line
+    assert json.loads((run / ".lock").read_text()) == lock  # still the first run's
+    assert read_metrics(run)[:len(rows_before)] == rows_before
+  finally:
+    first.send_signal(signal.SIGTERM)
+    out, err = first.communicate(timeout=120)
+  assert first.returncode == 143 and "Traceback" not in err, err[-3000:]
+  assert not (run / ".lock").exists()
+
+
+def test_a_stale_lock_is_taken_over_and_a_nan_names_the_steps_and_no_checkpoint_yet(
+    tmp_path, data_file, monkeypatch, capsys):
+  run = tmp_path / "run"
+  run.mkdir()
+  dead = subprocess.Popen(["true"])
+  dead.wait()
+  (run / ".lock").write_text(json.dumps({"pid": dead.pid, "host": os.uname().nodename,
+                                         "run_id": "old", "started": "then"}))
+  real_step = step_lib.train_step
+
+  def step_that_breaks_after_3(state, batch):
+    new_state, metrics = real_step(state, batch)
+    params = jax.tree.map(lambda p: jnp.where(new_state.step >= 3, jnp.nan, p),
+                          new_state.params)
+    return new_state.replace(params=params), metrics
+
+  monkeypatch.setattr(step_lib, "train_step", step_that_breaks_after_3)
+  config = tiny_config(data_file, tmp_path / "c", num_train_steps=20)
+  with pytest.raises(errors.NonFiniteLossError) as raised:
+    classify.train_and_evaluate(config, str(run))
+  message = str(raised.value)
+  assert "between steps 1 and 5" in message and "there is no checkpoint yet" in message
+  assert "None" not in message and "replays the same NaN" in message
+  assert "new --workdir" in message and "optimizer.learning_rate" in message
+  out = capsys.readouterr().out
+  assert f"taking over the lock of {run} left by process {dead.pid}" in out
+  assert not (run / ".lock").exists()  # released on the error too
+
+
+def _rewrite_state(workdir, step, change):
+  """Rewrites checkpoint `step`'s state arrays with change(name, array) through Orbax itself:
+  bytes that decode fine but are not what was saved (what a flipped bit in raw data is)."""
+  path = pathlib.Path(workdir) / "checkpoints" / str(step) / "state"
+  checkpointer = ocp.StandardCheckpointer()
+  state = checkpointer.restore(path)
+  state = jax.tree_util.tree_map_with_path(
+      lambda p, a: change(checkpointing._leaf_name(p), np.asarray(a)), state)
+  shutil.rmtree(path)
+  checkpointer.save(path, state)
+  checkpointer.wait_until_finished()
+
+
+def test_a_corrupted_latest_checkpoint_is_reported_and_the_previous_good_one_used(
+    tmp_path, data_file, capsys):
+  run = tmp_path / "run"
+  config = tiny_config(data_file, tmp_path / "c", num_train_steps=20)
+  classify.train_and_evaluate(config, str(run))
+  params_at_20, report = restore_params(run, 20)[1], final_report(run)
+  target = "params/logits/bias"
+  _rewrite_state(run, 20, lambda name, a: a + 1e-3 if name == target else a)
+  capsys.readouterr()
+  assert classify.train_and_evaluate(config, str(run)) == {
+      k: v for k, v in report.items() if k != "step"}
+  out = capsys.readouterr().out
+  assert (f"the checkpoint at step 20 in {run / 'checkpoints'} failed verification (array "
+          f"{target} differs" in out and "trying step 10" in out), out[-2000:]
+  assert "Resuming from checkpoint at step 10." in out
+  assert (run / checkpointing.FAILED_DIR / "20").is_dir()  # kept aside, not deleted
+  assert_trees_identical(params_at_20, restore_params(run, 20)[1])  # redone exactly
+  assert final_report(run) == report
+
+  # Every checkpoint damaged: refused in one line, nothing moved, the report kept.
+  for step in (10, 20):
+    _rewrite_state(run, step, lambda name, a: a * 0 if name == target else a)
+  rows, listing = read_metrics(run), sorted(os.listdir(run / "checkpoints"))
+  with pytest.raises(errors.RunError, match=r"No checkpoint in .* passed verification \(step 20: "
+                                           r"array params/logits/bias; step 10: array"):
+    classify.train_and_evaluate(config, str(run))
+  assert read_metrics(run) == rows and sorted(os.listdir(run / "checkpoints")) == listing
+
+  # The best-checkpoint restore of the test report verifies too.
+  manager = checkpointing.open_manager(str(run), 1)
+  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                          manager.restore(20, args=ocp.args.Composite(
+                              state=ocp.args.StandardRestore()))["state"])
+  sharding = jax.tree.map(lambda _: jax.sharding.SingleDeviceSharding(jax.devices()[0]),
+                          abstract)
+  with pytest.raises(errors.RunError, match=r"best checkpoint \(step 20\) .* failed verification "
+                                           r"\(array params/logits/bias .*no test report"):
+    classify._restore_for_report(manager, 20, abstract, sharding)
+
+
+def test_checkpoints_without_checksums_resume_with_a_warning(tmp_path, data_file, capsys):
+  run = tmp_path / "run"
+  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+                              str(run))
+  meta_path = run / "checkpoints" / "10" / "meta" / "metadata"
+  meta = json.loads(meta_path.read_text())
+  del meta["checksums"]
+  meta_path.write_text(json.dumps(meta))
+  capsys.readouterr()
+  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+                              str(run))
+  out = capsys.readouterr().out
+  assert "checkpoint at step 10 in" in out and "without checksums" in out, out[-2000:]
+
+
+def test_flipped_or_truncated_array_files_are_refused_or_replaced_never_restored(tmp_path,
+                                                                                data_file):
+  """Fault injection: a byte flipped in, or a truncation of, each array file of the latest
+  checkpoint at seeded random places. Every restore is refused (one line) or returns exactly
+  the arrays of the (older) step it names: none returns wrong values."""
+  base = tmp_path / "base"
+  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20),
+                              str(base))
+  originals = {step: restore_params(base, step)[1] for step in (10, 20)}
+  files = sorted(p for p in glob.glob(str(base / "checkpoints" / "20" / "state" / "**" / "*"),
+                                      recursive=True)
+                 if os.path.isfile(p) and "/d/" in p)
+  assert files
+  rng = np.random.default_rng(27)
+  outcomes = []
+  for index, original in enumerate(files * 2):  # each file: a flip, then a truncation
+    trial = tmp_path / f"trial{index}"
+    shutil.copytree(base, trial, ignore=shutil.ignore_patterns(".lock"))
+    path = trial / os.path.relpath(original, base)
+    data = bytearray(path.read_bytes())
+    if index < len(files):
+      position = int(rng.integers(len(data)))
+      data[position] ^= 1 << int(rng.integers(8))
+    else:
+      data = data[:int(rng.integers(len(data)))]
+    path.write_bytes(bytes(data))
+    manager = checkpointing.open_manager(str(trial), 1)
+    meta = {**checkpointing._read_meta(manager, 20), "step": 20}
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                            {"params": originals[10], **_other_state(base)})
+    sharding = jax.tree.map(lambda _: jax.sharding.SingleDeviceSharding(jax.devices()[0]),
+                            abstract)
+    try:
+      restored, used = checkpointing.restore_verified(manager, meta, abstract, sharding)
+    except errors.RunError as refused:
+      assert "\n" not in str(refused)
+      outcomes.append("refused")
+    else:
+      assert_trees_identical(restored["state"]["params"], originals[used["step"]])
+      outcomes.append("intact" if used["step"] == 20 else "fell back")
+    manager.close()
+  assert len(outcomes) == 2 * len(files)
+  print("fault injection outcomes:", {o: outcomes.count(o) for o in set(outcomes)})
+
+
+def _other_state(workdir):
+  manager = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"))
+  state = manager.restore(10, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+  return {k: v for k, v in state.items() if k != "params"}
+
+
+def test_a_failed_save_stops_training_in_one_line_and_earlier_ones_stay_resumable(
+    tmp_path, data_file, monkeypatch):
+  """A full disk at the first checkpoint, then at the second; then the disk is freed. Also:
+  a restart before the first checkpoint leaves one step-0 row and one TensorBoard file."""
+  run = tmp_path / "run"
+  config = tiny_config(data_file, tmp_path / "c", num_train_steps=30)
+  real_save = ocp.CheckpointManager.save
+  full_at = {"step": 10}
+
+  def save(self, step, *args, **kwargs):
+    if step == full_at["step"]:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.directory / str(step)))
+    return real_save(self, step, *args, **kwargs)
+
+  monkeypatch.setattr(ocp.CheckpointManager, "save", save)
+  with pytest.raises(errors.RunError, match=(
+      rf"Saving the checkpoint at step 10 to {run / 'checkpoints' / '10'} failed \(OSError: No "
+      rf"space left on device\); training stopped and no earlier checkpoint exists")):
+    classify.train_and_evaluate(config, str(run))
+  assert not has_checkpoint(run) and not (run / ".lock").exists()
+  full_at["step"] = 20
+  with pytest.raises(errors.RunError, match=r"step 20 .* No space left on device\); training "
+                                           r"stopped and the checkpoints saved before \(latest: "
+                                           r"step 10\) are intact: free disk space"):
+    classify.train_and_evaluate(config, str(run))
+  rows = read_metrics(run)
+  assert [r["step"] for r in rows if "train/compile_s" in r] == [0]
+  assert len(glob.glob(str(run / "events.out.tfevents.*"))) == 1
+  assert not any("test/params_from_step" in r for r in rows)
+  full_at["step"] = None
+  straight = tmp_path / "straight"
+  report = classify.train_and_evaluate(config, str(straight))
+  assert classify.train_and_evaluate(config, str(run)) == report
+  assert_trees_identical(restore_params(straight)[1], restore_params(run)[1])
+  assert eval_rows(straight) == eval_rows(run)
+
+
+def test_a_run_refused_before_training_leaves_no_workdir_it_created(tmp_path, data_file):
+  config = tiny_config(data_file, tmp_path / "c", val_fraction=0.0)
+  with pytest.raises(ValueError, match=r"val_fraction=0.0 is invalid"):
+    classify.train_and_evaluate(config, str(tmp_path / "new"))
+  assert not (tmp_path / "new").exists()
+  (tmp_path / "existing").mkdir()
+  with pytest.raises(ValueError, match=r"val_fraction=0.0 is invalid"):
+    classify.train_and_evaluate(config, str(tmp_path / "existing"))
+  assert (tmp_path / "existing").is_dir()
+
+
+def test_lock_file_protocol(tmp_path):
+  first = workdir_lib.WorkdirLock(str(tmp_path))
+  first.acquire()
+  with pytest.raises(errors.RunError, match=rf"is in use by process {os.getpid()} on host "):
+    workdir_lib.WorkdirLock(str(tmp_path)).acquire(wait_s=0.1)
+  assert workdir_lib.WorkdirLock(str(tmp_path), enabled=False).acquire() is None  # process > 0
+  first.release()
+  second = workdir_lib.WorkdirLock(str(tmp_path))
+  second.acquire()
+  first.release()  # not held: does not remove the other's lock
+  assert (tmp_path / ".lock").exists()
+  second.release()
+  assert not (tmp_path / ".lock").exists()
