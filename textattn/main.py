@@ -58,9 +58,9 @@ def main(argv):
     _usage_error(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value).")
   import jax  # after flag parsing, so --help and flag errors are instant
 
-  from textattn import attention, classify, errors, platform
+  from textattn import attention, classify, platform
   from textattn import data as data_lib
-  from textattn.errors import NonFiniteLossError, RunError
+  from textattn.errors import NonFiniteLossError, RunError, Stopped
 
   config, workdir = _CONFIG.value, _WORKDIR.value
   try:
@@ -89,7 +89,6 @@ def main(argv):
     _usage_error(str(error))
 
   existed = os.path.exists(workdir)
-  stopped = getattr(errors, "Stopped", None)
   try:
     classify.train_and_evaluate(config, workdir)
   except (ValueError, NonFiniteLossError) as error:
@@ -102,10 +101,8 @@ def main(argv):
       print(f"error: {error}", file=sys.stderr)
       sys.exit(2 if usage else 1)
     raise
-  except BaseException as error:  # only errors.Stopped (SIGINT/SIGTERM) is handled here
-    if stopped is None or not isinstance(error, stopped):
-      raise
-    print(error.args[0] if error.args else str(error), file=sys.stderr)
+  except Stopped as error:  # SIGINT/SIGTERM: "stopped at step N, checkpoint saved; ..."
+    print(error.args[0], file=sys.stderr)
     sys.exit(error.exit_code)
 
 
