@@ -156,6 +156,11 @@ def test_train_step_mode_uses_the_config_and_prints_examples_per_second(runs):
   assert row["embed_dim"] == "16" and row["num_heads"] == "2"  # the rest from the config
   assert "train_step additive_auto L=16 batch=4 float32 lengths=half_to_full:" in stdout
   assert "examples/s" in stdout and row["lengths"] == "half_to_full"
+  # How good the number is: the kernel's label, the model FLOPs utilisation against the
+  # measured CPU peak, and no attention FLOP count for linear-time attention.
+  assert row["kernel"] == ("native" if native.available() else "linear (XLA)")
+  assert float(row["peak_tflops"]) > 0 and 0 < float(row["mfu_pct"]) < 100
+  assert row["attention_tflops"] == ""
 
 
 @pytest.mark.parametrize("lengths", plan.LENGTHS)

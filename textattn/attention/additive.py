@@ -176,4 +176,5 @@ registry.register(registry.Variant(
     implementations=IMPLEMENTATIONS,
     resolve=resolve,
     check=check,
+    kernels=(("xla", "linear (XLA)"), ("native", "native")),
     description="Fastformer additive attention, linear in length (arXiv 2108.09084)"))

@@ -29,7 +29,8 @@ class Variant:
   kernel "auto" (or any accepted name) means on this platform for that compute dtype; `check(implementation, embed_dim,
   num_heads, dtype)` raises ValueError naming the bad field. `reference` is the implementation
   the benchmark's --check_against_reference compares the others with. `causal`: each position
-  sees only itself and earlier positions.
+  sees only itself and earlier positions. `forward_flops` and `kernels` label benchmark rows
+  (textattn/benchmark/utilization.py).
   """
   name: str
   build: Callable[..., nn.Module]
@@ -41,6 +42,11 @@ class Variant:
   reference: str = "xla"
   causal: bool = False
   description: str = ""
+  # The benchmark's accounting: forward_flops(batch, length, heads, head_dim) of one layer's
+  # attention core by formula (None: no quadratic term, judged by bandwidth), and a short label
+  # per implementation ("naive", "flash", "native", ...).
+  forward_flops: Callable[[int, int, int, int], float] | None = None
+  kernels: tuple[tuple[str, str], ...] = ()
 
   def __post_init__(self):
     if self.reference not in self.implementations:

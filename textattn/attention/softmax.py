@@ -223,6 +223,15 @@ def native_softmax_attention(query: Array, key: Array, value: Array, padding_mas
   return out.astype(dtype)
 
 
+KERNEL_LABELS = (("xla", "naive"), ("dot_product", "naive (XLA)"), ("chunked", "chunked"),
+                 ("fused", "fused"), ("native", "native"), ("cudnn", "flash"))
+
+
+def forward_flops(batch: int, length: int, heads: int, head_dim: int) -> float:
+  """QK^T and PV: 2 * (2 * B * H * L^2 * d)."""
+  return 4.0 * batch * heads * length * length * head_dim
+
+
 KERNELS = {"xla": softmax_attention, "dot_product": dot_product_attention,
            "chunked": chunked_softmax_attention, "fused": fused_softmax_attention,
            "native": native_softmax_attention, "cudnn": cudnn_attention}
@@ -343,4 +352,6 @@ registry.register(registry.Variant(
     implementations=IMPLEMENTATIONS,
     resolve=resolve,
     check=check,
+    forward_flops=forward_flops,
+    kernels=KERNEL_LABELS,
     description="multi-head scaled dot-product self-attention (Vaswani et al. 2017)"))

@@ -149,13 +149,49 @@ def _memory_fields(compiled) -> dict:
   return fields
 
 
-def _flops(compiled) -> float | None:
+def _cost(compiled, name: str) -> float | None:
+  """One figure of XLA's cost analysis ("flops", "bytes accessed"), or None."""
   cost = compiled.cost_analysis()
   if isinstance(cost, (list, tuple)):  # older JAX: one dict per computation
     cost = cost[0] if cost else None
-  if not cost or "flops" not in cost:
+  if not cost or name not in cost:
     return None
-  return float(cost["flops"])
+  return float(cost[name])
+
+
+def _utilization(spec: dict, config, args, device, result: dict) -> dict:
+  """Kernel label, attention TFLOP/s, bandwidth and (train_step) MFU against the device's peak
+  (textattn/benchmark/utilization.py states the formulas)."""
+  import jax
+
+  from textattn import attention as attention_lib
+  from textattn import models
+  from textattn.benchmark import utilization
+
+  m = config.model
+  variant = attention_lib.get(spec["attention"])
+  implementation = result.get("implementation") or spec["implementation"]
+  heads, head_dim = m.num_heads, m.embed_dim // m.num_heads
+  fields = {"kernel": dict(variant.kernels).get(implementation, implementation)}
+  flop_count = utilization.attention_flops(variant.forward_flops, spec["mode"], spec["batch_size"],
+                                           spec["seq_len"], heads, head_dim, m.num_layers)
+  model_flops = None
+  if spec["mode"] == "train_step":
+    factor = variant.forward_flops(1, 1, 1, 1) / 4.0 if variant.forward_flops else 0.0
+    # Embedding tables are looked up, not multiplied: PaLM's N counts the other parameters.
+    parameters = models.count_parameters(
+        {k: v for k, v in args[0].params.items() if k != "embedding"})
+    model_flops = spec["batch_size"] * spec["seq_len"] * utilization.model_flops_per_token(
+        parameters, m.num_layers, spec["seq_len"], m.embed_dim, factor)
+  if device.platform == "cpu":
+    peak_tflops, peak_tbps = utilization.measured_cpu_peak() * jax.local_device_count(), None
+  else:
+    peak_tflops, peak_tbps = utilization.device_peak(device.device_kind, m.dtype)
+  fields.update(utilization.derived(result, attention_flop_count=flop_count,
+                                    bytes_accessed=result.get("bytes_accessed"),
+                                    model_flops=model_flops, peak_tflops=peak_tflops,
+                                    peak_tbps=peak_tbps))
+  return fields
 
 
 def _max_abs_diff(a, b) -> float:
@@ -202,6 +238,8 @@ def _measure(spec: dict, result: dict, save) -> None:
   if compiled is None:  # over the memory limit: not run
     return
   args = _time_calls(spec, compiled, args, device, result, save)
+  result.update(_utilization(spec, config, args, device, result))
+  save()
   if (spec["check_against_reference"]
       and spec["implementation"] != attention_lib.get(spec["attention"]).reference
       and spec["mode"] != "train_step"):
@@ -242,7 +280,8 @@ def _compile(spec: dict, config, result: dict, save):
   result["compile_s"] = time.perf_counter() - start
   memory = _memory_fields(compiled)
   result.update({k: v for k, v in memory.items() if k != "footprint_bytes"})
-  result["flops"] = _flops(compiled)
+  result["flops"] = _cost(compiled, "flops")
+  result["bytes_accessed"] = _cost(compiled, "bytes accessed")
   if platform == "cpu":
     result["peak_bytes"] = memory.get("footprint_bytes")
     result["peak_source"] = "memory_analysis"

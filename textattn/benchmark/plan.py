@@ -20,7 +20,10 @@ INJECTABLE_FAILURES = ("error", "oom", "timeout")
 LENGTHS = ("half_to_full", "full")
 
 # Sizes benchmarked in the attention / forward / forward+backward modes when no flag is given.
-SYNTHETIC_DEFAULTS = {"variants": "softmax,additive", "seq_lens": "256,512,1024,2048,4096",
+# Additive attention against the best softmax kernel the platform has ("auto": native on a CPU,
+# cuDNN flash on a GPU in bfloat16) and the naive reference.
+SYNTHETIC_DEFAULTS = {"variants": "softmax_auto,softmax,additive_auto",
+                      "seq_lens": "256,512,1024,2048,4096",
                       "batch_size": 4, "embed_dim": 256, "num_heads": 4, "num_layers": 1,
                       "dtype": "float32", "vocab_size": 1000}
 

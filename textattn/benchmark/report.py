@@ -14,7 +14,8 @@ COLUMNS = ("variant", "attention", "implementation", "seq_len", "batch_size", "m
            "min_ms", "first_call_ms", "tokens_per_s", "examples_per_s", "peak_bytes", "peak_source",
            "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "rss_peak_bytes",
            "flops", "max_abs_diff", "warmup", "repeats", "lengths", "platform", "load_1m",
-           "message")
+           "kernel", "attention_tflops", "model_tflops", "mfu_pct", "peak_tflops", "pct_of_peak",
+           "bytes_accessed", "achieved_tbps", "peak_tbps", "pct_of_bandwidth", "message")
 OUTPUTS = ("results.csv", "results.md", "time_vs_length.png", "memory_vs_length.png")
 
 
@@ -131,8 +132,23 @@ def write_markdown(rows: Sequence[dict], path: str, command: str, sweep_settings
         f"| {_format(row['examples_per_s'], 'rate')} | {_format(row['peak_bytes'], 'mib')} "
         f"| {_format(row['rss_peak_bytes'], 'mib')} | {_format(row['flops'], 'gflop')} "
         f"| {_format(row['max_abs_diff'], 'diff')} | {row.get('load_1m', '')} | {message} |")
+  lines += ["", "## Utilisation (formulas: textattn/benchmark/utilization.py)", "",
+            "| variant | L | kernel | attention TFLOP/s | % of peak | TB/s moved | % of bandwidth "
+            "| model TFLOP/s | MFU % | peak TFLOP/s |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+  for row in rows:
+    if row["status"] == "ok":
+      lines.append(f"| {row['variant']} | {row['seq_len']} | {row.get('kernel', '')} | "
+                   + " | ".join(_number_text(row.get(k)) for k in (
+                       "attention_tflops", "pct_of_peak", "achieved_tbps", "pct_of_bandwidth",
+                       "model_tflops", "mfu_pct", "peak_tflops")) + " |")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
+
+
+def _number_text(value) -> str:
+  number = _number(value)
+  return "-" if number is None else f"{number:.3g}"
 
 
 def write_plots(rows: Sequence[dict], out_dir: str) -> None:

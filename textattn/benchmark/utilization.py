@@ -1,0 +1,98 @@
+"""How good a benchmark number is: achieved TFLOP/s and memory bandwidth against the device's
+peak, and the model FLOPs utilisation (MFU) of a train step.
+
+Formulas (stated, not measured):
+  attention FLOPs, one layer's forward:   4 * B * H * L^2 * d   (QK^T and PV, 2 FLOPs a MAC),
+    halved when causal (only the lower triangle is needed); forward+backward = 3.5x forward
+    (the backward is 2.5x the forward: FlashAttention-2's accounting). From the variant's
+    registry entry (`Variant.forward_flops`); linear-time variants have none and are judged by
+    bandwidth instead.
+  bytes moved: XLA's cost_analysis()["bytes accessed"] of the compiled function.
+  model FLOPs per token of a train step (PaLM, Chowdhery et al. 2022, appendix B):
+    6 * N + 12 * layers * L * width (N = parameters outside the embedding tables, which are
+    looked up rather than multiplied); the attention term is halved when causal and left out
+    for linear-time attention.
+Peaks: the table below (vendor datasheets, dense, no sparsity) for accelerators; on a CPU the
+rate of a float32 matmul measured in the benchmark's own process (`measured_cpu_peak`).
+"""
+
+from __future__ import annotations
+
+import time
+
+# device_kind substring -> (bfloat16 dense TFLOP/s, float32 TFLOP/s, memory TB/s). Float32 is
+# the non-tensor-core rate: JAX's default TF32 products can exceed it.
+PEAKS = {
+    "H200": (989.0, 67.0, 4.8),
+    "H100": (989.0, 67.0, 3.35),  # SXM5 80 GB
+    "A100": (312.0, 19.5, 2.04),  # SXM4 80 GB
+    "L4": (121.0, 30.3, 0.3),
+    "TPU v5 lite": (197.0, 197.0, 0.82),
+    "TPU v4": (275.0, 275.0, 1.2),
+}
+
+
+def attention_flops(forward_flops, mode: str, batch: int, length: int, heads: int,
+                    head_dim: int, layers: int = 1) -> float | None:
+  """Attention FLOPs of one call in `mode` by the stated formula, or None when the variant has
+  no quadratic term (forward_flops is None) or the mode is not an attention-only measure."""
+  if forward_flops is None:
+    return None
+  forward = forward_flops(batch, length, heads, head_dim)
+  if mode in ("attention", "forward"):
+    return forward * (1 if mode == "attention" else layers)
+  if mode in ("forward+backward", "train_step"):
+    return 3.5 * forward * layers
+  return None
+
+
+def model_flops_per_token(parameters: int, layers: int, length: int, width: int,
+                          attention_factor: float) -> float:
+  """6 N + 12 * layers * L * width * attention_factor (1 softmax, 0.5 causal, 0 linear)."""
+  return 6.0 * parameters + 12.0 * layers * length * width * attention_factor
+
+
+def device_peak(device_kind: str, dtype: str) -> tuple[float | None, float | None]:
+  """(peak TFLOP/s for the dtype, peak memory TB/s) of a known accelerator, else (None, None)."""
+  for name, (bf16, fp32, bandwidth) in PEAKS.items():
+    if name.lower() in device_kind.lower():
+      return (bf16 if dtype in ("bfloat16", "float16") else fp32), bandwidth
+  return None, None
+
+
+def measured_cpu_peak(size: int = 1024, repeats: int = 5) -> float:
+  """TFLOP/s of a float32 [size x size] matmul on this process's CPU device (best of repeats):
+  what "peak" means on a CPU here."""
+  import jax
+  import jax.numpy as jnp
+  a = jnp.ones((size, size), jnp.float32)
+  matmul = jax.jit(lambda x: x @ x)
+  jax.block_until_ready(matmul(a))
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(matmul(a))
+    best = min(best, time.perf_counter() - start)
+  return 2.0 * size ** 3 / best / 1e12
+
+
+def derived(result: dict, *, attention_flop_count: float | None, bytes_accessed: float | None,
+            model_flops: float | None, peak_tflops: float | None,
+            peak_tbps: float | None) -> dict:
+  """The utilisation columns of a timed point (median step time in result["median_ms"])."""
+  seconds = result["median_ms"] / 1e3
+  out = {"peak_tflops": peak_tflops, "peak_tbps": peak_tbps}
+  if attention_flop_count:
+    out["attention_tflops"] = attention_flop_count / seconds / 1e12
+    if peak_tflops:
+      out["pct_of_peak"] = 100.0 * out["attention_tflops"] / peak_tflops
+  if bytes_accessed:
+    out["bytes_accessed"] = bytes_accessed
+    out["achieved_tbps"] = bytes_accessed / seconds / 1e12
+    if peak_tbps:
+      out["pct_of_bandwidth"] = 100.0 * out["achieved_tbps"] / peak_tbps
+  if model_flops:
+    out["model_tflops"] = model_flops / seconds / 1e12
+    if peak_tflops:
+      out["mfu_pct"] = 100.0 * out["model_tflops"] / peak_tflops
+  return out
