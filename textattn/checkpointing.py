@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 
 import jax
 import ml_collections
@@ -213,7 +214,26 @@ def one_line(text: str, limit: int = 200) -> str:
   return " ".join(str(text).split())[:limit]
 
 
+def _quiet_closed_loop_callbacks() -> None:
+  """After a failed read, tensorstore completes the failed read's other futures on the asyncio
+  loop Orbax already closed, and Python prints each "RuntimeError: Event loop is closed" as an
+  ignored exception with a traceback, burying the one line that says what is wrong. Those
+  (and only those) are dropped."""
+  previous = sys.unraisablehook
+  if getattr(previous, "textattn_quiet", False):
+    return
+
+  def hook(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == "Event loop is closed"):
+      previous(unraisable)
+
+  hook.textattn_quiet = True
+  sys.unraisablehook = hook
+
+
 def _unreadable_checkpoint(manager, step: int, error: Exception) -> RunError:
+  _quiet_closed_loop_callbacks()
   older = [s for s in manager.all_steps() if s < step]
   fallback = (f"to resume from step {max(older)}" if older else "to start afresh")
   return RunError(f"The checkpoint at step {step} in {manager.directory} cannot be read "
@@ -293,6 +313,7 @@ def warn_machine_change(saved: dict, machine: dict) -> None:
 def restore(manager, step: int, abstract_state, state_sharding, with_data: bool = True) -> dict:
   """{"state": ..., "data": iterator state (with_data)} of checkpoint `step`, laid out as
   `state_sharding`; an unreadable checkpoint is a RunError naming the step to move aside."""
+  _quiet_closed_loop_callbacks()
   items = {"state": ocp.args.StandardRestore(
       abstract_state_with_sharding(abstract_state, state_sharding))}
   if with_data:
