@@ -1,0 +1,70 @@
+"""textattn.predict / textattn.load: a trained workdir used on new text."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import textattn
+from textattn import classify, compare
+from textattn import data as data_lib
+from tests.test_train import REPO, tiny_config, write_sentiment_jsonl
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("predict")
+  data = write_sentiment_jsonl(tmp / "reviews.jsonl")
+  config = tiny_config(data, tmp / "cache", num_train_steps=60, eval_every_steps=20,
+                       checkpoint_every_steps=20)
+  report = classify.train_and_evaluate(config, str(tmp / "run"))
+  return tmp, config, report
+
+
+def test_predictions_are_the_training_runs_test_predictions(trained):
+  tmp, config, report = trained
+  raw = data_lib._FileSource(config).read(config.val_fraction, config.data_seed)
+  model = textattn.load(str(tmp / "run"))
+  assert model.step == report["test/params_from_step"]  # "best": what the report used
+  probabilities = model.predict_proba(raw.texts["test"])
+  labels, expected = compare.load_predictions(str(tmp / "run"))
+  np.testing.assert_allclose(probabilities, expected, rtol=1e-6, atol=1e-7)
+  accuracy = np.mean(probabilities.argmax(-1) == labels)
+  assert accuracy == pytest.approx(report["test/accuracy"])
+  rows = model.predict(raw.texts["test"][:3])
+  assert [r["label"] for r in rows] == [model.class_names[i] for i in expected[:3].argmax(-1)]
+  assert set(rows[0]["probabilities"]) == {"neg", "pos"}
+
+
+def test_evaluate_a_labelled_file_and_empty_or_long_texts(trained):
+  tmp, config, _ = trained
+  model = textattn.load(str(tmp / "run"), checkpoint="last")
+  metrics = model.evaluate(str(tmp / "reviews.jsonl"))
+  assert metrics["eval/count"] == 480 and metrics["eval/accuracy"] > 0.8, metrics
+  assert "eval/f1_weighted" in metrics and "eval/recall_pos" in metrics
+  empty, long = model.predict(["", "good " * 100])
+  assert empty["tokens"] == 0 and not empty["truncated"]
+  assert sum(empty["probabilities"].values()) == pytest.approx(1.0)
+  assert long["tokens"] == config.max_len and long["truncated"]
+
+
+def test_cli_writes_json_lines_and_refuses_bad_requests_in_one_line(trained, tmp_path):
+  tmp, _, _ = trained
+  texts = tmp_path / "texts.txt"
+  texts.write_bytes(b"what a good film\nbad \xff\xfe bytes here\n\n")
+  run = lambda *args: subprocess.run([sys.executable, "-m", "textattn.predict",
+                                      f"--workdir={tmp / 'run'}", *args], cwd=REPO,
+                                     capture_output=True, text=True, check=False)
+  done = run(f"--input={texts}", f"--output={tmp_path / 'out.jsonl'}")
+  assert done.returncode == 0, done.stderr[-2000:]
+  rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+  assert [r["text"] for r in rows] == ["what a good film", "bad \ufffd\ufffd bytes here", ""]
+  assert "1 line(s) are not valid UTF-8" in done.stderr
+  one = run("--text=a good one", "--text=awful")
+  assert one.returncode == 0 and len(one.stdout.splitlines()) == 2
+  for args, message in [(["--checkpoint=999"], "--checkpoint='999' is not available"),
+                        ([], "give the texts with --text=STR")]:
+    bad = run(*args) if args == [] else run("--text=x", *args)
+    assert bad.returncode != 0 and message in bad.stderr and "Traceback" not in bad.stderr
