@@ -30,25 +30,9 @@ from textattn import workdir as workdir_lib
 
 STOP_LINE = r"stopped at step (\d+), checkpoint saved; run the same command to resume"
 
-# Until textattn.main maps errors.Stopped to its message and exit code itself, the command
-# runs through this wrapper doing exactly that (the change main needs); afterwards it is plain
-# `python -m textattn.main`.
-_MAIN_HANDLES_STOPPED = "Stopped" in (REPO / "textattn" / "main.py").read_text()
-_WRAPPER = ("import runpy, sys\n"
-            "from textattn import errors\n"
-            "try:\n"
-            "  runpy.run_module('textattn.main', run_name='__main__', alter_sys=True)\n"
-            "except errors.Stopped as stopped:\n"
-            "  print(stopped, file=sys.stderr, flush=True)\n"
-            "  sys.exit(stopped.exit_code)\n")
-
-
 def start_main(args, workdir):
   """textattn.main in a subprocess (not waited for); stdout and stderr kept apart."""
-  if _MAIN_HANDLES_STOPPED:
-    command = [sys.executable, "-m", "textattn.main"]
-  else:
-    command = [sys.executable, "-c", _WRAPPER]
+  command = [sys.executable, "-m", "textattn.main"]
   env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
   return subprocess.Popen(command + [f"--workdir={workdir}"] + args, cwd=REPO, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -104,6 +104,11 @@ def main(argv):
   except Stopped as error:  # SIGINT/SIGTERM: "stopped at step N, checkpoint saved; ..."
     print(error.args[0], file=sys.stderr)
     sys.exit(error.exit_code)
+  except KeyboardInterrupt:  # Ctrl-C outside the training loop (its own handler saves)
+    print("interrupted before training started or while the report was written; nothing new "
+          "was saved (earlier checkpoints are intact): run the same command to start or resume.",
+          file=sys.stderr)
+    sys.exit(130)
 
 
 if __name__ == "__main__":
