@@ -23,7 +23,7 @@ def get_config():
   # The seed's own computation, checked step for step against the Keras model
   # (experiments/keras_step_check.py): padding before the tokens, embedded, attended to and
   # averaged like a token (the Keras model has no mask), and Keras 3's Adam, whose token-table
-  # second moment takes per-occurrence squared gradients (train.scale_by_keras_adam).
+  # second moment takes per-occurrence squared gradients (optim.scale_by_keras_adam).
   config.padding = "before_as_token"
   config.optimizer.name = "keras_adam"
   config.vocab_size = 20000

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.test_train import REPO, cli_args, run_main, write_sentiment_jsonl
-from textattn import compare, defaults, platform
+from textattn import command_line, compare, defaults, platform
 from textattn import data as data_lib
 from textattn.attention import native, softmax
 from textattn.benchmark import plan
@@ -63,11 +63,11 @@ def test_a_bad_config_is_one_line_exit_2_and_creates_no_workdir(tmp_path, extra,
 
 def test_unknown_fields_get_a_did_you_mean_from_the_config_s_own_fields():
   config = defaults.classification()
-  assert defaults.unknown_field(config, "model.attention") is None
-  assert defaults.unknown_field(config, "optimizer.learnig_rate") == (
+  assert command_line.unknown_field(config, "model.attention") is None
+  assert command_line.unknown_field(config, "optimizer.learnig_rate") == (
       "config.optimizer.learnig_rate: the config has no field 'learnig_rate' in "
       "config.optimizer; did you mean config.optimizer.learning_rate?")
-  message = defaults.unknown_field(config, "model.zzz")
+  message = command_line.unknown_field(config, "model.zzz")
   assert message.startswith("config.model.zzz: the config has no field 'zzz' in config.model; "
                             "the fields in config.model are: attention, attention_impl,")
 

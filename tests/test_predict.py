@@ -64,7 +64,14 @@ def test_cli_writes_json_lines_and_refuses_bad_requests_in_one_line(trained, tmp
   assert "1 line(s) are not valid UTF-8" in done.stderr
   one = run("--text=a good one", "--text=awful")
   assert one.returncode == 0 and len(one.stdout.splitlines()) == 2
-  for args, message in [(["--checkpoint=999"], "--checkpoint='999' is not available"),
-                        ([], "give the texts with --text=STR")]:
-    bad = run(*args) if args == [] else run("--text=x", *args)
-    assert bad.returncode != 0 and message in bad.stderr and "Traceback" not in bad.stderr
+  broken = tmp_path / "broken.jsonl"
+  broken.write_text('{"text": "fine"}\n{"text": \n[1, 2]\n')
+  other = tmp_path / "other.jsonl"
+  other.write_text('{"text": "fine"}\n{"body": "no text field"}\n')
+  for args, message in [(["--text=x", "--checkpoint=999"], "--checkpoint='999' is not available"),
+                        ([], "give the texts with --text=STR"),
+                        ([f"--input={broken}"], "line 2: invalid JSON"),
+                        ([f"--input={other}"], "line 2: field(s) ['text'] not found")]:
+    bad = run(*args)
+    assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
+    assert "Traceback" not in bad.stderr

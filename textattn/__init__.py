@@ -5,7 +5,7 @@ command-line entry points are textattn.main, .predict, .benchmark, .sweep, .comp
 """
 
 
-def load(workdir: str, checkpoint: str = "best"):
+def load(workdir: str, checkpoint: str = "best", plugins=()):
   """The classifier a training workdir holds: `.predict(texts)`, `.evaluate(path)`."""
   from textattn import predict  # (kept lazy: `import textattn` stays instant)
-  return predict.load(workdir, checkpoint)
+  return predict.load(workdir, checkpoint, plugins)

@@ -33,6 +33,7 @@ from absl import logging
 from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 
 from textattn.errors import RunError
+from textattn.errors import one_line as errors_one_line
 
 _SEPARATOR = "/"
 FAILED_DIR = "checkpoints-failed-verification"
@@ -211,7 +212,7 @@ def stop_together(problem: RunError | None) -> None:
 
 
 def one_line(text: str, limit: int = 200) -> str:
-  return " ".join(str(text).split())[:limit]
+  return errors_one_line(text, limit)
 
 
 def _quiet_closed_loop_callbacks() -> None:
@@ -242,7 +243,7 @@ def _unreadable_checkpoint(manager, step: int, error: Exception) -> RunError:
                   f"--workdir), else fix the cause (permissions, disk) and re-run.")
 
 
-def _read_meta(manager, step: int) -> dict:
+def read_meta(manager, step: int) -> dict:
   """The checkpoint's "meta" item, read by Orbax's JSON handler itself rather than through
   manager.restore: that ends in a barrier across processes, which a process whose read failed
   never reaches, so the others would wait there until its timeout instead of agreeing (in
@@ -282,7 +283,7 @@ def check_resume(manager, workdir: str, shapes: dict, contract: dict, schedule: 
   problem = meta = None
   if latest is not None:
     try:
-      meta = _read_meta(manager, latest)
+      meta = read_meta(manager, latest)
     except Exception as e:  # noqa: BLE001 -- any failure to read it gets the same advice
       problem = _unreadable_checkpoint(manager, latest, e)
     if problem is None:
@@ -408,9 +409,15 @@ def restore_verified(manager, meta: dict, abstract_state, state_sharding,
   failed = []
   candidates = sorted((s for s in manager.all_steps() if s <= meta["step"]), reverse=True)
   for step in candidates:
-    step_meta = meta if step == meta["step"] else {**_read_meta(manager, step), "step": step}
-    restored = restore(manager, step, abstract_state, state_sharding, with_data=with_data)
-    problem = verify(restored, step_meta)
+    try:
+      step_meta = meta if step == meta["step"] else {**read_meta(manager, step), "step": step}
+      restored = restore(manager, step, abstract_state, state_sharding, with_data=with_data)
+    except Exception as e:  # noqa: BLE001 -- an unreadable older candidate: try the next one
+      if step == meta["step"]:
+        raise
+      restored, problem = None, f"unreadable: {type(e).__name__}"
+    else:
+      problem = verify(restored, step_meta)
     if problem == "unverified":
       if jax.process_index() == 0:
         print(f"Warning: the checkpoint at step {step} in {manager.directory} was written "

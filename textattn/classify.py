@@ -162,6 +162,42 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     lock.release()
 
 
+def _resume_or_start(config, workdir, manager, shapes, contract, machine, abstract_state,
+                     state_sharding, attach, train_iter, fresh):
+  """(state, start step, meta or None): the newest checkpoint that passes the resume checks and
+  verifies (the data iterator positioned after it), or `fresh()` for a new run."""
+  is_main = jax.process_index() == 0
+  metrics_path = os.path.join(workdir, "metrics.jsonl")
+  metrics_check = (lambda: MetricWriter.read_rows(metrics_path, warn=False)) if is_main else None
+  meta = checkpointing.check_resume(manager, workdir, shapes, contract,
+                                    config.optimizer.schedule,
+                                    [metrics_check] if metrics_check else [])
+  if meta is None:
+    return fresh(), 0, None
+  if is_main:
+    checkpointing.warn_machine_change(meta.get("machine", machine), machine)
+  restored, meta = checkpointing.restore_verified(manager, meta, abstract_state, state_sharding)
+  train_iter.set_state(restored["data"])
+  if is_main:
+    print(f"Resuming from checkpoint at step {meta['step']}.", flush=True)
+  return attach(restored["state"]), meta["step"], meta
+
+
+def _nonfinite_advice(manager, config) -> str:
+  try:
+    manager.wait_until_finished()
+  except Exception:  # noqa: BLE001 -- a failed save: the steps listed below are what exists
+    pass
+  latest = manager.latest_step()
+  kept = (f"the last good checkpoint (step {latest}) is kept in {manager.directory}"
+          if latest is not None else "there is no checkpoint yet")
+  return (f"Runs are deterministic, so running the same command again replays the same "
+          f"NaN; {kept}. Change the training in a new --workdir (a resume must continue "
+          f"the same training): a lower optimizer.learning_rate (now "
+          f"{config.optimizer.learning_rate}) or optimizer.grad_clip_norm > 0 (now "
+          f"{config.optimizer.grad_clip_norm}).")
+
+
 def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   _, replicated = platform.data_parallel_shardings()
 
@@ -194,24 +230,10 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
           + models.parameter_table(abstract_state.params), flush=True)
 
   manager = checkpointing.open_manager(workdir, config.keep_checkpoints)
-  metrics_path = os.path.join(workdir, "metrics.jsonl")
-  metrics_check = (lambda: MetricWriter.read_rows(metrics_path, warn=False)) if is_main else None
-  meta = checkpointing.check_resume(manager, workdir, shapes, contract,
-                                    config.optimizer.schedule,
-                                    [metrics_check] if metrics_check else [])
-  start_step = 0
-  if meta is not None:
-    if is_main:
-      checkpointing.warn_machine_change(meta.get("machine", machine), machine)
-    restored, meta = checkpointing.restore_verified(manager, meta, abstract_state,
-                                                    state_sharding)
-    state = restored["state"].replace(apply_fn=model.apply, tx=tx)
-    train_iter.set_state(restored["data"])
-    start_step = meta["step"]
-    if is_main:
-      print(f"Resuming from checkpoint at step {start_step}.", flush=True)
-  else:
-    state = _fresh_state(config, init, rng, data, state_sharding, workdir, is_main)
+  state, start_step, meta = _resume_or_start(
+      config, workdir, manager, shapes, contract, machine, abstract_state, state_sharding,
+      lambda restored: restored.replace(apply_fn=model.apply, tx=tx), train_iter,
+      lambda: _fresh_state(config, init, rng, data, state_sharding, workdir, is_main))
 
   writer = MetricWriter(workdir, is_main, start_step, fresh=meta is None)
   writer.drop_after(start_step if meta is not None else None)
@@ -236,20 +258,6 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
                        {"param_shapes": shapes, "class_names": data.class_names,
                         "run": contract, "machine": machine}, ckpt_metrics)
 
-  def nonfinite_advice():
-    try:
-      manager.wait_until_finished()
-    except Exception:  # noqa: BLE001 -- a failed save: the steps listed below are what exists
-      pass
-    latest = manager.latest_step()
-    kept = (f"the last good checkpoint (step {latest}) is kept in {manager.directory}"
-            if latest is not None else "there is no checkpoint yet")
-    return (f"Runs are deterministic, so running the same command again replays the same "
-            f"NaN; {kept}. Change the training in a new --workdir (a resume must continue "
-            f"the same training): a lower optimizer.learning_rate (now "
-            f"{config.optimizer.learning_rate}) or optimizer.grad_clip_norm > 0 (now "
-            f"{config.optimizer.grad_clip_norm}).")
-
   progress["training"] = True
   with loop.stop_on_signals(on_force_exit=lock.release) as stop:
     try:
@@ -257,7 +265,8 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
                         batch_size=config.batch_size, start_step=start_step,
                         steps_per_epoch=train_iter.steps_per_epoch, evaluate=evaluate,
                         save=save, writer=writer, compiler_options=options,
-                        nonfinite_advice=nonfinite_advice, stop=stop)
+                        nonfinite_advice=lambda: _nonfinite_advice(manager, config),
+                        stop=stop)
     except Stopped:
       checkpointing.finish_saves(manager)  # the stop's checkpoint is complete before exit
       writer.close()
@@ -308,7 +317,7 @@ def _restore_for_report(manager, report_step, abstract_state, state_sharding):
   try:
     restored = checkpointing.restore(manager, report_step, abstract_state, state_sharding,
                                      with_data=False)
-    meta = checkpointing._read_meta(manager, report_step)
+    meta = checkpointing.read_meta(manager, report_step)
   except Exception as e:
     raise RunError(f"The best checkpoint (step {report_step}) in {manager.directory} cannot be "
                    f"read ({type(e).__name__}: {checkpointing.one_line(e)}); no test report "

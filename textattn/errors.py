@@ -22,3 +22,9 @@ class Stopped(Exception):
   def __init__(self, message: str, exit_code: int):
     super().__init__(message)
     self.exit_code = exit_code
+
+
+def one_line(text, limit: int | None = None) -> str:
+  """`text` with its whitespace runs collapsed to single spaces (and cut at `limit`)."""
+  line = " ".join(str(text).split())
+  return line if limit is None else line[:limit]

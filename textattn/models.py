@@ -20,6 +20,7 @@ import numpy as np
 from absl import logging
 
 from textattn import attention as attention_lib
+from textattn.data import tokenizer as tokenizer_lib
 from textattn.defaults import check_choice, check_integer
 
 Array = jax.Array
@@ -114,7 +115,7 @@ class Embedding(nn.Module):
     """token_drop: bool [batch, length], True where the token embedding is zeroed (word
     dropout); the position embedding is kept. mask_input: bool [batch, length], True where the
     token embedding is replaced by a learned [MASK] vector (masked-language-model pretraining,
-    textattn/pretrain.py; the parameter "mask" exists only in the pretraining model)."""
+    textattn/recipes/pretrain.py; the parameter "mask" exists only in the pretraining model)."""
     length = tokens.shape[1]
     if length > self.max_len:
       raise ValueError(f"config.max_len={self.max_len} is smaller than the input length "
@@ -238,9 +239,9 @@ class Classifier(nn.Module):
                mask_input: Array | None = None) -> Array:
     # By default id 0 is padding; a caller may pass its own mask (True = real token).
     # token_embeddings: the token-embedding rows of `tokens` [batch, length, embed], when the
-    # caller looked them up itself (train.py's lazy embedding update); default: looked up here.
+    # caller looked them up itself (step.train_step with keras_adam, for the per-occurrence squares).
     # mlm_positions: int [batch, K] -> masked-language-model logits float32 [batch, K, vocab]
-    # at those token positions instead of class logits (textattn/pretrain.py): the same
+    # at those token positions instead of class logits (textattn/recipes/pretrain.py): the same
     # embedding and encoder blocks, then a head of its own (mlm_dense, mlm_norm, mlm_bias) whose
     # output layer is the token-embedding table (tied, as BERT's). mask_input: bool
     # [batch, length], True where the input embedding is the learned [MASK] vector. No word
@@ -328,7 +329,7 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
 def build_model(config: ml_collections.ConfigDict, num_classes: int,
                 vocab_size: int | None = None) -> Classifier:
   """The classifier a config describes. `vocab_size` (ids the tokenizer uses) defaults to
-  config.vocab_size."""
+  config.vocab_size (258 for the byte tokenizer)."""
   validate_model_config(config)
   m = config.model
   impl = attention_lib.get(m.attention).resolve(m.attention_impl, m.embed_dim // m.num_heads,
@@ -337,7 +338,7 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
     logging.info("config.model.attention_impl=%r: using the %r %s kernel here.",
                  m.attention_impl, impl, m.attention)
   return Classifier(
-      num_classes=num_classes, vocab_size=vocab_size or config.vocab_size,
+      num_classes=num_classes, vocab_size=vocab_size or tokenizer_lib.vocab_size_for(config),
       max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,
       num_layers=m.num_layers, ffn_dim=m.ffn_dim, mlp_dim=m.mlp_dim,
       dropout_rate=m.dropout_rate, token_dropout_rate=m.token_dropout_rate,

@@ -2,7 +2,7 @@
 
     python -m textattn.predict --workdir=runs/imdb_fastformer --text="A gripping film." \
         [--text=...] | --input=reviews.txt|.csv|.tsv|.jsonl [--output=predictions.jsonl] \
-        [--checkpoint=best|last|STEP]
+        [--checkpoint=best|last|STEP] [--plugin=MODULE]
 
     from textattn import predict
     model = predict.load("runs/imdb_fastformer")
@@ -37,12 +37,13 @@ import numpy as np
 class Classifier:
   """A trained workdir's classifier: encode, predict, evaluate (see the module docstring)."""
 
-  def __init__(self, workdir: str, checkpoint: str = "best"):
+  def __init__(self, workdir: str, checkpoint: str = "best", plugins=()):
     import jax
     import ml_collections
 
+    from textattn import attention, models
     from textattn import data as data_lib
-    from textattn import models
+    attention.load_plugins(plugins)  # variants registered outside textattn, as in training
     self.workdir = workdir
     config_path = os.path.join(workdir, "config.json")
     if not os.path.isfile(config_path):
@@ -55,7 +56,7 @@ class Classifier:
       raise data_lib.DataError(f"{workdir} has no saved vocabulary ({data_lib.DATA_INFO_FILE}).")
     model = models.build_model(self.config, len(self.class_names),
                                vocab_size=self.tokenizer.vocab_size)
-    self.step, self.params = _restore_params(workdir, checkpoint, self.config)
+    self.step, self.params = _restore_params(workdir, checkpoint, self.config, model)
     self.batch_size = int(self.config.eval_batch_size)
 
     def probabilities(params, tokens):
@@ -125,44 +126,61 @@ class Classifier:
     return metrics
 
 
-def load(workdir: str, checkpoint: str = "best") -> Classifier:
-  """The classifier of a training workdir (see the module docstring)."""
-  return Classifier(workdir, checkpoint)
+def load(workdir: str, checkpoint: str = "best", plugins=()) -> Classifier:
+  """The classifier of a training workdir (see the module docstring); `plugins`: the modules
+  the run was trained with --plugin (attention variants registered outside textattn)."""
+  return Classifier(workdir, checkpoint, plugins)
 
 
-def _restore_params(workdir: str, checkpoint: str, config):
-  """(step, parameters) of the chosen checkpoint, verified against its recorded checksums."""
-  import orbax.checkpoint as ocp
+def _restore_params(workdir: str, checkpoint: str, config, model):
+  """(step, parameters) of the chosen checkpoint, laid out on this machine's first device and
+  verified against the checksums recorded when it was saved."""
+  import jax
 
-  from textattn import checkpointing
+  from textattn import checkpointing, optim, step
   from textattn.errors import RunError
   manager = checkpointing.open_manager(workdir, int(config.keep_checkpoints))
-  steps = sorted(manager.all_steps())
-  if not steps:
-    raise RunError(f"{workdir} has no checkpoint yet; train first (or wait for the first "
-                   f"checkpoint).")
-  if checkpoint == "best":
-    best = manager.best_step() if config.final_params == "best" else None
-    step = best if best is not None else steps[-1]
-  elif checkpoint == "last":
-    step = steps[-1]
-  elif checkpoint.isdigit() and int(checkpoint) in steps:
-    step = int(checkpoint)
-  else:
-    raise RunError(f"--checkpoint={checkpoint!r} is not available in {workdir}; allowed: best, "
-                   f"last, or a step of {', '.join(map(str, steps))}.")
   try:
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
-  except Exception as e:
-    raise RunError(f"The checkpoint at step {step} in {manager.directory} cannot be read "
-                   f"({type(e).__name__}: {checkpointing.one_line(e)}).") from None
-  problem = checkpointing.verify(restored, restored["meta"])
-  if problem not in (None, "unverified"):
-    raise RunError(f"The checkpoint at step {step} in {manager.directory} failed verification "
-                   f"({problem} changed since it was saved); choose another with --checkpoint.")
-  manager.close()
-  return step, restored["state"]["params"]
+    steps = sorted(manager.all_steps())
+    if not steps:
+      raise RunError(f"{workdir} has no checkpoint yet; train first (or wait for the first "
+                     f"checkpoint).")
+    if checkpoint == "best":
+      best = manager.best_step() if config.final_params == "best" else None
+      chosen = best if best is not None else steps[-1]
+    elif checkpoint == "last":
+      chosen = steps[-1]
+    elif checkpoint.isdigit() and int(checkpoint) in steps:
+      chosen = int(checkpoint)
+    else:
+      raise RunError(f"--checkpoint={checkpoint!r} is not available in {workdir}; allowed: "
+                     f"best, last, or a step of {', '.join(map(str, steps))}.")
+    # The saved state's structure, placed on this machine's device (a GPU-trained workdir
+    # restores on a CPU): the optimizer's state is restored too, as the checksums cover it.
+    tx = optim.make_optimizer(config.optimizer, max(1, int(config.num_train_steps)))
+    abstract = jax.eval_shape(lambda rng: step.init_train_state(
+        model, tx, rng, config.max_len, config.optimizer), jax.random.key(0))
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    sharding = jax.tree.map(lambda _: device, abstract)
+    try:
+      restored = checkpointing.restore(manager, chosen, abstract, sharding)
+      meta = checkpointing.read_meta(manager, chosen)
+    except RunError:
+      raise
+    except Exception as e:  # noqa: BLE001 -- any unreadable checkpoint: one sentence
+      raise RunError(f"The checkpoint at step {chosen} in {manager.directory} cannot be read "
+                     f"({type(e).__name__}: {checkpointing.one_line(e)}).") from None
+    problem = checkpointing.verify(restored, meta)
+    if problem == "unverified":
+      print(f"Warning: the checkpoint at step {chosen} was written without checksums (an older "
+            f"textattn); its parameters are used unverified.", file=sys.stderr)
+    elif problem is not None:
+      raise RunError(f"The checkpoint at step {chosen} in {manager.directory} failed "
+                     f"verification ({problem} changed since it was saved); choose another with "
+                     f"--checkpoint.")
+    return chosen, restored["state"].params
+  finally:
+    manager.close()
 
 
 def read_texts(path: str, config, with_labels: bool = False):
@@ -185,26 +203,53 @@ def read_texts(path: str, config, with_labels: bool = False):
     if with_labels:
       raise DataError(f"{path}: a .txt file has no labels; evaluate a .csv/.tsv/.jsonl file.")
     return [line.rstrip("\r") for line in text.split("\n")[:-1 if text.endswith("\n") else None]]
-  if extension in (".csv", ".tsv"):
-    reader = csv.DictReader(io.StringIO(text, newline=""),
-                            delimiter="," if extension == ".csv" else "\t")
-    records = list(reader)
-  elif extension in (".jsonl", ".json"):
-    records = [json.loads(line) for line in text.split("\n") if line.strip()]
-  else:
-    raise DataError(f"--input={path}: unsupported file type {extension!r}; allowed: .txt (one "
-                    f"text per line), .csv, .tsv, .jsonl.")
+  records = _records(path, text, extension)
   wanted = fields + ([config.label_field] if with_labels else [])
-  missing = [f for f in wanted if records and f not in records[0]]
-  if missing:
-    raise DataError(f"{path}: field(s) {missing} not found (the training run's text_fields / "
-                    f"label_field); it has {sorted(records[0])}.")
-  texts = [" ".join(str(r[f] or "") for f in fields) for r in records]
+  for number, record in records:
+    missing = [f for f in wanted if f not in record]
+    if missing:
+      raise DataError(f"{path}, line {number}: field(s) {missing} not found (the training run's "
+                      f"text_fields / label_field); it has {sorted(record)}.")
+  texts = [" ".join(str(r[f] or "") for f in fields) for _, r in records]
   if not with_labels:
     return texts
   from textattn.data import raw as raw_lib
-  return texts, [raw_lib.label_string(r[config.label_field]) or "" for r in records]
+  return texts, [raw_lib.label_string(r[config.label_field]) or "" for _, r in records]
 
+
+def _records(path: str, text: str, extension: str) -> list[tuple[int, dict]]:
+  """(line number, {field: value}) per record of a .csv/.tsv (header row, names stripped as in
+  training) or .jsonl file; malformed input is one DataError naming the line."""
+  from textattn.data import DataError
+  if extension in (".csv", ".tsv"):
+    csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
+    reader = csv.reader(io.StringIO(text, newline=""),
+                        delimiter="," if extension == ".csv" else "\t")
+    try:
+      header = [name.strip() for name in next(reader, [])]
+      rows = []
+      for values in reader:
+        if values:
+          rows.append((reader.line_num, dict(zip(header, values))))
+    except csv.Error as e:
+      raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
+    return rows
+  if extension in (".jsonl", ".json"):
+    rows = []
+    for number, line in enumerate(text.split("\n"), start=1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise DataError(f"{path}, line {number}: invalid JSON ({e.msg}).") from None
+      if not isinstance(record, dict):
+        raise DataError(f"{path}, line {number}: expected a JSON object, found "
+                        f"{type(record).__name__}.")
+      rows.append((number, record))
+    return rows
+  raise DataError(f"--input={path}: unsupported file type {extension!r}; allowed: .txt (one "
+                  f"text per line), .csv, .tsv, .jsonl.")
 
 def main(argv) -> None:
   from absl import flags
@@ -217,12 +262,15 @@ def main(argv) -> None:
           "neither.", file=sys.stderr)
     sys.exit(2)
   try:
-    model = load(values.workdir, values.checkpoint)
+    model = load(values.workdir, values.checkpoint, values.plugin)
     texts = values.text or read_texts(values.input, model.config)
     rows = model.predict(texts)
   except (data_lib.DataError, RunError) as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(1)
+  except ValueError as error:  # e.g. an attention variant no module registered: --plugin
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
   lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
   if values.output:
     data_lib.atomic_write(values.output, lambda f: f.write(lines))
@@ -241,5 +289,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("output", None, "Where the JSON lines go (default: standard output).")
   flags.DEFINE_string("checkpoint", "best", "best (the parameters the test report used), last, "
                       "or a step.")
+  flags.DEFINE_multi_string("plugin", [], "A module to import first that registers the "
+                            "attention variant the run used (as textattn.main --plugin).")
   flags.mark_flag_as_required("workdir")
   app.run(main)

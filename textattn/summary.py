@@ -12,10 +12,13 @@ from textattn import models
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 2, "Number of output classes (IMDB: 2).")
+_PLUGINS = flags.DEFINE_multi_string("plugin", [], "Module that registers attention variants.")
 
 
 def main(argv):
   del argv
+  from textattn import attention
+  attention.load_plugins(_PLUGINS.value)
   config = _CONFIG.value
   model = models.build_model(config, _NUM_CLASSES.value)
   print(models.parameter_table(models.abstract_params(model, config.max_len)))

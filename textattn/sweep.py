@@ -17,16 +17,10 @@ Two steps, so the sweep machine needs neither TFDS nor the text, and never sees 
       --config=configs/imdb_fastformer.py --seeds=0,1,2 --jobs=8 \
       --variant='base' --variant='max:model.pooling=max' ...
 
-  # MLM pretraining on the sweep machine: export the corpus (training text minus validation,
-  # plus the unlabelled split), pretrain there, and fine-tune variants from it.
-  TFDS_DATA_DIR=../shared/tensorflow_datasets python -m textattn.sweep export-corpus \
-      --config=configs/imdb_fastformer.py --unlabeled-split=unsupervised --out=.sweep/corpus.npz
-  python -m textattn.sweep pretrain --corpus=.sweep/corpus.npz \
-      --config=configs/imdb_fastformer.py \
-      --overrides='{"model.embedding_init": "random", "pretrain.num_steps": 10000}' \
-      --out=.sweep/encoder.npz
-  python -m textattn.sweep sweep ... --encoder=.sweep/encoder.npz \
-      --variant='mlm:model.embedding_init=random,pretrain.objective=mlm,pretrain.num_steps=10000,...'
+  # MLM pretraining on the sweep machine: `export-corpus` (training text minus validation plus
+  # the unlabelled split), `pretrain --corpus=... --out=encoder.npz`, then
+  # `sweep ... --encoder=encoder.npz --variant='mlm:pretrain.objective=mlm,...'`
+  # (experiments/gpu/mlm_sweep.sh runs all three).
 
   # 3. Summarise sweep files (one JSON line per run, as written by --out).
   python -m textattn.sweep summarize experiments/sweeps/*.jsonl

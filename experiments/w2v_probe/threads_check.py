@@ -3,7 +3,7 @@
   for w in 1 1 2 2; do python experiments/w2v_probe/threads_check.py $w; done
 
 Each run trains on the same synthetic 60,000-word corpus (several of gensim's 10,000-word jobs
-per epoch) and prints a checksum and the first vector; textattn/word_vectors.py uses 1 thread.
+per epoch) and prints a checksum and the first vector; textattn/recipes/word2vec.py uses 1 thread.
 """
 import sys
 

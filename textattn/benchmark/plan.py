@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from textattn.data.tokenizer import vocab_size_for
+
 MODES = ("attention", "forward", "forward+backward", "train_step")
 DTYPES = ("float32", "bfloat16")
 INJECTABLE_FAILURES = ("error", "oom", "timeout")
@@ -22,6 +24,7 @@ LENGTHS = ("half_to_full", "full")
 # Sizes benchmarked in the attention / forward / forward+backward modes when no flag is given.
 # Additive attention against the best softmax kernel the platform has ("auto": native on a CPU,
 # cuDNN flash on a GPU in bfloat16) and the naive reference.
+
 SYNTHETIC_DEFAULTS = {"variants": "softmax_auto,softmax,additive_auto",
                       "seq_lens": "256,512,1024,2048,4096",
                       "batch_size": 4, "embed_dim": 256, "num_heads": 4, "num_layers": 1,
@@ -117,7 +120,7 @@ def resolve_settings(config, mode: str, given: dict[str, Any]) -> dict[str, Any]
         "seq_lens": str(config.max_len), "batch_size": config.batch_size,
         "embed_dim": config.model.embed_dim, "num_heads": config.model.num_heads,
         "num_layers": config.model.num_layers, "dtype": config.model.dtype,
-        "vocab_size": config.vocab_size}
+        "vocab_size": vocab_size_for(config)}
   else:
     from_config = SYNTHETIC_DEFAULTS
   settings = {name: given[name] if given.get(name) is not None else default

@@ -47,7 +47,7 @@ def pretraining_texts(config, unlabeled_split: str,
 
 
 def word2vec_texts(config, unlabeled_split: str) -> tuple[list[list[str]], bool]:
-  """pretraining_texts, standardised and split into words (the corpus of word_vectors)."""
+  """pretraining_texts, standardised and split into words (the word2vec recipe's corpus)."""
   texts, cacheable = pretraining_texts(config, unlabeled_split)
   return [tokenizer_lib.standardize(text).split() for text in texts], cacheable
 

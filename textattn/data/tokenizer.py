@@ -49,6 +49,11 @@ _HF_LINE_BREAK = r"<br\s*/?>"
 _HF_PUNCTUATION = "[" + "".join("\\" + c for c in string.punctuation) + "]"
 
 
+def vocab_size_for(config) -> int:
+  """The ids a config's tokenizer uses at most: BYTE_VOCAB_SIZE for bytes, else vocab_size."""
+  return BYTE_VOCAB_SIZE if config.get("tokenizer", "word") == "byte" else int(config.vocab_size)
+
+
 def standardize(text: str) -> str:
   """Keras "lower_and_strip_punctuation" plus Deep Learning with Python's `<br />` removal."""
   return _LINE_BREAK.sub(" ", text.lower()).translate(_DELETE_PUNCTUATION)

@@ -1,0 +1,143 @@
+"""Command-line helpers shared by textattn.main and textattn.benchmark: errors in the flags or
+the config file become one sentence and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import ml_collections
+
+from textattn.defaults import load
+from textattn.errors import one_line
+
+
+def field_paths(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+  """Every leaf field of a config as a dotted path ("model.attention", "batch_size")."""
+  paths = []
+  for name, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      paths.extend(field_paths(value, f"{prefix}{name}."))
+    else:
+      paths.append(prefix + name)
+  return paths
+
+
+def unknown_field(config: ml_collections.ConfigDict, path: str) -> str | None:
+  """One sentence for `config.<path>` if the config has no such field, with a "did you mean"
+  (difflib over the config's fields); None if it exists."""
+  import difflib
+  node, walked = config, []
+  for name in path.split("."):
+    if not isinstance(node, ml_collections.ConfigDict) or name not in node:
+      where = f" in config.{'.'.join(walked)}" if walked else ""
+      siblings = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+      close = difflib.get_close_matches(path, field_paths(config), n=1, cutoff=0.7) or [
+          ".".join(walked + [s]) for s in difflib.get_close_matches(name, siblings, n=1)]
+      hint = (f"did you mean config.{close[0]}?" if close else
+              f"the fields{where} are: {', '.join(siblings)}." if siblings else
+              f"config.{'.'.join(walked)} has no fields.")
+      return f"config.{path}: the config has no field {name!r}{where}; {hint}"
+    node = node[name]
+    walked.append(name)
+  return None
+
+
+def _flag_values(argv: list[str], name: str) -> list[str]:
+  """The values given to --<name> (as --name=value or --name value) in argv."""
+  values = []
+  for i, arg in enumerate(argv):
+    if arg.startswith(f"--{name}="):
+      values.append(arg.split("=", 1)[1])
+    elif arg == f"--{name}" and i + 1 < len(argv):
+      values.append(argv[i + 1])
+  return values
+
+
+def _overrides(argv: list[str], config_flag: str) -> list[tuple[str, str]]:
+  """(field path, value) of every --<config_flag>.<path>=<value> in argv."""
+  found = []
+  for i, arg in enumerate(argv):
+    if arg.startswith(f"--{config_flag}."):
+      name, sep, value = arg[len(config_flag) + 3:].partition("=")
+      if not sep and i + 1 < len(argv):
+        value = argv[i + 1]
+      found.append((name, value))
+  return found
+
+
+def flag_error_message(error: BaseException, argv: list[str], config_flag: str = "config"
+                       ) -> str:
+  """One sentence for an error raised while parsing the flags of a command with a config file
+  flag (ml_collections' config_flags): a missing or unloadable config file, an unknown config
+  field (with a "did you mean"), a value of the wrong type, an unknown or bad flag."""
+  import difflib
+
+  from absl import flags
+  paths = _flag_values(argv, config_flag)
+  path = paths[-1].split(":")[0] if paths else None
+  if path is not None and not os.path.isfile(path):
+    return (f"--{config_flag}={paths[-1]}: no such config file; give the path of a config file "
+            f"such as configs/imdb_softmax.py.")
+  config = None
+  if path is not None:
+    try:
+      config = load(path)
+    except Exception as load_error:  # noqa: BLE001 -- the user's file: one sentence, no traceback
+      return (f"--{config_flag}={paths[-1]}: loading the config file failed "
+              f"({type(load_error).__name__}: {one_line(load_error)}).")
+  if config is not None:
+    for field, value in _overrides(argv, config_flag):
+      message = unknown_field(config, field)
+      if message is not None:
+        return f"--{config_flag}.{field}={value}: " + message.split(": ", 1)[1]
+  text = str(error)
+  if isinstance(error, flags.Error) and "Traceback (most recent call last)" in text:
+    # An exception inside the config file's get_config(): its last line says what.
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    return (f"--{config_flag}={paths[-1] if paths else ''}: loading the config file failed "
+            f"({last.strip()}).")
+  if isinstance(error, flags.UnrecognizedFlagError):
+    name = getattr(error, "flagname", None) or text
+    close = difflib.get_close_matches(name, list(flags.FLAGS), n=1)
+    return (f"unknown flag --{name}" + (f"; did you mean --{close[0]}?" if close else
+                                        "; see --helpfull for the flags."))
+  if isinstance(error, flags.IllegalFlagValueError) and text.startswith(f"flag --{config_flag}."):
+    field = text[len(f"flag --{config_flag}."):].split("=", 1)[0]
+    message = text[len("flag "):]
+    if config is not None:
+      try:
+        node = config
+        for name in field.split("."):
+          node = node[name]
+        message += f"; config.{field} takes a {type(node).__name__} (default {node!r})"
+      except (KeyError, AttributeError, TypeError):
+        pass
+    return one_line(message) + "."
+  if isinstance(error, flags.Error) and text.startswith("flag --"):
+    return one_line(text[len("flag "):])
+  return one_line(f"{type(error).__name__}: {text}" if not isinstance(error, flags.Error)
+                   else text)
+
+
+def flags_parser(config_flag: str = "config"):
+  """A `flags_parser` for absl's app.run: parses the flags, and for any error in them (an
+  unknown flag or config field, a wrong type, a missing or broken config file) prints one line
+  `error: ...` on stderr and exits with code 2 (a usage error), never a traceback."""
+  import sys
+
+  from absl import flags
+
+  def parse(argv: list[str]) -> list[str]:
+    try:
+      remaining = flags.FLAGS(argv)
+      config = flags.FLAGS[config_flag].value
+      if config is not None:
+        config.keys()  # a config file that failed to load raises only when first used
+      return remaining
+    except Exception as error:  # noqa: BLE001 -- absl, ml_collections and the config file
+      # raise many types (flags.Error, KeyError/AttributeError for an unknown field,
+      # OSError/SyntaxError loading the file): all are the user's, all one line.
+      print(f"error: {flag_error_message(error, argv[1:], config_flag)}", file=sys.stderr)
+      sys.exit(2)
+  return parse
