@@ -396,6 +396,40 @@ def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file,
     assert all(np.all(np.isfinite(p)) for p in jax.tree_util.tree_leaves(params)), step
 
 
+def test_a_batch_that_makes_the_loss_nan_is_skipped_deterministically(tmp_path, data_file,
+                                                                      monkeypatch, capsys):
+  # The batch of step 13 (and only it) turns the parameters NaN. The loop restores the
+  # checkpoint of step 10, replays 11 and 12, gives step 13 the next batch instead, and goes on;
+  # the skip is recorded, and a second run gives bit-identical parameters (a resume replays the
+  # same skip).
+  config = tiny_config(data_file, tmp_path / "c", num_train_steps=30, checkpoint_every_steps=5,
+                       eval_every_steps=5, log_every_steps=5)
+  data = data_lib.load_dataset(config, None)
+  batches = data_lib.TrainIterator(data.train, config.batch_size, config.seed)
+  poisoned = [next(batches) for _ in range(13)][-1]["inputs"]
+  real_step = step_lib.train_step
+
+  def step_with_a_poisoned_batch(state, batch):
+    new_state, metrics = real_step(state, batch)
+    broken = jnp.array_equal(batch["inputs"], poisoned)
+    params = jax.tree.map(lambda p: jnp.where(broken, jnp.nan, p), new_state.params)
+    # (as train_step counts them: non-finite parameters after this step's update)
+    metrics = {**metrics, "nonfinite": metrics["nonfinite"] + broken.astype(jnp.int32)}
+    return new_state.replace(params=params), metrics
+
+  monkeypatch.setattr(step_lib, "train_step", step_with_a_poisoned_batch)
+  reports = [classify.train_and_evaluate(config, str(tmp_path / run)) for run in ("a", "b")]
+  assert "step 13: the loss or parameters became NaN/Inf; resumed from step 10" in (
+      capsys.readouterr().out)
+  rows = read_metrics(tmp_path / "a")
+  assert [r["train/skipped_batch_of_step"] for r in rows if "train/skipped_batch_of_step" in r] \
+      == [13]
+  steps = [r["step"] for r in rows if "train/loss" in r]
+  assert steps == sorted(set(steps)) == [5, 10, 15, 20, 25, 30], steps  # no duplicate rows
+  assert reports[0] == reports[1] and np.isfinite(reports[0]["test/loss"])
+  assert_trees_identical(restore_params(tmp_path / "a")[1], restore_params(tmp_path / "b")[1])
+
+
 def test_changed_optimizer_under_an_existing_workdir_is_a_clear_error(tmp_path, data_file):
   classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
                            str(tmp_path / "run"))

@@ -258,6 +258,22 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
                        {"param_shapes": shapes, "class_names": data.class_names,
                         "run": contract, "machine": machine}, ckpt_metrics)
 
+  def recover(bad_step):
+    """The state of the newest checkpoint before `bad_step` (or the fresh start), the batches
+    positioned after it, and the metrics rows after it dropped: loop.fit replays from there."""
+    checkpointing.finish_saves(manager)
+    earlier = [s for s in manager.all_steps() if s < bad_step]
+    if not earlier:
+      train_iter.set_state({"epoch": 0, "index": 0})
+      writer.drop_after(0)
+      return _fresh_state(config, init, rng, data, state_sharding, workdir, is_main), 0
+    restored, restored_meta = checkpointing.restore_verified(
+        manager, {**checkpointing.read_meta(manager, max(earlier)), "step": max(earlier)},
+        abstract_state, state_sharding)
+    train_iter.set_state(restored["data"])
+    writer.drop_after(restored_meta["step"])
+    return restored["state"].replace(apply_fn=model.apply, tx=tx), restored_meta["step"]
+
   progress["training"] = True
   with loop.stop_on_signals(on_force_exit=lock.release) as stop:
     try:
@@ -266,7 +282,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
                         steps_per_epoch=train_iter.steps_per_epoch, evaluate=evaluate,
                         save=save, writer=writer, compiler_options=options,
                         nonfinite_advice=lambda: _nonfinite_advice(manager, config),
-                        stop=stop)
+                        stop=stop, recover=recover)
     except Stopped:
       checkpointing.finish_saves(manager)  # the stop's checkpoint is complete before exit
       writer.close()

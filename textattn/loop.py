@@ -120,7 +120,8 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
         save: Callable[[int, Any, dict | None], None] | None = None,
         writer: MetricWriter | None = None, compiler_options: dict | None = None,
         nonfinite_advice: Callable[[], str] = lambda: "", prefix: str = "train",
-        show_progress: bool = True, stop: StopRequest | None = None) -> FitResult:
+        show_progress: bool = True, stop: StopRequest | None = None,
+        recover: Callable[[int], tuple[Any, int]] | None = None) -> FitResult:
   """Trains `state` from `start_step` to `schedule.total_steps` and returns the final state and
   the logged rows.
 
@@ -133,6 +134,12 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   save(step, state, eval_metrics) at every schedule.checkpoint_every steps and at the end.
   nonfinite_advice() -> what to tell the user when the loss turns NaN/Inf (the run then stops).
   stop: from stop_on_signals(); once set, fit saves at the current step and raises Stopped.
+  recover(bad_step) -> (state, step): with it, a NaN/Inf does not stop the run at once: the
+    state of the newest checkpoint before the first bad step is restored (the batches
+    repositioned after it), and the replay skips that step's batch (the next one takes its
+    place). Runs are deterministic, so the same replay gives the same skip on a resume. At most
+    MAX_SKIPPED_BATCHES skips; a step that fails again after its batch was skipped stops the
+    run (the cause is not that batch).
   """
   is_main = jax.process_index() == 0
   data_sharding, replicated = platform.data_parallel_shardings()
@@ -162,11 +169,15 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
                        unit="step", dynamic_ncols=True, mininterval=1.0,
                        desc=None if prefix == "train" else prefix)
   pending, window_start = [], time.perf_counter()
-  for step in range(start_step, total):
+  skipped: list[int] = []
+  step = start_step
+  while step < total:
+    if step + 1 in skipped:  # this step's batch made the loss NaN before: take the next one
+      batch = platform.to_global(next(batches), data_sharding)
     state, sums = compiled(state, batch)
     pending.append(sums)
     progress.update(1)
-    done = step + 1
+    done = step = step + 1
     is_last = done == total
     log_now = (schedule.log_every and done % schedule.log_every == 0) or is_last
     eval_now = evaluate is not None and (
@@ -176,7 +187,23 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
     boundary = bool(log_now or eval_now or save_now)
     if boundary:
       totals = sum_steps(pending)  # one host sync per window
-      _check_finite(totals, done, len(pending), prefix, nonfinite_advice, progress)
+      if totals["nonfinite"] and recover is not None:
+        bad = _first_nonfinite_step(pending, done)
+        if bad not in skipped and len(skipped) < MAX_SKIPPED_BATCHES:
+          state, step = recover(bad)
+          skipped.append(bad)
+          history[:] = [row for row in history if row["step"] <= step]
+          log(bad, {f"{prefix}/skipped_batch_of_step": bad})
+          if is_main:
+            progress.write(f"step {bad}: the loss or parameters became NaN/Inf; resumed from "
+                           f"step {step} and skipping that step's batch ({len(skipped)} of at "
+                           f"most {MAX_SKIPPED_BATCHES} skips).")
+          progress.n = step
+          pending, window_start = [], time.perf_counter()
+          batch = platform.to_global(next(batches), data_sharding)
+          continue
+      _check_finite(totals, done, len(pending), prefix, lambda: _skips_text(skipped)
+                    + nonfinite_advice(), progress)
       row = _train_row(totals, prefix, len(pending) * batch_size,
                        time.perf_counter() - window_start, done, steps_per_epoch)
       log(done, row)
@@ -207,6 +234,21 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
       batch = platform.to_global(next(batches), data_sharding)
   progress.close()
   return FitResult(state, history)
+
+
+MAX_SKIPPED_BATCHES = 3
+
+
+def _first_nonfinite_step(pending: list[dict], done: int) -> int:
+  """The first step of the window whose loss or parameters were NaN/Inf (1-based)."""
+  flags = [int(np.asarray(jax.device_get(sums["nonfinite"]))) for sums in pending]
+  return done - len(pending) + 1 + next(i for i, flag in enumerate(flags) if flag)
+
+
+def _skips_text(skipped: list[int]) -> str:
+  if not skipped:
+    return ""
+  return (f"Skipping the batches of steps {', '.join(map(str, skipped))} did not help. ")
 
 
 def _check_finite(totals: dict, done: int, steps: int, prefix: str,
