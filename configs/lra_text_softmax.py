@@ -2,8 +2,9 @@
 
 The LRA text task's setting: IMDB reviews as bytes (no vocabulary), the first 4,000 of each
 (truncation "post"), an LRA-sized encoder (4 layers, embed 256, 4 heads, FFN 1,024) trained for
-20,000 steps of 32, in bfloat16 with cuDNN flash attention on a GPU. Validation carved from
-train (LRA reported test accuracy only). GPU-sized: on a CPU, smoke runs only.
+20,000 steps of 32, in bfloat16 with cuDNN flash attention on a GPU (that path has not run
+yet: unverified). Validation carved from train (LRA reported test accuracy only). GPU-sized:
+on a CPU, smoke runs only.
 
     python -m textattn.main --config=configs/lra_text_softmax.py --workdir=runs/lra_text_softmax
 
