@@ -755,3 +755,16 @@ def test_bfloat16_compute_trains_like_float32(tmp_path, data_file):
   assert abs(reports["bfloat16"]["test/accuracy"] - reports["float32"]["test/accuracy"]) <= 0.05
   _, params = restore_params(tmp_path / "bfloat16")
   assert {str(leaf.dtype) for leaf in jax.tree_util.tree_leaves(params)} == {"float32"}
+
+
+def test_output_is_one_line_per_window_evaluation_and_checkpoint_libraries_quiet(tmp_path,
+                                                                                 data_file):
+  args = cli_args(data_file, tmp_path / "cache", num_train_steps=20)
+  quiet = run_main(args, tmp_path / "quiet")
+  assert quiet.returncode == 0, quiet.stderr[-2000:]
+  assert re.search(r"^step 5/20: loss \d\.\d{4}, accuracy \d\.\d{4}, [\d,]+ examples/s, ETA "
+                   r"\d+s$", quiet.stdout, re.M), quiet.stdout
+  assert "step 10: checkpoint saved" in quiet.stdout and "step 10: val accuracy" in quiet.stdout
+  assert not re.search(r"^[IW]\d{4} ", quiet.stderr, re.M), quiet.stderr[-2000:]  # no INFO logs
+  verbose = run_main(args + ["--verbosity=0"], tmp_path / "verbose")
+  assert re.search(r"^I\d{4} ", verbose.stderr, re.M)  # absl's own flag brings them back

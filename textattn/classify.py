@@ -257,6 +257,8 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
     checkpointing.save(manager, done, state, train_iter.get_state(),
                        {"param_shapes": shapes, "class_names": data.class_names,
                         "run": contract, "machine": machine}, ckpt_metrics)
+    if is_main:
+      print(f"step {done}: checkpoint saved", flush=True)
 
   def recover(bad_step):
     """The state of the newest checkpoint before `bad_step` (or the fresh start), the batches

@@ -34,7 +34,6 @@ from typing import Any
 
 import jax
 import numpy as np
-import tqdm
 from absl import logging
 
 from textattn import platform
@@ -165,9 +164,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   if start_step == 0:  # (a resumed run would add a row the original run lacks)
     log(0, {f"{prefix}/compile_s": compile_s})
 
-  progress = tqdm.tqdm(total=total, initial=start_step, disable=not (is_main and show_progress),
-                       unit="step", dynamic_ncols=True, mininterval=1.0,
-                       desc=None if prefix == "train" else prefix)
+  progress = _Progress(total, start_step, is_main and show_progress, prefix)
   pending, window_start = [], time.perf_counter()
   skipped: list[int] = []
   step = start_step
@@ -176,7 +173,6 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
       batch = platform.to_global(next(batches), data_sharding)
     state, sums = compiled(state, batch)
     pending.append(sums)
-    progress.update(1)
     done = step = step + 1
     is_last = done == total
     log_now = (schedule.log_every and done % schedule.log_every == 0) or is_last
@@ -198,7 +194,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
             progress.write(f"step {bad}: the loss or parameters became NaN/Inf; resumed from "
                            f"step {step} and skipping that step's batch ({len(skipped)} of at "
                            f"most {MAX_SKIPPED_BATCHES} skips).")
-          progress.n = step
+          progress.restart(step)
           pending, window_start = [], time.perf_counter()
           batch = platform.to_global(next(batches), data_sharding)
           continue
@@ -207,8 +203,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
       row = _train_row(totals, prefix, len(pending) * batch_size,
                        time.perf_counter() - window_start, done, steps_per_epoch)
       log(done, row)
-      progress.set_postfix(loss=f"{row[f'{prefix}/loss']:.4f}",
-                           ex_per_s=f"{row[f'{prefix}/examples_per_sec']:.0f}")
+      progress.window(done, row)
       eval_metrics = evaluate(state, done, is_last) if eval_now else None
       if eval_metrics:
         log(done, eval_metrics)
@@ -237,6 +232,45 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
 
 
 MAX_SKIPPED_BATCHES = 3
+
+
+class _Progress:
+  """What the loop prints on process 0: one line per log window (step, loss, accuracy,
+  examples/s and an ETA from the steps timed since the loop started, so compilation, which
+  happens before it, is not counted), and the lines the callers write (evaluations, skips)."""
+
+  def __init__(self, total: int, start_step: int, enabled: bool, prefix: str):
+    self.total, self.enabled, self.prefix = total, enabled, prefix
+    self.restart(start_step)
+
+  def restart(self, step: int) -> None:
+    self.first, self.start = step, time.perf_counter()
+
+  def window(self, done: int, row: dict) -> None:
+    seconds_per_step = (time.perf_counter() - self.start) / max(done - self.first, 1)
+    p = self.prefix
+    self.write(f"{'' if p == 'train' else p + ' '}step {done}/{self.total}: loss "
+               f"{row[f'{p}/loss']:.4f}, accuracy {row[f'{p}/accuracy']:.4f}, "
+               f"{row[f'{p}/examples_per_sec']:,.0f} examples/s, ETA "
+               f"{_duration(seconds_per_step * (self.total - done))}")
+
+  def write(self, text: str) -> None:
+    if self.enabled:
+      print(text, flush=True)
+
+  def close(self) -> None:
+    pass
+
+
+def _duration(seconds: float) -> str:
+  seconds = int(round(seconds))
+  if seconds < 60:
+    return f"{seconds}s"
+  minutes, seconds = divmod(seconds, 60)
+  if minutes < 60:
+    return f"{minutes}m{seconds:02d}s"
+  hours, minutes = divmod(minutes, 60)
+  return f"{hours}h{minutes:02d}m"
 
 
 def _first_nonfinite_step(pending: list[dict], done: int) -> int:

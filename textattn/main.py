@@ -62,6 +62,10 @@ def main(argv):
   from textattn import data as data_lib
   from textattn.errors import NonFiniteLossError, RunError, Stopped
 
+  if not flags.FLAGS["verbosity"].present:
+    # Quiet by default: the run's own lines only; absl's --verbosity=0 (INFO) or 1 shows the
+    # libraries' logs (Orbax, JAX) too.
+    logging.set_verbosity(logging.WARNING)
   config, workdir = _CONFIG.value, _WORKDIR.value
   try:
     # Everything a run's config and flags can get wrong is checked before JAX starts or the

@@ -2,12 +2,13 @@
 
     python -m textattn.predict --workdir=runs/imdb_fastformer --text="A gripping film." \
         [--text=...] | --input=reviews.txt|.csv|.tsv|.jsonl [--output=predictions.jsonl] \
-        [--checkpoint=best|last|STEP] [--plugin=MODULE]
+        [--checkpoint=best|last|STEP] [--plugin=MODULE] [--explain=DIR]
 
     from textattn import predict
     model = predict.load("runs/imdb_fastformer")
     model.predict(["A gripping film.", "Dull."])   # [{"text", "label", "probabilities", ...}]
     model.evaluate("labelled.csv")                # accuracy, weighted F1, per class
+    model.explain(["A gripping film."])           # + tokens and one weight each
 
 The workdir gives everything: config.json (model, tokenizer settings, text fields), the saved
 vocabulary and class names (tokenizer.json, data_info.json) and the checkpoint ("best": the
@@ -21,6 +22,10 @@ One JSON line per input: {"text", "label", "probabilities": {class: p}, "tokens"
 of tokens the model saw, "truncated": whether the text was longer than max_len}. An empty text
 is predicted from no tokens ("tokens": 0). Input files must be UTF-8; invalid bytes are replaced
 (U+FFFD) with one warning naming how many lines had them.
+
+--explain=DIR also writes DIR/explain.html (a heat map of each text's tokens) and
+DIR/explain.jsonl (tokens and one weight each): attention-pooling weights where the model pools
+by attention, gradient x input otherwise (textattn/explain.py says which and how).
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ class Classifier:
                                vocab_size=self.tokenizer.vocab_size)
     self.step, self.params = _restore_params(workdir, checkpoint, self.config, model)
     self.batch_size = int(self.config.eval_batch_size)
+    self.model = model
+    self._weights_fn = None
 
     def probabilities(params, tokens):
       logits = model.apply({"params": params}, tokens, train=False)
@@ -103,6 +110,19 @@ class Classifier:
              "tokens": int(min(n, self.config.max_len)),
              "truncated": bool(n > self.config.max_len)}
             for text, p, n in zip(texts, probabilities, lengths)]
+
+  def weights_fn(self):
+    """The jitted (params, tokens) -> (probabilities, per-token weights) of textattn.explain."""
+    if self._weights_fn is None:
+      from textattn import explain
+      self._weights_fn = explain.make_weights_fn(self.model, self.config)
+    return self._weights_fn
+
+  def explain(self, texts: list[str]) -> list[dict]:
+    """Per text: label, probabilities, method, tokens, weights (one per token, None where not
+    seen: beyond max_len), seen, truncated, oov (textattn/explain.py)."""
+    from textattn import explain
+    return explain.explain_rows(self, list(texts))
 
   def evaluate(self, path: str) -> dict:
     """Accuracy, weighted F1 and per-class precision/recall on a labelled file (the training
@@ -252,9 +272,11 @@ def _records(path: str, text: str, extension: str) -> list[tuple[int, dict]]:
                   f"text per line), .csv, .tsv, .jsonl.")
 
 def main(argv) -> None:
-  from absl import flags
+  from absl import flags, logging
   del argv
   values = flags.FLAGS
+  if not values["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # the libraries' INFO logs only with --verbosity
   from textattn import data as data_lib
   from textattn.errors import RunError
   if bool(values.text) == bool(values.input):
@@ -265,6 +287,13 @@ def main(argv) -> None:
     model = load(values.workdir, values.checkpoint, values.plugin)
     texts = values.text or read_texts(values.input, model.config)
     rows = model.predict(texts)
+    if values.explain:
+      from textattn import explain
+      explained = model.explain(texts)
+      paths = explain.write(values.explain, explained,
+                            title=f"{os.path.basename(os.path.normpath(values.workdir))} "
+                                  f"(checkpoint step {model.step})",
+                            separator="" if model.tokenizer.kind == "byte" else " ")
   except (data_lib.DataError, RunError) as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(1)
@@ -278,9 +307,13 @@ def main(argv) -> None:
           file=sys.stderr)
   else:
     sys.stdout.write(lines)
+  if values.explain:
+    print(f"Wrote explanations of {len(rows)} texts ({explain.METHOD_DESCRIPTIONS[explained[0]['method']] if explained else 'none'}) to "
+          f"{paths[1]} and {paths[0]}.", file=sys.stderr)
 
 
 if __name__ == "__main__":
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   from absl import app, flags
   flags.DEFINE_string("workdir", None, "A training workdir (python -m textattn.main --workdir).")
   flags.DEFINE_multi_string("text", [], "A text to classify; repeatable.")
@@ -291,5 +324,8 @@ if __name__ == "__main__":
                       "or a step.")
   flags.DEFINE_multi_string("plugin", [], "A module to import first that registers the "
                             "attention variant the run used (as textattn.main --plugin).")
+  flags.DEFINE_string("explain", None, "Also write DIR/explain.html and DIR/explain.jsonl: each "
+                      "text's tokens with one weight each (attention-pooling weights, or "
+                      "gradient x input).")
   flags.mark_flag_as_required("workdir")
   app.run(main)
