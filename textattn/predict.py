@@ -297,6 +297,10 @@ def main(argv) -> None:
   except (data_lib.DataError, RunError) as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(1)
+  except OSError as error:  # --explain=DIR cannot be written
+    print(f"error: --explain={values.explain}: cannot be written ({error.strerror}).",
+          file=sys.stderr)
+    sys.exit(1)
   except ValueError as error:  # e.g. an attention variant no module registered: --plugin
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
@@ -308,8 +312,9 @@ def main(argv) -> None:
   else:
     sys.stdout.write(lines)
   if values.explain:
-    print(f"Wrote explanations of {len(rows)} texts ({explain.METHOD_DESCRIPTIONS[explained[0]['method']] if explained else 'none'}) to "
-          f"{paths[1]} and {paths[0]}.", file=sys.stderr)
+    method = explain.METHOD_DESCRIPTIONS[explain.method_for(model.config)]
+    print(f"Wrote explanations of {len(rows)} texts ({method}) to {paths[1]} and {paths[0]}.",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":
