@@ -21,7 +21,7 @@ import numpy as np
 from textattn import checkpointing, compare, loop, models, optim, platform, step
 from textattn import workdir as workdir_lib
 from textattn import data as data_lib
-from textattn.defaults import check_choice
+from textattn.defaults import check_choice, check_integer
 from textattn.errors import RunError, Stopped
 from textattn.metrics import MetricWriter, summarize_eval, write_json_atomic
 from textattn.recipes import pretrain, word2vec
@@ -88,17 +88,40 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
 
 
 def _intervals(config, steps_per_epoch: int) -> loop.Schedule:
+  """The run's length and its log/evaluation/checkpoint intervals, in steps.
+
+  eval_every_steps and checkpoint_every_steps > 0 are used as given, except in a config that
+  chose them for one data set (config.intervals_dataset: imdb_softmax.py's 350, about half an
+  IMDB epoch) training on another, where they would not fit (350 steps can be more than a small
+  file's whole run): there they are automatic, as a 0 is. Automatic: an evaluation every
+  steps_per_epoch // evals_per_epoch steps (at least 1), and a checkpoint as often, rounded
+  down to a multiple of an explicit eval interval under final_params="best" (so every
+  checkpoint carries its validation accuracy). evals_per_epoch=1 is what 0 meant before the
+  field existed, once per epoch; the seed Keras configs keep it (their per-epoch test rows).
+  No explicit setting resolves to anything other than before, so old workdirs resume on their
+  grid (checkpointing.run_contract records the resolved intervals)."""
   total = (config.num_train_steps if config.num_train_steps > 0
            else config.num_epochs * steps_per_epoch)
-  schedule = loop.Schedule(total, config.log_every_steps,
-                           config.eval_every_steps or steps_per_epoch,
-                           config.checkpoint_every_steps or steps_per_epoch)
+  per_epoch = check_integer("evals_per_epoch", config.get("evals_per_epoch", 1), 1)
+  eval_every, checkpoint_every = config.eval_every_steps, config.checkpoint_every_steps
+  def name(dataset):  # a TFDS name without its config and version ("imdb_reviews/plain_text")
+    return dataset if data_lib.is_local_file(dataset) else dataset.split("/")[0].split(":")[0]
+  chosen_for = config.get("intervals_dataset", "")
+  if chosen_for and name(config.dataset) != name(chosen_for):
+    eval_every = checkpoint_every = 0
+  automatic = max(1, steps_per_epoch // per_epoch)
+  eval_every = eval_every or automatic
+  if not checkpoint_every:
+    checkpoint_every = automatic
+    if config.final_params == "best" and checkpoint_every % eval_every:
+      checkpoint_every = max(eval_every, checkpoint_every // eval_every * eval_every)
+  schedule = loop.Schedule(total, config.log_every_steps, eval_every, checkpoint_every)
   if config.final_params == "best" and schedule.checkpoint_every % schedule.eval_every:
     raise ValueError(
         f"config.checkpoint_every_steps={config.checkpoint_every_steps} must be a multiple of "
-        f"config.eval_every_steps={config.eval_every_steps} (0 = once per epoch, here "
-        f"{steps_per_epoch} steps) when config.final_params='best', so every checkpoint "
-        f"carries the validation accuracy it is chosen by.")
+        f"the evaluation interval ({schedule.eval_every} steps; config.eval_every_steps="
+        f"{config.eval_every_steps}, 0 = automatic) when config.final_params='best', so every "
+        f"checkpoint carries the validation accuracy it is chosen by.")
   return schedule
 
 

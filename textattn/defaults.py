@@ -23,6 +23,9 @@ def classification() -> ml_collections.ConfigDict:
   config.data_dir = ""  # TFDS data dir; "" = $TFDS_DATA_DIR, else TFDS's default
   config.text_fields = "text"  # local files: comma-separated text field(s), joined by a space
   config.label_field = "label"  # local files: the label field
+  config.columns = ""  # headerless .csv/.tsv: the column names ("label,title,text"); "" = header
+  config.validation_file = ""  # local files: the validation split's file; "" = carved from dataset
+  config.test_file = ""  # local files: the test split's file; "" = carved from dataset
   config.val_fraction = 0.1  # fraction of train held out as validation (data_seed decides which)
   config.eval_split = "validation"  # evaluated during training: validation | test
   config.data_seed = 0  # seeds the validation carve-out
@@ -76,8 +79,9 @@ def classification() -> ml_collections.ConfigDict:
   config.num_epochs = 2
   config.num_train_steps = -1  # > 0 overrides num_epochs
   config.log_every_steps = 100
-  config.eval_every_steps = 0  # 0 = once per epoch
-  config.checkpoint_every_steps = 0  # 0 = once per epoch (and always at the end)
+  config.eval_every_steps = 0  # 0 = automatic: evals_per_epoch times per epoch
+  config.checkpoint_every_steps = 0  # 0 = at each automatic evaluation (and always at the end)
+  config.evals_per_epoch = 4  # for the 0s above (1 = once per epoch, as before there was this)
   config.final_params = "best"  # test report from the best-validation checkpoint, or "last"
   config.keep_checkpoints = 2  # the latest K are kept, plus the best by validation accuracy
   config.num_cpu_devices = 0  # CPU only: split the CPU into this many devices; 0 = JAX's default

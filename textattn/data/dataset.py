@@ -18,7 +18,8 @@ from textattn.data import raw as raw_lib
 from textattn.data import tfds_source
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.cache import Cache, atomic_write
-from textattn.data.file_source import FileSource, is_local_file
+from textattn.data.file_source import (LOCAL_FORMATS, FileSource, column_names, is_local_file,
+                                       split_files)
 from textattn.data.sources import source
 from textattn.data.splits import (PADDINGS, SPLITS, DataError, Dataset, Split, pad_before,
                                   pads_before)
@@ -56,13 +57,47 @@ def validate_config(config) -> None:
           "vocab_size", "it must be an integer > 2 (ids 0 and 1 are reserved)")
   check(isinstance(config.val_fraction, (int, float)) and 0 <= config.val_fraction < 0.5,
         "val_fraction", "it must be in [0, 0.5)")
-  check(config.val_fraction > 0 or not is_local_file(config.dataset), "val_fraction",
-        "a local file needs val_fraction > 0 to carve its validation and test splits")
   check(is_int(config.data_seed) and config.data_seed >= 0, "data_seed",
         "it must be an integer >= 0")
   check(bool(raw_lib.text_fields(config)), "text_fields", "give comma-separated field names")
   check(isinstance(config.label_field, str) and config.label_field.strip() != "",
         "label_field", "give the label field's name")
+  _check_local_files(config, check)
+
+
+def _check_local_files(config, check) -> None:
+  """validation_file, test_file and columns: for local files only, and consistent."""
+  local = is_local_file(config.dataset)
+  given = split_files(config)
+  for split, path in given.items():
+    field = f"{split}_file"
+    if not local:
+      raise DataError(f"config.{field}={path!r} is invalid; separate split files need "
+                      f"config.dataset to be a local file (a TFDS dataset has its own splits).")
+    if os.path.splitext(path)[1].lower() not in LOCAL_FORMATS or not os.path.isfile(path):
+      raise DataError(f"config.{field}={path!r} is invalid; give the path of an existing "
+                      f".csv/.tsv/.jsonl file (or '' to carve the {split} split from "
+                      f"config.dataset).")
+  carved = [s for s in ("validation", "test") if s not in given]
+  check(config.val_fraction > 0 or not local or not carved, "val_fraction",
+        f"a local file needs val_fraction > 0 to carve its {' and '.join(carved)} split"
+        f"{'s' if len(carved) > 1 else ''} (or give config.validation_file and "
+        f"config.test_file)")
+  columns = column_names(config)
+  if columns:
+    if not local:
+      raise DataError(f"config.columns={config.columns!r} is invalid; it names the columns of "
+                      f"headerless .csv/.tsv files, and config.dataset is a TFDS dataset.")
+    for path in [config.dataset, *given.values()]:
+      if LOCAL_FORMATS.get(os.path.splitext(path)[1].lower()) is None:
+        raise DataError(f"config.columns={config.columns!r} is invalid for {path}: it names "
+                        f"the columns of headerless .csv/.tsv files; JSON lines name their "
+                        f"own fields (set config.columns='').")
+    check(len(set(columns)) == len(columns), "columns", "each column name must differ")
+    missing = [f for f in raw_lib.text_fields(config) + [config.label_field]
+               if f not in columns]
+    check(not missing, "columns", f"it lacks {missing}, named by config.text_fields / "
+          f"config.label_field")
 
 
 def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:

@@ -1,7 +1,10 @@
-"""The local-file source: a .csv / .tsv / .jsonl (or .json holding JSON lines) file, one split
-carved into test, validation (`val_fraction` each) and train. Text = the `text_fields` joined
-with " "; label ids follow the sorted distinct label values (as strings). CSV and TSV files
-need a header row; quoted fields may span lines; CRLF line endings are fine.
+"""The local-file source: a .csv / .tsv / .jsonl (or .json holding JSON lines) training file,
+plus optional `validation_file` / `test_file` in the same formats. A split without its own file
+is carved from the training file (`val_fraction` each, `data_seed` decides which rows). Text =
+the `text_fields` joined with " "; label ids follow the sorted distinct label values (as
+strings) of all the files. A CSV/TSV file's first row is its header, unless `columns` names the
+columns of headerless files ("label,title,description"); quoted fields may span lines; CRLF
+line endings are fine.
 
 Labels: surrounding whitespace is stripped and numeric spellings of one value are one class
 (1, 1.0 and " 1 " are class "1"; raw.label_string). A missing label (empty, NaN, None, null),
@@ -16,11 +19,14 @@ import json
 import os
 from collections.abc import Iterator
 
+import numpy as np
+
 from textattn.data import raw as raw_lib
 from textattn.data.cache import cache_dir, content_digest
 from textattn.data.splits import DataError
 
 LOCAL_FORMATS = {".csv": ",", ".tsv": "\t", ".jsonl": None, ".json": None}
+HELD_OUT = ("validation", "test")
 
 
 def is_local_file(dataset: str) -> bool:
@@ -29,29 +35,77 @@ def is_local_file(dataset: str) -> bool:
   return os.path.splitext(dataset)[1].lower() in LOCAL_FORMATS or os.path.isfile(dataset)
 
 
+def split_files(config) -> dict[str, str]:
+  """{"validation": path, "test": path} for the held-out splits the config gives a file of
+  (config.validation_file / config.test_file; configs older than them have none)."""
+  return {split: str(config.get(f"{split}_file", "") or "") for split in HELD_OUT
+          if str(config.get(f"{split}_file", "") or "").strip()}
+
+
+def column_names(config) -> list[str]:
+  """config.columns as a list: the columns of headerless CSV/TSV files; [] = a header row."""
+  return [name.strip() for name in str(config.get("columns", "") or "").split(",")
+          if name.strip()]
+
+
 class FileSource:
-  """A local .csv / .tsv / .jsonl file, carved into train / validation / test."""
+  """Local files: a training file carved into train / validation / test, except the held-out
+  splits given their own files."""
 
   def __init__(self, config):
     self.path = config.dataset
+    self.split_files = split_files(config)
+    self.columns = column_names(config)
     self.text_fields = raw_lib.text_fields(config)
     self.label_field = config.label_field
-    self.description = self.path
+    self.description = ", ".join([self.path] + list(self.split_files.values()))
     self.cache_dir = cache_dir(config)
 
   def identity(self, write: bool = True) -> list | None:
-    """The file's content (sha256; memoised in the cache dir if `write`), not its path or
-    modification time: a copy or a moved file keeps its cache. None: no such file."""
-    if not os.path.isfile(self.path):
+    """The files' content (sha256; memoised in the cache dir if `write`), not their paths or
+    modification times: a copy or a moved file keeps its cache. None: a file is missing.
+    Without split files or columns it is what it was before they existed (same cache keys)."""
+    if not all(os.path.isfile(p) for p in [self.path, *self.split_files.values()]):
       return None
-    return ["file", content_digest(self.path, self.cache_dir, write), self.text_fields,
-            self.label_field]
+    identity = ["file", content_digest(self.path, self.cache_dir, write), self.text_fields,
+                self.label_field]
+    for split, path in self.split_files.items():
+      identity.append([f"{split}_file", content_digest(path, self.cache_dir, write)])
+    if self.columns:
+      identity.append(["columns", self.columns])
+    return identity
 
   def cacheable(self) -> bool:
     return True
 
   def read(self, val_fraction: float, data_seed: int) -> raw_lib.Raw:
-    path = self.path
+    skipped = {}
+    files = {"train": self.path, **self.split_files}
+    read = {split: self._read_file(path, skipped, "file" if split == "train" else
+                                   f"{split}_file")
+            for split, path in files.items()}
+    class_names, labels = raw_lib.index_labels({s: r[1] for s, r in read.items()})
+    carved = [s for s in HELD_OUT if s not in self.split_files]
+    parts = (raw_lib.carve(len(read["train"][0]), val_fraction, data_seed, len(carved),
+                           self.path, names=carved)
+             if carved else [np.arange(len(read["train"][0]))])
+    # rows[split]: indices into the texts of the file the split comes from.
+    rows = {"train": parts[0], **dict(zip(carved, parts[1:])),
+            **{s: np.arange(len(read[s][0])) for s in self.split_files}}
+    source = {s: "train" if s in carved else s for s in ("train", *HELD_OUT)}
+    split_labels = {s: labels[source[s]][rows[s]] for s in source}
+    raw_lib.check_classes(
+        split_labels, class_names, {s: files[source[s]] for s in source},
+        lambda split, i: f"line {read[source[split]][2][rows[split][i]]}",
+        " and ".join(carved))
+    return raw_lib.Raw(
+        texts={s: [read[source[s]][0][i] for i in rows[s]] for s in source},
+        labels=split_labels, class_names=class_names, skipped=skipped)
+
+  def _read_file(self, path: str, skipped: dict, key: str
+                 ) -> tuple[list[str], list[str], list[int]]:
+    """(texts, label strings, line numbers) of one file's non-empty examples; empty texts are
+    counted in skipped[key]."""
     extension = os.path.splitext(path)[1].lower()
     if extension not in LOCAL_FORMATS:
       raise DataError(f"{path}: unsupported file type {extension!r}; use .csv, .tsv or "
@@ -69,47 +123,39 @@ class FileSource:
                       f"{e.start}).") from None
     delimiter = LOCAL_FORMATS[extension]
     if delimiter is None:
-      rows = self._jsonl_rows(text)
+      rows = self._jsonl_rows(path, text)
     else:
-      rows = self._csv_rows(text, delimiter)
+      rows = self._csv_rows(path, text, delimiter)
     texts, label_strings, lines = [], [], []
     for line, fields, label in rows:
       texts.append(raw_lib.join_fields(fields))
       label_strings.append(label)
       lines.append(line)
-    skipped = {}
-    keep = raw_lib.keep_nonempty(texts, path, lambda i: f"line {lines[i]}", skipped, "file")
+    keep = raw_lib.keep_nonempty(texts, path, lambda i: f"line {lines[i]}", skipped, key)
     texts = [texts[i] for i in keep]
-    label_strings = [label_strings[i] for i in keep]
     raw_lib.check_not_empty(texts, path)
-    class_names, labels = raw_lib.index_labels({"file": label_strings})
-    labels = labels["file"]
-    train, validation, test = raw_lib.carve(len(texts), val_fraction, data_seed, 2, path)
-    raw_lib.check_classes(
-        {"train": labels[train], "validation": labels[validation], "test": labels[test]},
-        class_names, path, lambda row: f"line {lines[keep[row]]}",
-        {"train": train, "validation": validation, "test": test})
-    return raw_lib.Raw(
-        texts={"train": [texts[i] for i in train],
-               "validation": [texts[i] for i in validation],
-               "test": [texts[i] for i in test]},
-        labels={"train": labels[train], "validation": labels[validation],
-                "test": labels[test]},
-        class_names=class_names, skipped=skipped)
+    return texts, [label_strings[i] for i in keep], [lines[i] for i in keep]
 
-  def _csv_rows(self, text: str, delimiter: str) -> Iterator[tuple[int, list[str], str]]:
+  def _csv_rows(self, path: str, text: str, delimiter: str
+                ) -> Iterator[tuple[int, list[str], str]]:
     """(first line, text field values, label) per record; handles quoted newlines and CRLF."""
-    path = self.path
     csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     try:
-      header = next(reader, None)
-      if header is None:
-        raise DataError(f"{path}: the file is empty (expected a header row).")
-      header = [name.strip() for name in header]
+      if self.columns:  # Headerless: config.columns names the columns, line 1 is data.
+        header = self.columns
+        names = f"config.columns names {len(header)} ({','.join(header)})"
+      else:
+        header = next(reader, None)
+        if header is None:
+          raise DataError(f"{path}: the file is empty (expected a header row; set "
+                          f"--config.columns=NAME,NAME,... for a file without one).")
+        header = [name.strip() for name in header]
+        names = f"the header has {len(header)}"
       missing = [f for f in self.text_fields + [self.label_field] if f not in header]
       if missing:
-        raise DataError(f"{path}, line 1: column(s) {missing} not found; the header has "
+        raise DataError(f"{path}, line 1: column(s) {missing} not found; "
+                        f"{'config.columns is' if self.columns else 'the header has'} "
                         f"{header} (set --config.text_fields / --config.label_field).")
       text_columns = [header.index(f) for f in self.text_fields]
       label_column = header.index(self.label_field)
@@ -118,7 +164,12 @@ class FileSource:
         if record:  # csv yields [] for a blank line.
           if len(record) != len(header):
             raise DataError(f"{path}, line {line}: expected {len(header)} fields "
-                            f"({delimiter!r}-separated), found {len(record)}.")
+                            f"({delimiter!r}-separated; {names}), found {len(record)}.")
+          if (self.columns and line == 1
+              and record[label_column].strip().lower() == self.label_field.lower()):
+            raise DataError(f"{path}, line 1: the label column holds "
+                            f"{record[label_column].strip()!r}, its own name: the file has a "
+                            f"header row, so leave config.columns empty.")
           label = raw_lib.label_string(record[label_column])
           if label is None:
             value = record[label_column].strip()
@@ -130,8 +181,7 @@ class FileSource:
     except csv.Error as e:
       raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
 
-  def _jsonl_rows(self, text: str) -> Iterator[tuple[int, list[str], str]]:
-    path = self.path
+  def _jsonl_rows(self, path: str, text: str) -> Iterator[tuple[int, list[str], str]]:
     # Split on "\n" only: str.splitlines would also split on U+2028 inside JSON strings.
     for number, line in enumerate(text.split("\n"), start=1):
       line = line.strip()

@@ -82,21 +82,25 @@ def index_labels(labels: dict[str, list[str]]) -> tuple[list[str], dict[str, np.
                        for split, values in labels.items()}
 
 
-def check_classes(labels: dict[str, np.ndarray], class_names: list[str], where: str,
-                  row_name, split_rows: dict[str, np.ndarray]) -> None:
+def check_classes(labels: dict[str, np.ndarray], class_names: list[str],
+                  where: str | dict[str, str], row_name, carved: str = "validation and test"
+                  ) -> None:
   """DataError unless the training split has at least two classes and every label of the
   held-out splits occurs in it (a class never trained on cannot be predicted; a test report
-  on it is meaningless). `split_rows[split]`: the rows the split's examples came from, named
-  by `row_name(row)` (e.g. "line 12")."""
+  on it is meaningless). `where`: the file (or a dict: each split's file); `row_name(split, i)`
+  names the row the split's i-th example came from (e.g. "line 12"); `carved`: the held-out
+  splits carved from the training data ("" = none)."""
+  where_of = where if isinstance(where, dict) else {s: where for s in labels}
   trained = np.unique(labels["train"])
   if len(trained) < 2:
     every = len(class_names) == 1
+    after = f" (after carving {carved})" if carved and not every else ""
+    what = "every label is" if every else "the training split has only class"
+    only = class_names[int(trained[0])] if len(trained) else None
     raise DataError(
-        f"{where}: {'every label is' if every else 'the training split has only class'} "
-        f"{class_names[int(trained[0])] if len(trained) else None!r}"
-        f"{'' if every else ' (after carving validation and test)'}; a classifier needs at "
-        f"least two classes in training (check config.label_field"
-        f"{'' if every else ', or use more data or another config.data_seed'}).")
+        f"{where_of['train']}: {what} {only!r}{after}; a classifier needs at least two classes "
+        f"in training (check config.label_field"
+        f"{', or use more data or another config.data_seed' if after else ''}).")
   known = set(trained.tolist())
   for split in ("validation", "test"):
     unseen = [i for i, label in enumerate(labels[split].tolist()) if label not in known]
@@ -104,7 +108,7 @@ def check_classes(labels: dict[str, np.ndarray], class_names: list[str], where: 
       first = unseen[0]
       name = class_names[int(labels[split][first])]
       raise DataError(
-          f"{where}, {row_name(int(split_rows[split][first]))}: label {name!r} ({split} split) "
+          f"{where_of[split]}, {row_name(split, first)}: label {name!r} ({split} split) "
           f"never occurs in the training split (its classes: "
           f"{', '.join(class_names[i] for i in sorted(known))}); a class needs training "
           f"examples: add some, or remove its {len(unseen)} {split} row(s).")
@@ -128,13 +132,15 @@ def check_not_empty(texts: list[str], where: str) -> None:
     raise DataError(f"{where}: no examples (after skipping empty texts).")
 
 
-def carve(n: int, fraction: float, seed: int, parts: int, where: str) -> list[np.ndarray]:
+def carve(n: int, fraction: float, seed: int, parts: int, where: str,
+          names: Sequence[str] = ("validation", "test")) -> list[np.ndarray]:
   """Deterministic split of range(n): [rest, part 1, ..., part `parts`], each sorted.
 
   With parts=2 the order is train, validation, test. fraction=0 gives empty held-out parts.
+  `names`: the parts' names, for the error message.
   """
   size = round(n * fraction)
-  names = ["validation", "test"][:parts]
+  names = list(names)[:parts]
   if (size == 0 and fraction > 0) or n - parts * size <= 0:
     raise DataError(f"{where}: {n} example(s) are too few to carve {' and '.join(names)} "
                     f"splits of val_fraction={fraction} each and keep a train split; use more "
