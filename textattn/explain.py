@@ -7,9 +7,13 @@ The method depends on the model:
   over the tokens, alpha = softmax(w2 . tanh(W1 h)) -- the share each token's final hidden state
   has in the vector the head classifies. Non-negative, summing to 1 over the tokens seen.
 - "gradient_x_input" (every other pooling): the gradient of the predicted class's logit with
-  respect to each token's embedding row, dotted with that row. Signed: positive weights push
-  towards the predicted class, negative ones away from it. (With bigram_buckets > 0 the hashed
-  bigram rows are not included: only the word's own embedding.)
+  respect to each token's embedding row, dotted with that row. The logit is taken centred (minus
+  the mean of all classes' logits), the part of it the softmax sees: a shift shared by all
+  logits changes no probability. Signed: positive weights push towards the predicted class,
+  negative ones away from it. (With bigram_buckets > 0 the hashed bigram rows are not included:
+  only the word's own embedding.) On IMDB the uncentred logit ranked tokens almost as well but
+  gave some "against" weights to tokens that in fact supported a borderline prediction
+  (experiments/RESULTS.md section 21).
 
 Tokens are the ones the model sees (the word tokenizer's standardised words, or bytes); a text
 longer than max_len keeps its weights for the max_len tokens the model saw (its end with
@@ -31,8 +35,8 @@ ATTENTION_POOLING = "attention_pooling"
 GRADIENT_X_INPUT = "gradient_x_input"
 METHOD_DESCRIPTIONS = {
     ATTENTION_POOLING: "attention-pooling weights (the model's softmax over tokens)",
-    GRADIENT_X_INPUT: "gradient x input (d predicted-class logit / d token embedding, dotted "
-                      "with the embedding)",
+    GRADIENT_X_INPUT: "gradient x input (d centred predicted-class logit / d token embedding, "
+                      "dotted with the embedding)",
 }
 
 
@@ -40,9 +44,10 @@ def method_for(config) -> str:
   return ATTENTION_POOLING if config.model.pooling == "attention" else GRADIENT_X_INPUT
 
 
-def make_weights_fn(model, config):
+def make_weights_fn(model, config, centred: bool = True):
   """jit(params, tokens int32 [B, L]) -> (probabilities float32 [B, C], weights float32 [B, L]);
-  weights are 0 at padding positions."""
+  weights are 0 at padding positions. centred=False: gradient x input of the raw predicted
+  logit (kept for experiments/explain_deletion.py's comparison)."""
   import jax
   import jax.numpy as jnp
 
@@ -75,8 +80,11 @@ def make_weights_fn(model, config):
     logits, pullback = jax.vjp(logits_of, embeddings)
     # Each row's own predicted logit: rows are independent at inference, so one pullback of the
     # one-hot cotangent gives every row's gradient at once.
-    predicted = jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=logits.dtype)
-    (gradient,) = pullback(predicted)
+    classes = logits.shape[-1]
+    target = jax.nn.one_hot(jnp.argmax(logits, axis=-1), classes, dtype=logits.dtype)
+    if centred:  # d(l_pred - mean(l)) = d l_pred - mean over classes of d l
+      target = target - 1.0 / classes
+    (gradient,) = pullback(target)
     return logits, jnp.sum(gradient * embeddings, axis=-1)
 
   compute = attention_pooling if method == ATTENTION_POOLING else gradient_x_input
