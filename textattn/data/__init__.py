@@ -3,9 +3,11 @@
 `load_dataset(config, workdir)` returns train / validation / test `Split`s:
 - TFDS (`config.dataset`, e.g. "imdb_reviews"): validation is carved from TFDS train
   (`val_fraction`, permutation from `data_seed`; 0 leaves it empty); test is TFDS test.
-- A local .csv / .tsv / .jsonl (or .json holding JSON lines) file: one split, carved into
-  test, validation (`val_fraction` each) and train. Text = the `text_fields` joined with " ";
-  label ids follow the sorted distinct label values (as strings).
+- A local .csv / .tsv / .jsonl (or .json holding JSON lines) training file, plus optional
+  `validation_file` / `test_file`; a split without its own file is carved from the training
+  file (`val_fraction` each). CSV/TSV files have a header row unless `columns` names their
+  columns. Text = the `text_fields` joined with " "; label ids follow the sorted distinct label
+  values (as strings).
 
 The word vocabulary is counted on the train part only. The tokenizer (`tokenizer.json`) and the
 label names (`data_info.json`) are saved in the workdir and reused from it, so ids never
