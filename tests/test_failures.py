@@ -129,7 +129,7 @@ def test_a_second_run_on_a_busy_workdir_refuses_naming_the_holder_and_ctrl_c_twi
   latest = manager.latest_step()
   restored = manager.restore(latest, args=ocp.args.Composite(
       state=ocp.args.StandardRestore(), data=ocp.args.JsonRestore()))
-  assert checkpointing.verify(restored, checkpointing._read_meta(manager, latest)) is None
+  assert checkpointing.verify(restored, checkpointing.read_meta(manager, latest)) is None
 
 
 def test_a_stale_lock_is_taken_over_and_a_nan_names_the_steps_and_no_checkpoint_yet(
@@ -256,7 +256,7 @@ def test_flipped_or_truncated_array_files_are_refused_or_replaced_never_restored
       data = data[:int(rng.integers(len(data)))]
     path.write_bytes(bytes(data))
     manager = checkpointing.open_manager(str(trial), 1)
-    meta = {**checkpointing._read_meta(manager, 20), "step": 20}
+    meta = {**checkpointing.read_meta(manager, 20), "step": 20}
     try:
       restored, used = checkpointing.restore_verified(manager, meta, abstract, sharding)
     except errors.RunError as refused:
