@@ -220,7 +220,8 @@ def render_html(rows: list[dict], title: str = "", separator: str = " ") -> str:
            + ('<span style="background: rgba(40, 90, 220, 0.6)">against it</span>'
               if signed else "")
            + '<span class="unseen" style="background: #f2f2f2; color: #aaa">not seen '
-             "(beyond max_len)</span></p>"]
+             '(beyond max_len)</span><span style="text-decoration: underline dotted">out of '
+             "vocabulary</span></p>"]
   for number, row in enumerate(rows, start=1):
     seen_weights = [w for w in row["weights"] if w is not None]
     scale = max((abs(w) for w in seen_weights), default=0.0)
