@@ -236,7 +236,7 @@ def test_headerless_cache_entries_differ_from_a_header_reading_of_the_same_bytes
 
 
 def intervals(config, steps_per_epoch):
-  schedule = classify._intervals(config, steps_per_epoch)
+  schedule = classify.intervals(config, steps_per_epoch)
   return schedule.total_steps, schedule.eval_every, schedule.checkpoint_every
 
 

@@ -153,6 +153,14 @@ def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: st
         f"The run in {workdir} was trained on other data than this command loads (its "
         f"tokenised train/validation/test arrays differ: another dataset file or version, "
         f"split, vocabulary or length); use the original data or a new --workdir.")
+  intervals = [(saved.get(k), current[k]) for k in ("eval_every", "checkpoint_every")]
+  if any(a is not None and a != b for a, b in intervals):
+    raise RunError(
+        f"The run in {workdir} evaluates and checkpoints every {intervals[0][0]} / "
+        f"{intervals[1][0]} steps and this command every {intervals[0][1]} / {intervals[1][1]} "
+        f"(an automatic interval follows config.evals_per_epoch; before that field existed 0 "
+        f"meant once per epoch, i.e. evals_per_epoch=1); set the original intervals, or use a "
+        f"new --workdir.")
   old, new = saved["total_steps"], current["total_steps"]
   if new == old:
     return

@@ -54,6 +54,7 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
       raise ValueError(f"config.{field}={config[field]} must be >= 0.")
   if not isinstance(config.deterministic, bool):
     raise ValueError(f"config.deterministic={config.deterministic!r} must be True or False.")
+  check_integer("evals_per_epoch", config.get("evals_per_epoch", 1), 1)
   if config.keep_checkpoints < 1:
     raise ValueError(f"config.keep_checkpoints={config.keep_checkpoints} must be >= 1.")
 
@@ -87,7 +88,7 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
   return evaluate
 
 
-def _intervals(config, steps_per_epoch: int) -> loop.Schedule:
+def intervals(config, steps_per_epoch: int) -> loop.Schedule:
   """The run's length and its log/evaluation/checkpoint intervals, in steps.
 
   eval_every_steps and checkpoint_every_steps > 0 are used as given, except in a config that
@@ -228,7 +229,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   model = models.build_model(config, len(data.class_names), vocab_size=data.vocab_size)
   train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
                                       jax.process_index(), jax.process_count())
-  schedule = _intervals(config, train_iter.steps_per_epoch)
+  schedule = intervals(config, train_iter.steps_per_epoch)
   tx = optim.make_optimizer(config.optimizer, schedule.total_steps)
   contract = checkpointing.run_contract(config, checkpointing.data_fingerprint(data),
                                         schedule.total_steps, schedule.eval_every,

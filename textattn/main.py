@@ -83,9 +83,8 @@ def main(argv):
     # Only affects CPU collectives; must be set before any backend starts.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  logging.info("JAX process %d/%d, %d local / %d global devices (%s).", jax.process_index(),
-               jax.process_count(), jax.local_device_count(), jax.device_count(),
-               jax.default_backend())
+  print(f"JAX process {jax.process_index()}/{jax.process_count()}, {jax.local_device_count()} "
+        f"local / {jax.device_count()} global devices ({jax.default_backend()}).", flush=True)
   try:
     classify.validate_config(config, jax.device_count())
     platform.check_xla_flags(config)

@@ -223,7 +223,7 @@ def read_texts(path: str, config, with_labels: bool = False):
     if with_labels:
       raise DataError(f"{path}: a .txt file has no labels; evaluate a .csv/.tsv/.jsonl file.")
     return [line.rstrip("\r") for line in text.split("\n")[:-1 if text.endswith("\n") else None]]
-  records = _records(path, text, extension)
+  records = _records(path, text, extension, str(config.get("columns", "")))
   wanted = fields + ([config.label_field] if with_labels else [])
   for number, record in records:
     missing = [f for f in wanted if f not in record]
@@ -237,16 +237,18 @@ def read_texts(path: str, config, with_labels: bool = False):
   return texts, [raw_lib.label_string(r[config.label_field]) or "" for _, r in records]
 
 
-def _records(path: str, text: str, extension: str) -> list[tuple[int, dict]]:
-  """(line number, {field: value}) per record of a .csv/.tsv (header row, names stripped as in
-  training) or .jsonl file; malformed input is one DataError naming the line."""
+def _records(path: str, text: str, extension: str, columns: str = "") -> list[tuple[int, dict]]:
+  """(line number, {field: value}) per record of a .csv/.tsv (a header row, names stripped as in
+  training, unless the run named headerless `columns`) or .jsonl file; malformed input is one
+  DataError naming the line."""
   from textattn.data import DataError
   if extension in (".csv", ".tsv"):
     csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
     reader = csv.reader(io.StringIO(text, newline=""),
                         delimiter="," if extension == ".csv" else "\t")
     try:
-      header = [name.strip() for name in next(reader, [])]
+      names = [name.strip() for name in columns.split(",") if name.strip()]
+      header = names or [name.strip() for name in next(reader, [])]
       rows = []
       for values in reader:
         if values:

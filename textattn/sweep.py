@@ -318,7 +318,8 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
 
   t0 = time.perf_counter()
   loop.fit(state, step.train_step, train_iter,
-           loop.Schedule(total_steps, 0, config.eval_every_steps or train_iter.steps_per_epoch),
+           loop.Schedule(total_steps, 0,
+                         classify.intervals(config, train_iter.steps_per_epoch).eval_every),
            batch_size=config.batch_size, evaluate=evaluate, compiler_options=options,
            show_progress=False)
   best_step, best = max(curve, key=lambda c: c[1])  # first best, as the checkpoint manager
