@@ -222,6 +222,27 @@ def _nonfinite_advice(manager, config) -> str:
           f"{config.optimizer.grad_clip_norm}).")
 
 
+def _recovery(manager, train_iter, writer, model, tx, abstract_state, state_sharding, fresh):
+  """recover(bad_step) for loop.fit: the state of the newest checkpoint before `bad_step` (or
+  `fresh()`), the batches positioned after it and the metrics rows after it dropped."""
+
+  def recover(bad_step):
+    checkpointing.finish_saves(manager)
+    earlier = [s for s in manager.all_steps() if s < bad_step]
+    if not earlier:
+      train_iter.set_state({"epoch": 0, "index": 0})
+      writer.drop_after(0)
+      return fresh(), 0
+    restored, restored_meta = checkpointing.restore_verified(
+        manager, {**checkpointing.read_meta(manager, max(earlier)), "step": max(earlier)},
+        abstract_state, state_sharding)
+    train_iter.set_state(restored["data"])
+    writer.drop_after(restored_meta["step"])
+    return restored["state"].replace(apply_fn=model.apply, tx=tx), restored_meta["step"]
+
+  return recover
+
+
 def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   _, replicated = platform.data_parallel_shardings()
 
@@ -284,21 +305,9 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
     if is_main:
       print(f"step {done}: checkpoint saved", flush=True)
 
-  def recover(bad_step):
-    """The state of the newest checkpoint before `bad_step` (or the fresh start), the batches
-    positioned after it, and the metrics rows after it dropped: loop.fit replays from there."""
-    checkpointing.finish_saves(manager)
-    earlier = [s for s in manager.all_steps() if s < bad_step]
-    if not earlier:
-      train_iter.set_state({"epoch": 0, "index": 0})
-      writer.drop_after(0)
-      return _fresh_state(config, init, rng, data, state_sharding, workdir, is_main), 0
-    restored, restored_meta = checkpointing.restore_verified(
-        manager, {**checkpointing.read_meta(manager, max(earlier)), "step": max(earlier)},
-        abstract_state, state_sharding)
-    train_iter.set_state(restored["data"])
-    writer.drop_after(restored_meta["step"])
-    return restored["state"].replace(apply_fn=model.apply, tx=tx), restored_meta["step"]
+  recover = _recovery(manager, train_iter, writer, model, tx, abstract_state, state_sharding,
+                      lambda: _fresh_state(config, init, rng, data, state_sharding, workdir,
+                                           is_main))
 
   progress["training"] = True
   with loop.stop_on_signals(on_force_exit=lock.release) as stop:

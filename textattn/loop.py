@@ -133,12 +133,9 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   save(step, state, eval_metrics) at every schedule.checkpoint_every steps and at the end.
   nonfinite_advice() -> what to tell the user when the loss turns NaN/Inf (the run then stops).
   stop: from stop_on_signals(); once set, fit saves at the current step and raises Stopped.
-  recover(bad_step) -> (state, step): with it, a NaN/Inf does not stop the run at once: the
-    state of the newest checkpoint before the first bad step is restored (the batches
-    repositioned after it), and the replay skips that step's batch (the next one takes its
-    place). Runs are deterministic, so the same replay gives the same skip on a resume. At most
-    MAX_SKIPPED_BATCHES skips; a step that fails again after its batch was skipped stops the
-    run (the cause is not that batch).
+  recover(bad_step) -> (state, step): a NaN/Inf then restores the newest checkpoint before the
+    first bad step and the replay gives that step the next batch (deterministic, so a resume
+    replays the same skip); at most MAX_SKIPPED_BATCHES, and a step failing again stops.
   """
   is_main = jax.process_index() == 0
   data_sharding, replicated = platform.data_parallel_shardings()
@@ -190,11 +187,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
           skipped.append(bad)
           history[:] = [row for row in history if row["step"] <= step]
           log(bad, {f"{prefix}/skipped_batch_of_step": bad})
-          if is_main:
-            progress.write(f"step {bad}: the loss or parameters became NaN/Inf; resumed from "
-                           f"step {step} and skipping that step's batch ({len(skipped)} of at "
-                           f"most {MAX_SKIPPED_BATCHES} skips).")
-          progress.restart(step)
+          progress.skipped(bad, step, len(skipped))
           pending, window_start = [], time.perf_counter()
           batch = platform.to_global(next(batches), data_sharding)
           continue
@@ -207,24 +200,14 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
       eval_metrics = evaluate(state, done, is_last) if eval_now else None
       if eval_metrics:
         log(done, eval_metrics)
-        if is_main:
-          name = next(k for k in eval_metrics if k.endswith("/accuracy")).split("/")[0]
-          progress.write(f"step {done}: {name} accuracy {eval_metrics[f'{name}/accuracy']:.4f}, "
-                         f"loss {eval_metrics[f'{name}/loss']:.4f}")
+        progress.evaluation(done, eval_metrics)
       if save_now:
         save(done, state, eval_metrics)
       pending, window_start = [], time.perf_counter()
     signum = _agreed_stop(stop, done, boundary)
     if signum:
-      if save is not None and not save_now:
-        if pending:  # never save parameters that went NaN
-          _check_finite(sum_steps(pending), done, len(pending), prefix, nonfinite_advice,
-                        progress)
-        save(done, state, None)
-      progress.close()
-      saved = "checkpoint saved" if save is not None else "nothing saved (no checkpoints)"
-      raise Stopped(f"stopped at step {done}, {saved}; run the same command to resume",
-                    128 + signum)
+      _stop_now(signum, done, state, pending, save if not save_now else None, save is not None,
+                prefix, nonfinite_advice, progress)
     if not is_last:
       batch = platform.to_global(next(batches), data_sharding)
   progress.close()
@@ -254,6 +237,17 @@ class _Progress:
                f"{row[f'{p}/examples_per_sec']:,.0f} examples/s, ETA "
                f"{_duration(seconds_per_step * (self.total - done))}")
 
+  def evaluation(self, done: int, metrics: dict) -> None:
+    name = next(k for k in metrics if k.endswith("/accuracy")).split("/")[0]
+    self.write(f"step {done}: {name} accuracy {metrics[f'{name}/accuracy']:.4f}, "
+               f"loss {metrics[f'{name}/loss']:.4f}")
+
+  def skipped(self, bad: int, step: int, count: int) -> None:
+    self.write(f"step {bad}: the loss or parameters became NaN/Inf; resumed from step {step} "
+               f"and skipping that step's batch ({count} of at most {MAX_SKIPPED_BATCHES} "
+               f"skips).")
+    self.restart(step)
+
   def write(self, text: str) -> None:
     if self.enabled:
       print(text, flush=True)
@@ -271,6 +265,20 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{seconds:02d}s"
   hours, minutes = divmod(minutes, 60)
   return f"{hours}h{minutes:02d}m"
+
+
+def _stop_now(signum, done, state, pending, save, checkpoints: bool, prefix, nonfinite_advice,
+              progress):
+  """A signal stop: save at this step (unless a checkpoint was just saved or the window went
+  NaN) and raise Stopped with the one line."""
+  if save is not None:
+    if pending:  # never save parameters that went NaN
+      _check_finite(sum_steps(pending), done, len(pending), prefix, nonfinite_advice, progress)
+    save(done, state, None)
+  progress.close()
+  saved = "checkpoint saved" if checkpoints else "nothing saved (no checkpoints)"
+  raise Stopped(f"stopped at step {done}, {saved}; run the same command to resume",
+                128 + signum)
 
 
 def _first_nonfinite_step(pending: list[dict], done: int) -> int:
