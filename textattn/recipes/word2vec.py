@@ -109,8 +109,10 @@ def train_vectors(texts: list[list[str]], settings: dict[str, Any], *, progress:
     def on_epoch_end(self, model):
       del model
       self.epoch += 1
-      print(f"word2vec: epoch {self.epoch}/{settings['epochs']} done "
-            f"({time.perf_counter() - self.start:.0f} s)", flush=True)
+      elapsed = time.perf_counter() - self.start
+      left = elapsed / self.epoch * (settings["epochs"] - self.epoch)
+      print(f"word2vec: epoch {self.epoch}/{settings['epochs']} done ({elapsed:.0f} s, ETA "
+            f"{left:.0f} s)", flush=True)
 
   gensim_logger = std_logging.getLogger("gensim")
   level = gensim_logger.level
