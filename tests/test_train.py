@@ -768,3 +768,39 @@ def test_output_is_one_line_per_window_evaluation_and_checkpoint_libraries_quiet
   assert not re.search(r"^[IW]\d{4} ", quiet.stderr, re.M), quiet.stderr[-2000:]  # no INFO logs
   verbose = run_main(args + ["--verbosity=0"], tmp_path / "verbose")
   assert re.search(r"^I\d{4} ", verbose.stderr, re.M)  # absl's own flag brings them back
+
+
+def test_a_resume_after_a_skipped_batch_continues_the_skipped_run(tmp_path, data_file,
+                                                                   monkeypatch):
+  # Stopped at step 20 (after the skip at 13) and extended to 30 (constant schedule, on the
+  # grid): the same parameters and rows as the straight 30-step run; the skip is recorded once,
+  # and the list of skipped steps travels with the checkpoints.
+  config = tiny_config(data_file, tmp_path / "c", num_train_steps=30, checkpoint_every_steps=5,
+                       eval_every_steps=5, log_every_steps=5)
+  data = data_lib.load_dataset(config, None)
+  batches = data_lib.TrainIterator(data.train, config.batch_size, config.seed)
+  poisoned = [next(batches) for _ in range(13)][-1]["inputs"]
+  real_step = step_lib.train_step
+
+  def step_with_a_poisoned_batch(state, batch):
+    new_state, metrics = real_step(state, batch)
+    broken = jnp.array_equal(batch["inputs"], poisoned)
+    params = jax.tree.map(lambda p: jnp.where(broken, jnp.nan, p), new_state.params)
+    metrics = {**metrics, "nonfinite": metrics["nonfinite"] + broken.astype(jnp.int32)}
+    return new_state.replace(params=params), metrics
+
+  monkeypatch.setattr(step_lib, "train_step", step_with_a_poisoned_batch)
+  straight = classify.train_and_evaluate(config, str(tmp_path / "straight"))
+  short = tiny_config(data_file, tmp_path / "c", num_train_steps=20, checkpoint_every_steps=5,
+                      eval_every_steps=5, log_every_steps=5)
+  classify.train_and_evaluate(short, str(tmp_path / "resumed"))
+  resumed = classify.train_and_evaluate(config, str(tmp_path / "resumed"))
+  assert resumed == straight
+  assert_trees_identical(restore_params(tmp_path / "straight")[1],
+                         restore_params(tmp_path / "resumed")[1])
+  for run in ("straight", "resumed"):
+    skips = [r["step"] for r in read_metrics(tmp_path / run) if "train/skipped_batch_of_step" in r]
+    assert skips == [13], (run, skips)
+  manager = ocp.CheckpointManager(os.path.join(tmp_path, "resumed", "checkpoints"))
+  data_item = manager.restore(30, args=ocp.args.Composite(data=ocp.args.JsonRestore()))["data"]
+  assert data_item["skipped"] == [13]

@@ -159,8 +159,9 @@ def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: st
         f"The run in {workdir} evaluates and checkpoints every {intervals[0][0]} / "
         f"{intervals[1][0]} steps and this command every {intervals[0][1]} / {intervals[1][1]} "
         f"(an automatic interval follows config.evals_per_epoch; before that field existed 0 "
-        f"meant once per epoch, i.e. evals_per_epoch=1); set the original intervals, or use a "
-        f"new --workdir.")
+        f"meant once per epoch, i.e. evals_per_epoch=1; a config with intervals_dataset uses "
+        f"its own intervals only on that data set: --config.intervals_dataset= keeps them); set "
+        f"the original intervals, or use a new --workdir.")
   old, new = saved["total_steps"], current["total_steps"]
   if new == old:
     return

@@ -188,8 +188,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 def _resume_or_start(config, workdir, manager, shapes, contract, machine, abstract_state,
                      state_sharding, attach, train_iter, fresh):
-  """(state, start step, meta or None): the newest checkpoint that passes the resume checks and
-  verifies (the data iterator positioned after it), or `fresh()` for a new run."""
+  """(state, start step, meta or None, skipped batches' steps): the newest checkpoint that passes
+  the resume checks and verifies (the data iterator positioned after it), or `fresh()`."""
   is_main = jax.process_index() == 0
   metrics_path = os.path.join(workdir, "metrics.jsonl")
   metrics_check = (lambda: MetricWriter.read_rows(metrics_path, warn=False)) if is_main else None
@@ -197,14 +197,14 @@ def _resume_or_start(config, workdir, manager, shapes, contract, machine, abstra
                                     config.optimizer.schedule,
                                     [metrics_check] if metrics_check else [])
   if meta is None:
-    return fresh(), 0, None
+    return fresh(), 0, None, []
   if is_main:
     checkpointing.warn_machine_change(meta.get("machine", machine), machine)
   restored, meta = checkpointing.restore_verified(manager, meta, abstract_state, state_sharding)
   train_iter.set_state(restored["data"])
   if is_main:
     print(f"Resuming from checkpoint at step {meta['step']}.", flush=True)
-  return attach(restored["state"]), meta["step"], meta
+  return attach(restored["state"]), meta["step"], meta, list(restored["data"].get("skipped", []))
 
 
 def _nonfinite_advice(manager, config) -> str:
@@ -231,13 +231,13 @@ def _recovery(manager, train_iter, writer, model, tx, abstract_state, state_shar
     earlier = [s for s in manager.all_steps() if s < bad_step]
     if not earlier:
       train_iter.set_state({"epoch": 0, "index": 0})
-      writer.drop_after(0)
+      writer.rewind(0)
       return fresh(), 0
     restored, restored_meta = checkpointing.restore_verified(
         manager, {**checkpointing.read_meta(manager, max(earlier)), "step": max(earlier)},
         abstract_state, state_sharding)
     train_iter.set_state(restored["data"])
-    writer.drop_after(restored_meta["step"])
+    writer.rewind(restored_meta["step"])
     return restored["state"].replace(apply_fn=model.apply, tx=tx), restored_meta["step"]
 
   return recover
@@ -275,7 +275,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
           + models.parameter_table(abstract_state.params), flush=True)
 
   manager = checkpointing.open_manager(workdir, config.keep_checkpoints)
-  state, start_step, meta = _resume_or_start(
+  state, start_step, meta, skipped = _resume_or_start(
       config, workdir, manager, shapes, contract, machine, abstract_state, state_sharding,
       lambda restored: restored.replace(apply_fn=model.apply, tx=tx), train_iter,
       lambda: _fresh_state(config, init, rng, data, state_sharding, workdir, is_main))
@@ -299,7 +299,8 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   def save(done, state, eval_metrics):
     ckpt_metrics = ({"val/accuracy": eval_metrics["val/accuracy"]}
                     if eval_metrics and "val/accuracy" in eval_metrics else None)
-    checkpointing.save(manager, done, state, train_iter.get_state(),
+    data_state = {**train_iter.get_state(), **({"skipped": list(skipped)} if skipped else {})}
+    checkpointing.save(manager, done, state, data_state,
                        {"param_shapes": shapes, "class_names": data.class_names,
                         "run": contract, "machine": machine}, ckpt_metrics)
     if is_main:
@@ -317,7 +318,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
                         steps_per_epoch=train_iter.steps_per_epoch, evaluate=evaluate,
                         save=save, writer=writer, compiler_options=options,
                         nonfinite_advice=lambda: _nonfinite_advice(manager, config),
-                        stop=stop, recover=recover)
+                        stop=stop, recover=recover, skipped=skipped)
     except Stopped:
       checkpointing.finish_saves(manager)  # the stop's checkpoint is complete before exit
       writer.close()

@@ -5,7 +5,8 @@ self-contained HTML heat map and JSON lines (`python -m textattn.predict --expla
 The method depends on the model:
 - "attention_pooling" (config.model.pooling == "attention"): the pooling's own softmax weights
   over the tokens, alpha = softmax(w2 . tanh(W1 h)) -- the share each token's final hidden state
-  has in the vector the head classifies. Non-negative, summing to 1 over the tokens seen.
+  has in the vector the head classifies. Non-negative, summing to 1 over the tokens seen (with
+  padding="before_as_token" the softmax also covers the padding positions, shown as 0).
 - "gradient_x_input" (every other pooling): the gradient of the predicted class's logit with
   respect to each token's embedding row, dotted with that row. The logit is taken centred (minus
   the mean of all classes' logits), the part of it the softmax sees: a shift shared by all
@@ -106,6 +107,9 @@ def run_batched(fn, params, inputs: np.ndarray, batch_size: int) -> tuple[np.nda
     padded = np.zeros((batch_size,) + inputs.shape[1:], inputs.dtype)
     padded[:len(batch)] = batch
     outputs.append([np.asarray(out)[:len(batch)] for out in fn(params, padded)])
+  if not outputs:  # no inputs: the outputs' shapes from one zero batch, cut to 0 rows
+    zeros = np.zeros((batch_size,) + inputs.shape[1:], inputs.dtype)
+    return tuple(np.asarray(out)[:0] for out in fn(params, zeros))
   return tuple(np.concatenate(parts) for parts in zip(*outputs))
 
 

@@ -120,7 +120,8 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
         writer: MetricWriter | None = None, compiler_options: dict | None = None,
         nonfinite_advice: Callable[[], str] = lambda: "", prefix: str = "train",
         show_progress: bool = True, stop: StopRequest | None = None,
-        recover: Callable[[int], tuple[Any, int]] | None = None) -> FitResult:
+        recover: Callable[[int], tuple[Any, int]] | None = None,
+        skipped: list[int] | None = None) -> FitResult:
   """Trains `state` from `start_step` to `schedule.total_steps` and returns the final state and
   the logged rows.
 
@@ -136,6 +137,8 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   recover(bad_step) -> (state, step): a NaN/Inf then restores the newest checkpoint before the
     first bad step and the replay gives that step the next batch (deterministic, so a resume
     replays the same skip); at most MAX_SKIPPED_BATCHES, and a step failing again stops.
+  skipped: the steps whose batch is skipped, updated in place (a caller that checkpoints saves
+    it with the checkpoint and passes it back on resume, so the limit holds across resumes).
   """
   is_main = jax.process_index() == 0
   data_sharding, replicated = platform.data_parallel_shardings()
@@ -163,11 +166,12 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
 
   progress = _Progress(total, start_step, is_main and show_progress, prefix)
   pending, window_start = [], time.perf_counter()
-  skipped: list[int] = []
+  skipped = [] if skipped is None else skipped
   step = start_step
   while step < total:
     if step + 1 in skipped:  # this step's batch made the loss NaN before: take the next one
       batch = platform.to_global(next(batches), data_sharding)
+      log(step + 1, {f"{prefix}/skipped_batch_of_step": step + 1})  # (in step order, on replay)
     state, sums = compiled(state, batch)
     pending.append(sums)
     done = step = step + 1
@@ -186,7 +190,6 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
           state, step = recover(bad)
           skipped.append(bad)
           history[:] = [row for row in history if row["step"] <= step]
-          log(bad, {f"{prefix}/skipped_batch_of_step": bad})
           progress.skipped(bad, step, len(skipped))
           pending, window_start = [], time.perf_counter()
           batch = platform.to_global(next(batches), data_sharding)
@@ -207,7 +210,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
     signum = _agreed_stop(stop, done, boundary)
     if signum:
       _stop_now(signum, done, state, pending, save if not save_now else None, save is not None,
-                prefix, nonfinite_advice, progress)
+                prefix, nonfinite_advice, progress, recover is not None)
     if not is_last:
       batch = platform.to_global(next(batches), data_sharding)
   progress.close()
@@ -219,11 +222,12 @@ MAX_SKIPPED_BATCHES = 3
 
 class _Progress:
   """What the loop prints on process 0: one line per log window (step, loss, accuracy,
-  examples/s and an ETA from the steps timed since the loop started, so compilation, which
-  happens before it, is not counted), and the lines the callers write (evaluations, skips)."""
+  examples/s and an ETA from the steps timed since the loop started, or since the first
+  evaluation, so neither step's compilation is counted), and the evaluation and skip lines."""
 
   def __init__(self, total: int, start_step: int, enabled: bool, prefix: str):
     self.total, self.enabled, self.prefix = total, enabled, prefix
+    self.evaluated = False
     self.restart(start_step)
 
   def restart(self, step: int) -> None:
@@ -241,6 +245,9 @@ class _Progress:
     name = next(k for k in metrics if k.endswith("/accuracy")).split("/")[0]
     self.write(f"step {done}: {name} accuracy {metrics[f'{name}/accuracy']:.4f}, "
                f"loss {metrics[f'{name}/loss']:.4f}")
+    if not self.evaluated:  # the first evaluation compiled the eval step: time from here
+      self.evaluated = True
+      self.restart(done)
 
   def skipped(self, bad: int, step: int, count: int) -> None:
     self.write(f"step {bad}: the loss or parameters became NaN/Inf; resumed from step {step} "
@@ -268,15 +275,21 @@ def _duration(seconds: float) -> str:
 
 
 def _stop_now(signum, done, state, pending, save, checkpoints: bool, prefix, nonfinite_advice,
-              progress):
-  """A signal stop: save at this step (unless a checkpoint was just saved or the window went
-  NaN) and raise Stopped with the one line."""
+              progress, recoverable: bool = False):
+  """A signal stop: save at this step (unless a checkpoint was just saved, or the window went
+  NaN: never saved; with recovery the rerun replays from the last checkpoint and skips the bad
+  batch, as the uninterrupted run would) and raise Stopped with the one line."""
+  saved = "checkpoint saved" if checkpoints else "nothing saved (no checkpoints)"
   if save is not None:
+    if pending and sum_steps(pending)["nonfinite"] and recoverable:
+      progress.close()
+      raise Stopped(f"stopped at step {done}, not saved (its last steps went NaN/Inf; the "
+                    f"earlier checkpoints are intact); run the same command to resume",
+                    128 + signum)
     if pending:  # never save parameters that went NaN
       _check_finite(sum_steps(pending), done, len(pending), prefix, nonfinite_advice, progress)
     save(done, state, None)
   progress.close()
-  saved = "checkpoint saved" if checkpoints else "nothing saved (no checkpoints)"
   raise Stopped(f"stopped at step {done}, {saved}; run the same command to resume",
                 128 + signum)
 

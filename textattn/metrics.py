@@ -57,6 +57,7 @@ class MetricWriter:
     """fresh: the run starts from no checkpoint, so earlier TensorBoard files (of a run killed
     before its first checkpoint) are removed; rows are dropped by drop_after."""
     self.enabled = enabled
+    self.workdir = workdir
     self.path = os.path.join(workdir, "metrics.jsonl")
     self._tensorboard = None
     if enabled and fresh:
@@ -67,6 +68,16 @@ class MetricWriter:
       # purge_step: TensorBoard hides events past the restored step (they are produced again).
       self._tensorboard = tensorboardX.SummaryWriter(workdir, flush_secs=30,
                                                      purge_step=start_step or None)
+
+  def rewind(self, step: int) -> None:
+    """A replay from `step` (the NaN guard's recovery): rows past it are dropped and TensorBoard
+    hides its events past it, as on a resume."""
+    self.drop_after(step)
+    if self._tensorboard is not None:
+      import tensorboardX
+      self._tensorboard.close()
+      self._tensorboard = tensorboardX.SummaryWriter(self.workdir, flush_secs=30,
+                                                     purge_step=step or None)
 
   @staticmethod
   def read_rows(path: str, warn: bool = True) -> tuple[list[tuple[str, dict]], int]:

@@ -251,8 +251,14 @@ def _records(path: str, text: str, extension: str, columns: str = "") -> list[tu
       header = names or [name.strip() for name in next(reader, [])]
       rows = []
       for values in reader:
-        if values:
-          rows.append((reader.line_num, dict(zip(header, values))))
+        if not values:
+          continue
+        if names and reader.line_num == 1 and [v.strip() for v in values] == names:
+          continue  # a header row in a file of a headerless run: not a text
+        if names and len(values) != len(names):
+          raise DataError(f"{path}, line {reader.line_num}: expected {len(names)} fields (the "
+                          f"run's columns {','.join(names)}), found {len(values)}.")
+        rows.append((reader.line_num, dict(zip(header, values))))
     except csv.Error as e:
       raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
     return rows
@@ -292,16 +298,16 @@ def main(argv) -> None:
     if values.explain:
       from textattn import explain
       explained = model.explain(texts)
-      paths = explain.write(values.explain, explained,
-                            title=f"{os.path.basename(os.path.normpath(values.workdir))} "
-                                  f"(checkpoint step {model.step})",
-                            separator="" if model.tokenizer.kind == "byte" else " ")
+      try:
+        paths = explain.write(values.explain, explained,
+                              title=f"{os.path.basename(os.path.normpath(values.workdir))} "
+                                    f"(checkpoint step {model.step})",
+                              separator="" if model.tokenizer.kind == "byte" else " ")
+      except OSError as error:
+        raise data_lib.DataError(f"--explain={values.explain}: cannot be written "
+                                 f"({error.strerror}).") from None
   except (data_lib.DataError, RunError) as error:
     print(f"error: {error}", file=sys.stderr)
-    sys.exit(1)
-  except OSError as error:  # --explain=DIR cannot be written
-    print(f"error: --explain={values.explain}: cannot be written ({error.strerror}).",
-          file=sys.stderr)
     sys.exit(1)
   except ValueError as error:  # e.g. an attention variant no module registered: --plugin
     print(f"error: {error}", file=sys.stderr)
