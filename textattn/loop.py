@@ -134,11 +134,9 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   save(step, state, eval_metrics) at every schedule.checkpoint_every steps and at the end.
   nonfinite_advice() -> what to tell the user when the loss turns NaN/Inf (the run then stops).
   stop: from stop_on_signals(); once set, fit saves at the current step and raises Stopped.
-  recover(bad_step) -> (state, step): a NaN/Inf then restores the newest checkpoint before the
-    first bad step and the replay gives that step the next batch (deterministic, so a resume
-    replays the same skip); at most MAX_SKIPPED_BATCHES, and a step failing again stops.
-  skipped: the steps whose batch is skipped, updated in place (a caller that checkpoints saves
-    it with the checkpoint and passes it back on resume, so the limit holds across resumes).
+  recover(bad_step) -> (state, step): a NaN/Inf then restores the newest checkpoint before it
+    and the replay gives that step the next batch; at most MAX_SKIPPED_BATCHES, a step failing
+    again stops. skipped: those steps, updated in place (saved with checkpoints by the caller).
   """
   is_main = jax.process_index() == 0
   data_sharding, replicated = platform.data_parallel_shardings()
