@@ -396,12 +396,9 @@ def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file,
     assert all(np.all(np.isfinite(p)) for p in jax.tree_util.tree_leaves(params)), step
 
 
-def test_a_batch_that_makes_the_loss_nan_is_skipped_deterministically(tmp_path, data_file,
-                                                                      monkeypatch, capsys):
-  # The batch of step 13 (and only it) turns the parameters NaN. The loop restores the
-  # checkpoint of step 10, replays 11 and 12, gives step 13 the next batch instead, and goes on;
-  # the skip is recorded, and a second run gives bit-identical parameters (a resume replays the
-  # same skip).
+def poison_batch_of_step_13(data_file, tmp_path, monkeypatch):
+  """A 30-step tiny config whose train step turns the parameters NaN on the batch of step 13
+  (and only that batch), counted as train_step counts them; returns the config."""
   config = tiny_config(data_file, tmp_path / "c", num_train_steps=30, checkpoint_every_steps=5,
                        eval_every_steps=5, log_every_steps=5)
   data = data_lib.load_dataset(config, None)
@@ -413,11 +410,20 @@ def test_a_batch_that_makes_the_loss_nan_is_skipped_deterministically(tmp_path, 
     new_state, metrics = real_step(state, batch)
     broken = jnp.array_equal(batch["inputs"], poisoned)
     params = jax.tree.map(lambda p: jnp.where(broken, jnp.nan, p), new_state.params)
-    # (as train_step counts them: non-finite parameters after this step's update)
     metrics = {**metrics, "nonfinite": metrics["nonfinite"] + broken.astype(jnp.int32)}
     return new_state.replace(params=params), metrics
 
   monkeypatch.setattr(step_lib, "train_step", step_with_a_poisoned_batch)
+  return config
+
+
+def test_a_batch_that_makes_the_loss_nan_is_skipped_deterministically(tmp_path, data_file,
+                                                                      monkeypatch, capsys):
+  # The batch of step 13 (and only it) turns the parameters NaN. The loop restores the
+  # checkpoint of step 10, replays 11 and 12, gives step 13 the next batch instead, and goes on;
+  # the skip is recorded, and a second run gives bit-identical parameters (a resume replays the
+  # same skip).
+  config = poison_batch_of_step_13(data_file, tmp_path, monkeypatch)
   reports = [classify.train_and_evaluate(config, str(tmp_path / run)) for run in ("a", "b")]
   assert "step 13: the loss or parameters became NaN/Inf; resumed from step 10" in (
       capsys.readouterr().out)
@@ -775,21 +781,7 @@ def test_a_resume_after_a_skipped_batch_continues_the_skipped_run(tmp_path, data
   # Stopped at step 20 (after the skip at 13) and extended to 30 (constant schedule, on the
   # grid): the same parameters and rows as the straight 30-step run; the skip is recorded once,
   # and the list of skipped steps travels with the checkpoints.
-  config = tiny_config(data_file, tmp_path / "c", num_train_steps=30, checkpoint_every_steps=5,
-                       eval_every_steps=5, log_every_steps=5)
-  data = data_lib.load_dataset(config, None)
-  batches = data_lib.TrainIterator(data.train, config.batch_size, config.seed)
-  poisoned = [next(batches) for _ in range(13)][-1]["inputs"]
-  real_step = step_lib.train_step
-
-  def step_with_a_poisoned_batch(state, batch):
-    new_state, metrics = real_step(state, batch)
-    broken = jnp.array_equal(batch["inputs"], poisoned)
-    params = jax.tree.map(lambda p: jnp.where(broken, jnp.nan, p), new_state.params)
-    metrics = {**metrics, "nonfinite": metrics["nonfinite"] + broken.astype(jnp.int32)}
-    return new_state.replace(params=params), metrics
-
-  monkeypatch.setattr(step_lib, "train_step", step_with_a_poisoned_batch)
+  config = poison_batch_of_step_13(data_file, tmp_path, monkeypatch)
   straight = classify.train_and_evaluate(config, str(tmp_path / "straight"))
   short = tiny_config(data_file, tmp_path / "c", num_train_steps=20, checkpoint_every_steps=5,
                       eval_every_steps=5, log_every_steps=5)
