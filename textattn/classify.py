@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from textattn import checkpointing, compare, loop, models, optim, platform, step
+from textattn import baselines, checkpointing, compare, loop, models, optim, platform, step
 from textattn import workdir as workdir_lib
 from textattn import data as data_lib
 from textattn.defaults import check_choice, check_integer
@@ -137,6 +137,9 @@ def _fresh_state(config, init, rng, data, state_sharding, workdir, is_main):
     pretrained_params, curve = pretrain.pretrain(config, data.tokenizer, data.vocab_size)
     if is_main:
       pretrain.write_curve(workdir, curve)
+  if baselines.has_frozen(config):  # idf / NB ratios of the training split
+    pretrained_params = baselines.frozen_parameters(config, data.train.inputs, data.train.labels,
+                                                    len(data.class_names), data.vocab_size)
   return jax.jit(init, out_shardings=state_sharding)(rng, pretrained_tokens, pretrained_params)
 
 
@@ -251,7 +254,8 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
                                       jax.process_index(), jax.process_count())
   schedule = intervals(config, train_iter.steps_per_epoch)
-  tx = optim.make_optimizer(config.optimizer, schedule.total_steps)
+  tx = optim.make_optimizer(config.optimizer, schedule.total_steps,
+                            frozen=baselines.has_frozen(config))
   contract = checkpointing.run_contract(config, checkpointing.data_fingerprint(data),
                                         schedule.total_steps, schedule.eval_every,
                                         schedule.checkpoint_every)
@@ -271,7 +275,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   state_sharding = jax.tree.map(lambda _: replicated, abstract_state)
   shapes = checkpointing.state_shapes(abstract_state)
   if is_main:
-    print(f"Model: {config.model.attention} attention, {config.model.pooling} pooling\n"
+    print(f"Model: {models.describe(config)}\n"
           + models.parameter_table(abstract_state.params), flush=True)
 
   manager = checkpointing.open_manager(workdir, config.keep_checkpoints)

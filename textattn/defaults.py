@@ -29,9 +29,12 @@ def classification() -> ml_collections.ConfigDict:
   config.val_fraction = 0.1  # fraction of train held out as validation (data_seed decides which)
   config.eval_split = "validation"  # evaluated during training: validation | test
   config.data_seed = 0  # seeds the validation carve-out
-  config.tokenizer = "word"  # word (Keras-style standardisation, vocabulary from train) | byte
-  config.vocab_size = 20000  # word tokenizer: ids incl. 0 = padding and 1 = out-of-vocabulary
-  config.max_len = 200  # tokens per example
+  # word (Keras-style standardisation, vocabulary from train) | byte | ngram (textattn/data/ngrams.py)
+  config.tokenizer = "word"
+  config.vocab_size = 20000  # word / ngram: ids incl. 0 = padding and 1 = out-of-vocabulary
+  config.ngram_order = 2  # ngram: the features are the n-grams of 1..ngram_order words
+  config.ngram_counts = False  # ngram: True keeps repeats (counts, TF-IDF), False each once
+  config.max_len = 200  # tokens per example (ngram: features per example)
   config.truncation = "pre"  # pre drops tokens from the start (Keras' default), post from the end
   # after_masked: padding after the tokens, masked; before_as_token: the Keras seed's layout
   # (padding first, attended to and pooled like a token)
@@ -40,6 +43,10 @@ def classification() -> ml_collections.ConfigDict:
 
   # ---- Model --------------------------------------------------------------------------------
   config.model = ml_collections.ConfigDict()
+  # transformer | bag (n-gram bag, textattn/baselines.py) | bilstm (bidirectional LSTM)
+  config.model.architecture = "transformer"
+  config.model.bag_weighting = "none"  # bag: none | tfidf (Keras' idf) | nb (NBSVM-style ratios)
+  config.model.rnn_dim = 32  # bilstm: LSTM units per direction
   config.model.attention = "softmax"  # a registered variant: softmax | causal | additive
   # kernel: auto | xla | dot_product | chunked | fused | native | cudnn (unverified; GPU, bf16)
   # for softmax/causal; auto | xla | native for additive. auto = native on a one-device CPU.

@@ -20,6 +20,7 @@ import numpy as np
 from absl import logging
 
 from textattn import attention as attention_lib
+from textattn import baselines
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.defaults import check_choice, check_integer
 
@@ -305,6 +306,11 @@ class Classifier(nn.Module):
 def validate_model_config(config: ml_collections.ConfigDict) -> None:
   """Raise ValueError naming the first bad model field, its value and what is allowed."""
   m = config.model
+  architecture = m.get("architecture", "transformer")
+  check_choice("model.architecture", architecture, baselines.ARCHITECTURES)
+  if architecture != "transformer":
+    _validate_baseline(config)
+    return
   variant = attention_lib.get(m.attention)
   choices = {"pooling": POOLINGS, "position": POSITIONS, "norm": NORMS, "dtype": tuple(DTYPES)}
   for field, allowed in choices.items():
@@ -326,19 +332,50 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config.model.{field}={m[field]} must be in [0, 1).")
 
 
+def _validate_baseline(config: ml_collections.ConfigDict) -> None:
+  m = config.model
+  check_choice("model.bag_weighting", m.bag_weighting, baselines.BAG_WEIGHTINGS)
+  check_integer("model.mlp_dim", m.mlp_dim, 0)
+  check_integer("vocab_size", config.vocab_size, 1)
+  if not 0.0 <= m.dropout_rate < 1.0:
+    raise ValueError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
+  if m.architecture == "bilstm":
+    check_integer("model.embed_dim", m.embed_dim, 1)
+    check_integer("model.rnn_dim", m.rnn_dim, 1)
+  elif m.bag_weighting != "none" and config.get("tokenizer") == "byte":
+    raise ValueError("config.model.bag_weighting needs word or n-gram features, not bytes "
+                     "(config.tokenizer='byte').")
+  for field, allowed in (("optimizer.name", "adam, adamw or rmsprop"),
+                         ("model.embedding_init", "'random'")):
+    section, name = field.split(".")
+    value = config[section][name]
+    if value in ("keras_adam", "word2vec"):
+      raise ValueError(f"config.{field}={value!r} is for the transformer; the "
+                       f"{m.architecture} model takes {allowed}.")
+
+
 def build_model(config: ml_collections.ConfigDict, num_classes: int,
-                vocab_size: int | None = None) -> Classifier:
+                vocab_size: int | None = None) -> nn.Module:
   """The classifier a config describes. `vocab_size` (ids the tokenizer uses) defaults to
   config.vocab_size (258 for the byte tokenizer)."""
   validate_model_config(config)
   m = config.model
+  vocab_size = vocab_size or tokenizer_lib.vocab_size_for(config)
+  if m.get("architecture", "transformer") == "bag":
+    return baselines.BagOfNgrams(num_classes=num_classes, vocab_size=vocab_size,
+                                 weighting=m.bag_weighting, mlp_dim=m.mlp_dim,
+                                 dropout_rate=m.dropout_rate)
+  if m.get("architecture", "transformer") == "bilstm":
+    return baselines.BiLSTM(num_classes=num_classes, vocab_size=vocab_size,
+                            embed_dim=m.embed_dim, rnn_dim=m.rnn_dim, mlp_dim=m.mlp_dim,
+                            dropout_rate=m.dropout_rate, dtype=DTYPES[m.dtype])
   impl = attention_lib.get(m.attention).resolve(m.attention_impl, m.embed_dim // m.num_heads,
                                                  m.dtype)
   if impl != m.attention_impl:
     logging.info("config.model.attention_impl=%r: using the %r %s kernel here.",
                  m.attention_impl, impl, m.attention)
   return Classifier(
-      num_classes=num_classes, vocab_size=vocab_size or tokenizer_lib.vocab_size_for(config),
+      num_classes=num_classes, vocab_size=vocab_size,
       max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,
       num_layers=m.num_layers, ffn_dim=m.ffn_dim, mlp_dim=m.mlp_dim,
       dropout_rate=m.dropout_rate, token_dropout_rate=m.token_dropout_rate,
@@ -346,6 +383,20 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
       pooling=m.pooling, dtype=DTYPES[m.dtype],
       mask_padding=config.get("padding", "after_masked") != "before_as_token",
       bigram_buckets=m.bigram_buckets)
+
+
+def describe(config: ml_collections.ConfigDict) -> str:
+  """One line naming the config's model, e.g. "additive attention, attention pooling"."""
+  m = config.model
+  architecture = m.get("architecture", "transformer")
+  if architecture == "bag":
+    features = (f"{config.ngram_order}-gram" if config.tokenizer == "ngram"
+                else f"{config.tokenizer}")
+    return (f"bag of {features} features, weighting {m.bag_weighting}, "
+            f"{'hidden layer ' + str(m.mlp_dim) if m.mlp_dim else 'linear'}")
+  if architecture == "bilstm":
+    return f"bidirectional LSTM, {m.rnn_dim} units per direction"
+  return f"{m.attention} attention, {m.pooling} pooling"
 
 
 def count_parameters(params) -> int:

@@ -33,9 +33,21 @@ def validate_config(opt: ml_collections.ConfigDict) -> None:
     raise ValueError(f"config.optimizer.label_smoothing={opt.label_smoothing} must be in [0, 1).")
 
 
-def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int,
+                   frozen: bool = False) -> optax.GradientTransformation:
   """adam | adamw | rmsprop with linear warm-up then constant or cosine decay, optional global-norm
-  clipping and weight decay (decoupled for adamw; added to the gradient, i.e. L2, otherwise)."""
+  clipping and weight decay (decoupled for adamw; added to the gradient, i.e. L2, otherwise).
+  frozen=True: parameters named "frozen_..." (baselines.is_frozen) are never updated."""
+  tx = _make_optimizer(opt, total_steps)
+  if not frozen:
+    return tx
+  from textattn import baselines
+  labels = lambda params: jax.tree_util.tree_map_with_path(
+      lambda path, _: "frozen" if baselines.is_frozen(path) else "train", params)
+  return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+def _make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
   if opt.schedule == "cosine":
     learning_rate = optax.warmup_cosine_decay_schedule(
         0.0, opt.learning_rate, opt.warmup_steps, max(total_steps, opt.warmup_steps + 1))

@@ -157,7 +157,7 @@ def _restore_params(workdir: str, checkpoint: str, config, model):
   verified against the checksums recorded when it was saved."""
   import jax
 
-  from textattn import checkpointing, optim, step
+  from textattn import baselines, checkpointing, optim, step
   from textattn.errors import RunError
   manager = checkpointing.open_manager(workdir, int(config.keep_checkpoints))
   try:
@@ -177,7 +177,8 @@ def _restore_params(workdir: str, checkpoint: str, config, model):
                      f"best, last, or a step of {', '.join(map(str, steps))}.")
     # The saved state's structure, placed on this machine's device (a GPU-trained workdir
     # restores on a CPU): the optimizer's state is restored too, as the checksums cover it.
-    tx = optim.make_optimizer(config.optimizer, max(1, int(config.num_train_steps)))
+    tx = optim.make_optimizer(config.optimizer, max(1, int(config.num_train_steps)),
+                              frozen=baselines.has_frozen(config))
     abstract = jax.eval_shape(lambda rng: step.init_train_state(
         model, tx, rng, config.max_len, config.optimizer), jax.random.key(0))
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])

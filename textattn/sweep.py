@@ -90,9 +90,9 @@ def apply_overrides(config, overrides: dict):
 # Fields that decide the exported arrays: a sweep variant may not change them (max_len may only
 # shrink, see run_one).
 DATA_FIELDS = ("dataset", "val_fraction", "data_seed", "tokenizer", "vocab_size", "truncation",
-               "text_fields", "label_field", "padding")
+               "text_fields", "label_field", "padding", "ngram_order", "ngram_counts")
 # What an export made before a field existed had (it was not recorded then).
-DATA_FIELD_DEFAULTS = {"padding": "after_masked"}
+DATA_FIELD_DEFAULTS = {"padding": "after_masked", "ngram_order": 2, "ngram_counts": False}
 
 
 def export(args) -> None:
@@ -282,7 +282,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
   optimizer, evaluating on validation every eval_every_steps; returns the validation curve."""
   import jax
 
-  from textattn import classify, loop, models, optim, platform, step
+  from textattn import baselines, classify, loop, models, optim, platform, step
   from textattn import data as data_lib
 
   config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
@@ -294,11 +294,15 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
   class_names = [str(c) for c in raw["class_names"]]
   classify.validate_config(config, jax.device_count())
   pretrained_tokens, pretrained_params = _pretrained_starts(raw, config, encoder_path)
+  if baselines.has_frozen(config):
+    pretrained_params = baselines.frozen_parameters(
+        config, splits["train"].inputs, splits["train"].labels, len(class_names),
+        int(raw["vocab_size"]))
   model = models.build_model(config, len(class_names), vocab_size=int(raw["vocab_size"]))
   train_iter = data_lib.TrainIterator(splits["train"], config.batch_size, config.seed)
   total_steps = (config.num_train_steps if config.num_train_steps > 0
                  else config.num_epochs * train_iter.steps_per_epoch)
-  tx = optim.make_optimizer(config.optimizer, total_steps)
+  tx = optim.make_optimizer(config.optimizer, total_steps, frozen=baselines.has_frozen(config))
   _, replicated = platform.data_parallel_shardings()
   init = lambda rng, tokens, encoder: step.init_train_state(
       model, tx, rng, config.max_len, config.optimizer, tokens, encoder)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from textattn.data import tokenizer as tokenizer_lib
+from textattn.data import ngrams
 from textattn.data.splits import SPLITS, Split
 
 _CACHE_VERSION = 1
@@ -120,8 +120,12 @@ class Cache:
   def _vocab_path(self) -> str:
     # (A vocabulary of the removed punctuation="split" option had "punctuation" in its key.)
     parts = {**self.source_key(), "vocab_size": int(self.config.vocab_size)}
-    return os.path.join(self.directory,
-                        f"{slug(self.config)}-vocab{self.config.vocab_size}-{key(parts)}.json")
+    kind = ""
+    if self.config.tokenizer == "ngram":
+      parts["ngram"] = [int(self.config.ngram_order), bool(self.config.ngram_counts)]
+      kind = f"ngram{self.config.ngram_order}-"
+    return os.path.join(self.directory, f"{slug(self.config)}-{kind}vocab"
+                        f"{self.config.vocab_size}-{key(parts)}.json")
 
   def _arrays_path(self, tokenizer) -> str:
     config = self.config
@@ -135,7 +139,7 @@ class Cache:
       return None
     def read(path):
       with open(path, encoding="utf-8") as f:
-        return tokenizer_lib.WordTokenizer.from_json(f.read())
+        return ngrams.tokenizer_from_json(f.read())
     return read_cache(self._vocab_path(), "vocabulary", read)
 
   def save_vocab(self, tokenizer) -> None:

@@ -14,6 +14,7 @@ import os
 import numpy as np
 from absl import logging
 
+from textattn.data import ngrams as ngrams_lib
 from textattn.data import raw as raw_lib
 from textattn.data import tfds_source
 from textattn.data import tokenizer as tokenizer_lib
@@ -46,13 +47,18 @@ def validate_config(config) -> None:
   else:
     tfds_source.check_name(config.dataset,
                            tfds_source.data_root(tfds_source.tfds_data_dir(config)))
-  check(config.tokenizer in ("word", "byte"), "tokenizer", "allowed: 'word', 'byte'")
+  check(config.tokenizer in ("word", "byte", "ngram"), "tokenizer",
+        "allowed: 'word', 'byte', 'ngram'")
+  if config.tokenizer == "ngram":
+    order = config.get("ngram_order", 2)
+    check(is_int(order) and 1 <= order <= ngrams_lib.MAX_ORDER, "ngram_order",
+          f"it must be an integer from 1 to {ngrams_lib.MAX_ORDER}")
   check(config.truncation in tokenizer_lib.TRUNCATIONS, "truncation", "allowed: 'pre', 'post'")
   check(is_int(config.max_len) and config.max_len >= 1, "max_len", "it must be an integer >= 1")
   check(config.get("padding", PADDINGS[0]) in PADDINGS, "padding",
         "allowed: 'after_masked' (padding after the tokens, masked out), 'before_as_token' "
         "(padding before the tokens and attended and pooled like a token, as the Keras seed)")
-  if config.tokenizer == "word":
+  if config.tokenizer in ("word", "ngram"):
     check(is_int(config.vocab_size) and config.vocab_size > tokenizer_lib.NUM_RESERVED,
           "vocab_size", "it must be an integer > 2 (ids 0 and 1 are reserved)")
   check(isinstance(config.val_fraction, (int, float)) and 0 <= config.val_fraction < 0.5,
@@ -136,13 +142,12 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
     # Key the cache by what was actually read, and never cache mocked TFDS data.
     cache = Cache(config, data_source.identity(write) if data_source.cacheable() else None,
                   writable=write)
-    standardized = config.tokenizer == "word"
+    standardized = config.tokenizer in ("word", "ngram")
     if standardized:  # Once per text, not once for counting and again for encoding.
       raw.texts = {s: [tokenizer_lib.standardize(t) for t in texts]
                    for s, texts in raw.texts.items()}
     if tokenizer is None:
-      tokenizer = tokenizer_lib.WordTokenizer.train(raw.texts["train"], config.vocab_size,
-                                                    standardized=standardized)
+      tokenizer = train_tokenizer(config, raw.texts["train"], standardized)
       cache.save_vocab(tokenizer)
     splits = {s: Split(tokenizer.encode(raw.texts[s], config.max_len, config.truncation,
                                         standardized=standardized), raw.labels[s])
@@ -160,6 +165,14 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
   return Dataset(train=splits["train"], validation=splits["validation"], test=splits["test"],
                  class_names=list(class_names), vocab_size=tokenizer.vocab_size,
                  skipped=dict(skipped), tokenizer=tokenizer)
+
+
+def train_tokenizer(config, texts: list[str], standardized: bool):
+  """The config's word or n-gram vocabulary, counted on `texts` (the training split)."""
+  if config.tokenizer == "ngram":
+    return ngrams_lib.NgramTokenizer.train(texts, config.vocab_size, config.ngram_order,
+                                           config.ngram_counts, standardized=standardized)
+  return tokenizer_lib.WordTokenizer.train(texts, config.vocab_size, standardized=standardized)
 
 
 def _labels_follow_the_rules(splits: dict[str, Split], class_names: list[str],
@@ -208,9 +221,11 @@ def load_tokenizer(workdir: str, config=None):
       raise DataError(f"{workdir} was created with punctuation={info['punctuation']!r}, an "
                       f"option textattn no longer has; use a new workdir.")
     class_names = [str(name) for name in info["class_names"]]
-    if kind == "word":
+    if kind in ("word", "ngram"):
       with open(os.path.join(workdir, TOKENIZER_FILE), encoding="utf-8") as f:
-        tokenizer = tokenizer_lib.WordTokenizer.from_json(f.read())
+        tokenizer = ngrams_lib.tokenizer_from_json(f.read())
+      if tokenizer.kind != kind:
+        raise ValueError(f"{TOKENIZER_FILE} holds a {tokenizer.kind} vocabulary")
     elif kind == "byte":
       tokenizer = tokenizer_lib.ByteTokenizer()
     else:
@@ -226,7 +241,12 @@ def load_tokenizer(workdir: str, config=None):
       raise DataError(f"{workdir} was created with tokenizer={kind!r} but "
                       f"config.tokenizer={config.tokenizer!r}; use a new workdir or the "
                       f"original value.")
-    if kind == "word" and info.get("config_vocab_size") != config.vocab_size:
+    if kind == "ngram" and (tokenizer.order, tokenizer.counts) != (
+        config.ngram_order, config.ngram_counts):
+      raise DataError(f"{workdir} was created with ngram_order={tokenizer.order}, ngram_counts="
+                      f"{tokenizer.counts} but the config has {config.ngram_order}, "
+                      f"{config.ngram_counts}; use a new workdir or the original values.")
+    if kind in ("word", "ngram") and info.get("config_vocab_size") != config.vocab_size:
       raise DataError(f"{workdir} was created with vocab_size={info.get('config_vocab_size')} "
                       f"but config.vocab_size={config.vocab_size}; use a new workdir or the "
                       f"original value.")
@@ -234,14 +254,14 @@ def load_tokenizer(workdir: str, config=None):
 
 
 def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> None:
-  if tokenizer.kind == "word":
+  if tokenizer.kind in ("word", "ngram"):
     atomic_write(os.path.join(workdir, TOKENIZER_FILE), lambda f: f.write(tokenizer.to_json()))
   info = {
       "tokenizer": tokenizer.kind,
       "vocab_size": tokenizer.vocab_size,
       "config_vocab_size": config.vocab_size,
       "class_names": class_names,
-      "punctuation": "strip" if tokenizer.kind == "word" else None,  # (read by load_tokenizer)
+      "punctuation": "strip" if tokenizer.kind in ("word", "ngram") else None,  # (read by load_tokenizer)
       # For the record only; not checked on reuse.
       "dataset": config.dataset,
       "max_len": config.max_len,

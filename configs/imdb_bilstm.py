@@ -1,0 +1,30 @@
+"""IMDB with a bidirectional LSTM: Deep Learning with Python (ch. 11), 87-88% test.
+
+The chapter's model: the first 600 words (20,000-word vocabulary), a 256-wide embedding with
+padding masked, one LSTM of 32 units per direction (Flax's nn.RNN, sequence lengths), dropout
+0.5, the class layer; RMSprop 1e-3, batch 32, 10 epochs, the best-validation checkpoint.
+
+    python -m textattn.main --config=configs/imdb_bilstm.py --workdir=runs/bilstm
+
+Result: see experiments/RESULTS.md, "Baselines".
+"""
+
+from textattn import defaults
+
+
+def get_config():
+  config = defaults.classification()
+  config.vocab_size = 20000
+  config.max_len = 600
+  config.truncation = "post"  # TextVectorization(output_sequence_length=600) keeps the start
+  config.model.architecture = "bilstm"
+  config.model.embed_dim = 256
+  config.model.rnn_dim = 32
+  config.model.mlp_dim = 0
+  config.model.dropout_rate = 0.5
+  config.optimizer.name = "rmsprop"
+  config.optimizer.learning_rate = 1e-3
+  config.batch_size = 32
+  config.num_epochs = 10
+  config.evals_per_epoch = 1
+  return config

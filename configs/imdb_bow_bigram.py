@@ -1,0 +1,17 @@
+"""IMDB with a multi-hot bag of words and word pairs: Deep Learning with Python (ch. 11), 90.4%.
+
+imdb_bow_unigram.py's model over the 20,000 most frequent training unigrams and bigrams.
+
+    python -m textattn.main --config=configs/imdb_bow_bigram.py --workdir=runs/bow_bigram
+
+Result: see experiments/RESULTS.md, "Baselines".
+"""
+
+from textattn import defaults
+
+
+def get_config():
+  config = defaults.sibling(__file__, "imdb_bow_unigram.py")
+  config.ngram_order = 2
+  config.max_len = 1536  # distinct features per review (IMDB's most: ~1,400)
+  return config

@@ -1,0 +1,32 @@
+"""IMDB with a multi-hot bag of words: Deep Learning with Python (ch. 11), 89.2% test.
+
+The chapter's model: the 20,000 most frequent training words as a multi-hot vector (with the
+out-of-vocabulary bit), Dense(16, relu), Dropout(0.5), the class layer; RMSprop 1e-3, batch 32,
+10 epochs, the best-validation checkpoint tested once. An embedding bag computes the same
+function without the dense [batch, 20,000] input (textattn/baselines.py).
+
+    python -m textattn.main --config=configs/imdb_bow_unigram.py --workdir=runs/bow_unigram
+
+Result: see experiments/RESULTS.md, "Baselines".
+"""
+
+from textattn import defaults
+
+
+def get_config():
+  config = defaults.classification()
+  config.tokenizer = "ngram"
+  config.ngram_order = 1
+  config.ngram_counts = False
+  config.vocab_size = 20000
+  config.max_len = 1024  # distinct words per review (IMDB's most: ~900)
+  config.model.architecture = "bag"
+  config.model.bag_weighting = "none"
+  config.model.mlp_dim = 16
+  config.model.dropout_rate = 0.5
+  config.optimizer.name = "rmsprop"
+  config.optimizer.learning_rate = 1e-3
+  config.batch_size = 32
+  config.num_epochs = 10
+  config.evals_per_epoch = 1
+  return config

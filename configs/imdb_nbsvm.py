@@ -1,0 +1,33 @@
+"""IMDB with NB-weighted uni-, bi- and trigrams (NBSVM-style): Wang & Manning (2012) 91.2%.
+
+The 800,000 most frequent training n-grams of 1-3 words, each once per review, scaled by its
+naive-Bayes log-count ratio and a learned per-feature weight (fast.ai's "NBSVM++", J. Howard
+2018; textattn/baselines.py), trained as a logistic regression with Adam.
+
+    python -m textattn.main --config=configs/imdb_nbsvm.py --workdir=runs/nbsvm
+
+Result: see experiments/RESULTS.md, "Baselines".
+"""
+
+from textattn import defaults
+
+
+def get_config():
+  config = defaults.classification()
+  config.tokenizer = "ngram"
+  config.ngram_order = 3
+  config.ngram_counts = False
+  config.vocab_size = 800000
+  config.max_len = 2048  # distinct features per review; the longest reviews drop their rarest
+  config.model.architecture = "bag"
+  config.model.bag_weighting = "nb"
+  config.model.mlp_dim = 0
+  config.model.dropout_rate = 0.0
+  config.optimizer.name = "adam"
+  config.optimizer.learning_rate = 0.02
+  config.optimizer.weight_decay = 1e-6
+  config.optimizer.schedule = "cosine"
+  config.batch_size = 64
+  config.num_epochs = 1
+  config.evals_per_epoch = 2
+  return config
