@@ -79,6 +79,8 @@ class Classifier:
     config = self.config
     if self.tokenizer.kind == "byte":
       lengths = np.array([len(text.encode("utf-8")) for text in texts], np.int64)
+    elif self.tokenizer.kind == "ngram":
+      lengths = self.tokenizer.feature_counts(texts)
     else:
       lengths = np.array([len(tokenizer_lib.standardize(text).split()) for text in texts],
                          np.int64)

@@ -114,22 +114,31 @@ class NgramTokenizer:
     found = self._sorted_keys[at] == keys
     return np.where(found, self._sorted[at] + tokenizer_lib.NUM_RESERVED, tokenizer_lib.OOV_ID)
 
-  def encode(self, texts: Sequence[str], max_len: int, truncation: str = "post", *,
-             standardized: bool = False) -> np.ndarray:
-    """int32 [N, max_len]: each text's feature ids, ascending, padded with 0. `truncation` is
-    accepted for the common tokenizer signature; a row over max_len drops its highest ids."""
-    tokenizer_lib._check_truncation(max_len, truncation)  # noqa: SLF001
+  def _features(self, texts: Sequence[str], standardized: bool):
+    """(row, id, rank within the row) of every feature of every text, rows ascending."""
     flat, offsets = _word_ids(self.words, texts, standardized)
     keys, text_of = ngram_keys(flat, offsets, self.order)
     width = np.int64(self.vocab_size)
     combined = text_of * width + self.ids(keys)
     combined = np.sort(combined) if self.counts else np.unique(combined)
     row, ids = np.divmod(combined, width)
-    rank = np.arange(len(row)) - np.searchsorted(row, row, side="left")
+    return row, ids, np.arange(len(row)) - np.searchsorted(row, row, side="left")
+
+  def encode(self, texts: Sequence[str], max_len: int, truncation: str = "post", *,
+             standardized: bool = False) -> np.ndarray:
+    """int32 [N, max_len]: each text's feature ids, ascending, padded with 0. `truncation` is
+    accepted for the common tokenizer signature; a row over max_len drops its highest ids."""
+    tokenizer_lib._check_truncation(max_len, truncation)  # noqa: SLF001
+    row, ids, rank = self._features(texts, standardized)
     keep = rank < max_len
     out = np.zeros((len(texts), max_len), np.int32)
     out[row[keep], rank[keep]] = ids[keep]
     return out
+
+  def feature_counts(self, texts: Sequence[str]) -> np.ndarray:
+    """Features per text before truncation to max_len: int64 [N]."""
+    row, _, _ = self._features(texts, standardized=False)
+    return np.bincount(row, minlength=len(texts)).astype(np.int64)
 
   def to_json(self) -> str:
     return json.dumps({"kind": self.kind, "order": self.order, "counts": self.counts,
