@@ -3,6 +3,7 @@ training split only, TF-IDF and NB weights against direct computations, stable i
 processes, BiLSTM masking, and the same train / resume / predict path as the transformer."""
 
 import collections
+import json
 import math
 import os
 import subprocess
@@ -177,21 +178,87 @@ def baseline_tiny(data, cache, architecture, **model):
   return config
 
 
-@pytest.mark.parametrize("architecture,model", [("bag", {"bag_weighting": "nb", "mlp_dim": 0}),
-                                                ("bag", {"bag_weighting": "none"}),
-                                                ("bilstm", {})])
-def test_baselines_learn_and_predict_reproduces_their_test_report(tmp_path, architecture, model):
-  data = write_sentiment_jsonl(tmp_path / "reviews.jsonl")
-  config = baseline_tiny(data, tmp_path / "cache", architecture, **model)
-  config.num_train_steps = 100
-  report = classify.train_and_evaluate(config, str(tmp_path / "run"))
+MODELS = {"nb": ("bag", {"bag_weighting": "nb", "mlp_dim": 0}),
+          "bag": ("bag", {"bag_weighting": "none"}),
+          "bilstm": ("bilstm", {})}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """Each baseline trained for 100 steps on one small file: name -> (workdir, config, report)."""
+  tmp = tmp_path_factory.mktemp("baselines")
+  data = write_sentiment_jsonl(tmp / "reviews.jsonl")
+  runs = {}
+  for name, (architecture, model) in MODELS.items():
+    config = baseline_tiny(data, tmp / "cache", architecture, **model)
+    config.num_train_steps = 100
+    runs[name] = (str(tmp / name), config,
+                  classify.train_and_evaluate(config, str(tmp / name)))
+  return runs
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_baselines_learn_and_predict_reproduces_their_test_report(trained, name):
+  workdir, config, report = trained[name]
   assert report["test/accuracy"] > 0.85, report
   raw = data_lib._FileSource(config).read(config.val_fraction, config.data_seed)
-  loaded = textattn.load(str(tmp_path / "run"))
+  loaded = textattn.load(workdir)
   probabilities = loaded.predict_proba(raw.texts["test"])
-  labels, expected = compare.load_predictions(str(tmp_path / "run"))
+  labels, expected = compare.load_predictions(workdir)
   np.testing.assert_allclose(probabilities, expected, rtol=1e-6, atol=1e-7)
   assert np.mean(probabilities.argmax(-1) == labels) == pytest.approx(report["test/accuracy"])
+
+
+def test_explain_reads_the_bilstms_tokens_and_refuses_a_bag_in_one_sentence(trained):
+  rows = textattn.load(trained["bilstm"][0]).explain(["a good film", "the plot was awful"])
+  assert [len(r["weights"]) for r in rows] == [3, 4]
+  assert all(np.isfinite(w) for r in rows for w in r["weights"])
+  with pytest.raises(ValueError, match="bag model's inputs are n-gram features"):
+    textattn.load(trained["bag"][0]).explain(["a good film"])
+
+
+def test_ensemble_weights_are_chosen_on_validation_and_its_predictions_compare(trained,
+                                                                                tmp_path):
+  from textattn import ensemble
+  members = [trained["nb"][0], trained["bilstm"][0]]
+  result = ensemble.run(members, str(tmp_path / "ens"), step=0.1)
+  weights = [m["weight"] for m in result["members"]]
+  assert sum(weights) == pytest.approx(1.0)
+  # The grid holds each member alone, so validation can only improve on the best member.
+  assert result["val_accuracy"] >= max(m["val_accuracy"] for m in result["members"])
+  labels, probabilities = compare.load_predictions(str(tmp_path / "ens"))
+  assert np.mean(probabilities.argmax(-1) == labels) == pytest.approx(result["test_accuracy"])
+  for member in result["members"]:
+    own = next(r for w, _, r in trained.values() if w == member["workdir"])
+    assert member["test_accuracy"] == pytest.approx(own["test/accuracy"])
+
+
+def test_choose_weights_finds_the_mixture_validation_prefers():
+  from textattn import ensemble
+  labels = np.array([0, 1, 1, 0])
+  a = np.array([[0.9, 0.1], [0.6, 0.4], [0.2, 0.8], [0.8, 0.2]])  # wrong on example 1
+  b = np.array([[0.4, 0.6], [0.1, 0.9], [0.3, 0.7], [0.7, 0.3]])  # wrong on example 0
+  weights, accuracy, _ = ensemble.choose_weights([a, b], labels, step=0.1)
+  mixed = weights[0] * a + weights[1] * b
+  assert accuracy == 1.0 == np.mean(mixed.argmax(-1) == labels)
+  assert 0 < weights[0] < 1
+  assert len(ensemble.simplex_grid(3, 0.1)) == 66  # C(12, 2)
+
+
+def test_ensemble_cli_refuses_members_of_other_carves_in_one_sentence(trained, tmp_path):
+  other = tmp_path / "other"
+  subprocess.run(["cp", "-r", trained["nb"][0], str(other)], check=True)
+  info = other / "config.json"
+  config = json.loads(info.read_text())
+  config["data_seed"] = 7
+  info.write_text(json.dumps(config))
+  done = subprocess.run([sys.executable, "-m", "textattn.ensemble",
+                         f"--workdir={trained['bag'][0]}", f"--workdir={other}",
+                         f"--out={tmp_path / 'ens'}"], cwd=REPO, capture_output=True,
+                        text=True, check=False)
+  assert done.returncode == 1
+  assert done.stderr.strip().splitlines()[-1].startswith("error: ") and "data_seed" in done.stderr
+  assert not (tmp_path / "ens").exists()
 
 
 @pytest.mark.parametrize("architecture", ["bag", "bilstm"])

@@ -42,7 +42,14 @@ METHOD_DESCRIPTIONS = {
 
 
 def method_for(config) -> str:
-  return ATTENTION_POOLING if config.model.pooling == "attention" else GRADIENT_X_INPUT
+  """The config's explanation method; a ValueError for a model whose inputs are not tokens."""
+  architecture = config.model.get("architecture", "transformer")
+  if architecture == "bag":
+    raise ValueError("--explain needs a model over tokens (transformer or bilstm); a bag model's "
+                     "inputs are n-gram features, not the text's tokens.")
+  if architecture == "transformer" and config.model.pooling == "attention":
+    return ATTENTION_POOLING
+  return GRADIENT_X_INPUT
 
 
 def make_weights_fn(model, config, centred: bool = True):
@@ -74,7 +81,8 @@ def make_weights_fn(model, config, centred: bool = True):
     return logits, weights
 
   def gradient_x_input(params, tokens):
-    table = params["embedding"]["token"]["embedding"]
+    table = (params["embedding"]["embedding"] if "token" not in params["embedding"]
+             else params["embedding"]["token"]["embedding"])  # BiLSTM / transformer
     embeddings = jnp.take(table, tokens, axis=0).astype(jnp.float32)
     logits_of = lambda rows: model.apply({"params": params}, tokens, train=False,
                                          token_embeddings=rows)

@@ -94,6 +94,10 @@ class Classifier:
     inputs, _ = self.encode(list(texts))
     return self._run(inputs)
 
+  def probabilities(self, inputs: np.ndarray) -> np.ndarray:
+    """Class probabilities [N, num_classes] of already encoded inputs (as load_dataset's)."""
+    return self._run(np.asarray(inputs, np.int32))
+
   def _run(self, inputs: np.ndarray) -> np.ndarray:
     out = []
     for start in range(0, len(inputs), self.batch_size):
