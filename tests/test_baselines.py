@@ -296,3 +296,18 @@ def test_bad_baseline_settings_are_one_clear_sentence(field, value, message):
   config[section][name] = value
   with pytest.raises(ValueError, match=message):
     models.build_model(config, 2)
+
+
+def test_rmsprop_is_keras_rmsprop_with_eps_outside_the_square_root():
+  from textattn import defaults, optim
+  config = defaults.classification()
+  config.optimizer.name, config.optimizer.learning_rate = "rmsprop", 0.1
+  tx = optim.make_optimizer(config.optimizer, 10)
+  params = {"w": jnp.zeros(3)}
+  state = tx.init(params)
+  velocity = np.zeros(3)
+  for g in ([1e-3, 0.0, 2.0], [0.0, 1e-4, -1.0]):
+    updates, state = tx.update({"w": jnp.asarray(g)}, state, params)
+    velocity = 0.9 * velocity + 0.1 * np.square(g)  # keras.optimizers.RMSprop.update_step
+    np.testing.assert_allclose(updates["w"], -0.1 * np.asarray(g) / (np.sqrt(velocity) + 1e-7),
+                               rtol=1e-5)

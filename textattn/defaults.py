@@ -67,7 +67,7 @@ def classification() -> ml_collections.ConfigDict:
 
   # ---- Optimiser ----------------------------------------------------------------------------
   config.optimizer = ml_collections.ConfigDict()
-  # adam | adamw | rmsprop | keras_adam (Adam exactly as the seed Keras model computes it)
+  # adam | adamw | rmsprop (Keras') | keras_adam (Adam exactly as the seed Keras model computes it)
   config.optimizer.name = "adam"
   config.optimizer.learning_rate = 1e-3
   config.optimizer.schedule = "constant"  # constant | cosine, both after linear warm-up

@@ -72,7 +72,9 @@ def _make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.G
       chain += [scale_by_keras_adam(opt.b1, opt.b2, opt.eps),
                 optax.scale_by_learning_rate(learning_rate)]
     else:
-      chain.append(optax.rmsprop(learning_rate, eps=opt.eps))
+      # Keras' RMSprop (rho 0.9, eps outside the square root); optax's default puts eps
+      # inside it, which damps the first updates of rarely seen features (bag models) a lot.
+      chain.append(optax.rmsprop(learning_rate, decay=0.9, eps=opt.eps, eps_in_sqrt=False))
   return optax.chain(*chain)
 
 

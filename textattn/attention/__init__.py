@@ -4,7 +4,7 @@
     module = variant.build(num_heads=4, implementation="auto", dtype=jnp.float32, name="attention")
     y = module.apply(params, x, padding_mask)        # x [batch, length, embed] -> same shape
 
-One module per variant (softmax.py, causal.py, additive.py), each with its kernels; common.py
+One module per variant (softmax.py, causal.py, additive.py, causal_additive.py), each with its kernels; common.py
 holds the masks they share; native/ the C++ CPU kernels and their loader; registry.py the
 registry. Importing this package registers the built-in variants.
 """
@@ -13,6 +13,7 @@ registry. Importing this package registers the built-in variants.
 from textattn.attention import softmax  # noqa: I001 -- they register on import
 from textattn.attention import causal  # noqa: F401
 from textattn.attention import additive  # noqa: F401
+from textattn.attention import causal_additive  # noqa: F401
 from textattn.attention.common import usable_cores
 from textattn.attention.registry import (Variant, get, load_plugins, names, register,
                                          unregister)

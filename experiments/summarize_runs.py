@@ -1,0 +1,78 @@
+"""The table of experiments/imdb_baselines.sh: per group of workdirs (names NAME_sSEED), the
+parameter count, mean wall time, test accuracy mean +- sd (sample sd) over the seeds, then
+McNemar's exact test between neighbours in that order, on their seed-0 test predictions.
+
+    python experiments/summarize_runs.py RUNS
+"""
+
+import collections
+import json
+import os
+import re
+import sys
+
+import numpy as np
+
+from textattn import compare
+
+
+def test_accuracy(workdir):
+  ensemble = os.path.join(workdir, "ensemble.json")
+  if os.path.exists(ensemble):
+    with open(ensemble) as f:
+      return json.load(f)["test_accuracy"]
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  return [r for r in rows if "test/params_from_step" in r][-1]["test/accuracy"]
+
+
+def parameters(workdir):
+  if os.path.exists(os.path.join(workdir, "ensemble.json")):
+    with open(os.path.join(workdir, "ensemble.json")) as f:
+      return sum(parameters(m["workdir"]) for m in json.load(f)["members"])
+  import jax
+  import textattn
+  params = textattn.load(workdir).params
+  return int(sum(np.prod(p.shape) for p in jax.tree_util.tree_leaves(params)))
+
+
+def main(runs):
+  groups = collections.defaultdict(dict)
+  for name in sorted(os.listdir(runs)):
+    match = re.fullmatch(r"(.+)_s(\d+)", name)
+    if match and os.path.isdir(os.path.join(runs, name)):
+      try:
+        groups[match[1]][int(match[2])] = (os.path.join(runs, name),
+                                           test_accuracy(os.path.join(runs, name)))
+      except (OSError, IndexError, KeyError):
+        print(f"(skipped {name}: no test report)", file=sys.stderr)
+  times = collections.defaultdict(list)
+  if os.path.exists(os.path.join(runs, "times.tsv")):
+    for line in open(os.path.join(runs, "times.tsv")):
+      name, seconds = line.split()
+      times[re.sub(r"_s\d+$", "", name)].append(float(seconds))
+  order = sorted(groups, key=lambda g: np.mean([a for _, a in groups[g].values()]))
+  print("| model | params | train + test wall s (mean) | test accuracy % | seeds |")
+  print("| --- | --- | --- | --- | --- |")
+  for group in order:
+    runs_of = groups[group]
+    accuracies = 100 * np.array([a for _, a in runs_of.values()])
+    sd = accuracies.std(ddof=1) if len(accuracies) > 1 else float("nan")
+    first = runs_of[min(runs_of)][0]
+    wall = f"{np.mean(times[group]):.0f}" if times[group] else "-"
+    print(f"| {group} | {parameters(first):,} | {wall} | {accuracies.mean():.2f} ± {sd:.2f} | "
+          f"{','.join(map(str, sorted(runs_of)))} |")
+  print("\nMcNemar, seed-0 test predictions, neighbours in the order above:")
+  for a, b in zip(order, order[1:]):
+    if 0 not in groups[a] or 0 not in groups[b]:
+      continue
+    la, pa = compare.load_predictions(groups[a][0][0])
+    lb, pb = compare.load_predictions(groups[b][0][0])
+    r = compare.compare(la, pa, lb, pb)
+    print(f"{a} -> {b}: {100 * r.difference:+.2f} points (95% CI {100 * r.ci95[0]:+.2f} to "
+          f"{100 * r.ci95[1]:+.2f}); only {a} right {r.only_a_right}, only {b} right "
+          f"{r.only_b_right}; McNemar p = {r.mcnemar_p:.3g}")
+
+
+if __name__ == "__main__":
+  main(sys.argv[1])

@@ -1,0 +1,109 @@
+"""Causal additive attention (textattn/attention/causal_additive.py), both forms: against
+float64 references written from the definitions, causality, padding, and step-by-step decoding
+of the recurrent form."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from textattn import attention
+from textattn.attention import additive, causal_additive
+
+B, L, H, D = 2, 7, 2, 4
+
+
+def softmax_sum(scores, values):
+  """sum_i softmax(scores)_i values_i in float64; scores [n, H], values [n, H, D]."""
+  w = np.exp(scores - scores.max(0))
+  w /= w.sum(0)
+  return np.einsum("nh,nhd->hd", w, values)
+
+
+def score(x, kernel):  # x [n, H, D] -> [n, H]
+  return x.reshape(len(x), -1) @ kernel / np.sqrt(D)
+
+
+def reference(q, k, mask, wa, wb, form):
+  """Position by position, from the definitions (float64)."""
+  out = np.zeros(q.shape)
+  for b in range(q.shape[0]):
+    for t in range(q.shape[1]):
+      seen = [i for i in range(t + 1) if mask[b, i]]
+      if not seen:
+        continue
+      g_q = softmax_sum(score(q[b, seen], wa), q[b, seen])
+      if form == "direct":
+        p = k[b, seen] * g_q[None]
+      else:  # each key with the global query of its own position
+        p = np.stack([k[b, i] * softmax_sum(score(q[b, [j for j in seen if j <= i]], wa),
+                                            q[b, [j for j in seen if j <= i]]) for i in seen])
+      out[b, t] = q[b, t] * softmax_sum(score(p, wb), p)
+  return out
+
+
+def inputs(seed=0):
+  rng = np.random.default_rng(seed)
+  q, k = rng.normal(size=(2, B, L, H, D))
+  wa, wb = rng.normal(size=(2, H * D, H))
+  mask = np.ones((B, L), bool)
+  mask[1, 5:] = False  # padding after the tokens
+  mask[1, 0] = False  # and a padded first position: its prefix has no real token
+  return q, k, mask, wa, wb
+
+
+@pytest.mark.parametrize("form", causal_additive.FORMS)
+def test_each_form_matches_its_definition_in_float64(form):
+  q, k, mask, wa, wb = inputs()
+  got = causal_additive.CORES[form](*(jnp.asarray(x, jnp.float32) for x in (q, k)),
+                                    jnp.asarray(mask), jnp.asarray(wa, jnp.float32),
+                                    jnp.asarray(wb, jnp.float32))
+  np.testing.assert_allclose(np.asarray(got), reference(q, k, mask, wa, wb, form), rtol=2e-4,
+                             atol=2e-5)
+  assert not np.asarray(got)[1, 0].any()  # nothing real seen yet: exactly 0
+
+
+def test_the_two_forms_differ_and_the_direct_form_ends_as_bidirectional_fastformer():
+  q, k, mask, wa, wb = (jnp.asarray(x, jnp.float32) if x.dtype != bool else jnp.asarray(x)
+                        for x in inputs(1))
+  mask = jnp.ones((B, L), bool)
+  direct = causal_additive.direct_causal_additive(q, k, mask, wa, wb)
+  recurrent = causal_additive.recurrent_causal_additive(q, k, mask, wa, wb)
+  assert not np.allclose(direct, recurrent, atol=1e-3)  # two different functions
+  full = additive.additive_attention(q, k, mask, wa, wb)
+  np.testing.assert_allclose(direct[:, -1], full[:, -1], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(direct[:, 0], recurrent[:, 0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["causal_additive", "causal_additive_recurrent"])
+def test_no_position_sees_a_later_one_and_padding_changes_nothing(name):
+  variant = attention.get(name)
+  assert variant.causal
+  module = variant.build(num_heads=H, implementation="auto", dtype=jnp.float32)
+  x = jax.random.normal(jax.random.key(0), (B, L, H * D))
+  mask = jnp.ones((B, L), bool)
+  params = module.init(jax.random.key(1), x, mask)
+  y = module.apply(params, x, mask)
+  for t in range(L - 1):
+    changed = x.at[:, t + 1:].set(jax.random.normal(jax.random.key(t + 2), x[:, t + 1:].shape))
+    np.testing.assert_allclose(module.apply(params, changed, mask)[:, :t + 1], y[:, :t + 1],
+                               rtol=1e-5, atol=1e-6)
+  longer = jnp.concatenate([x, jax.random.normal(jax.random.key(9), (B, 3, H * D))], axis=1)
+  padded = jnp.concatenate([mask, jnp.zeros((B, 3), bool)], axis=1)
+  np.testing.assert_allclose(module.apply(params, longer, padded)[:, :L], y, rtol=1e-5, atol=1e-6)
+  grads = jax.grad(lambda p: module.apply(p, longer, padded).sum())(params)
+  assert all(np.isfinite(g).all() for g in jax.tree_util.tree_leaves(grads))
+
+
+def test_recurrent_decoding_step_by_step_equals_the_whole_sequence():
+  q, k, mask, wa, wb = inputs(2)
+  q, k, wa, wb = (jnp.asarray(x, jnp.float32) for x in (q, k, wa, wb))
+  whole = causal_additive.recurrent_causal_additive(q, k, jnp.asarray(mask), wa, wb)
+  state = causal_additive.init_state(B, H, D)
+  step = jax.jit(causal_additive.recurrent_step)
+  for t in range(L):
+    state, u = step(state, q[:, t], k[:, t], jnp.asarray(mask[:, t]), wa, wb)
+    expected = np.where(mask[:, t, None, None], whole[:, t], 0.0)
+    np.testing.assert_allclose(u, expected, rtol=1e-5, atol=1e-6)
+  # The state is the same size after 7 tokens as after 1: O(1) decoding.
+  assert state.alpha_values.shape == (B, H, D)

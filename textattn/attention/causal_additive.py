@@ -1,0 +1,186 @@
+"""Causal Fastformer additive attention, two forms; registers "causal_additive" (direct) and
+"causal_additive_recurrent" (recurrent).
+
+Fastformer (textattn/attention/additive.py) pools the whole sequence twice: a global query
+g_q = sum_i alpha_i q_i, then a global key g_k = sum_i beta_i p_i with p_i = g_q * k_i. Made
+causal, position t may use positions <= t only, and there are two honest ways to do that:
+
+- **direct** ("causal_additive"): exactly the bidirectional definition restricted to the prefix.
+  g_q(t) = sum_{i<=t} softmax_{i<=t}(a_i) q_i, with a_i = score_alpha(q_i); every earlier key is
+  re-scored with that prefix's global query, p_i(t) = g_q(t) * k_i and
+  g_k(t) = sum_{i<=t} softmax_{i<=t}(score_beta(p_i(t))) p_i(t). Prefix semantics are exact,
+  but the beta scores depend on t, so training costs O(length^2) and decoding O(t) per token
+  (the keys are cached), like softmax attention.
+- **recurrent** ("causal_additive_recurrent"): each key is scored once, with the global query
+  of its own position: p_i = g_q(i) * k_i, g_k(t) = sum_{i<=t} softmax_{i<=t}(score_beta(p_i))
+  p_i. Both global vectors are then running softmax-weighted sums, so training is O(length)
+  (an associative scan) and decoding is O(1) per token from a fixed-size state (`init_state`,
+  `recurrent_step`). It is not the same function as the direct form: an early key keeps the
+  score it got from an early, less informed global query.
+
+Both output u_t = g_k(t) * q_t, then (as the bidirectional module) W_o u + q. Padding keys get no
+weight; a position whose prefix has no real token outputs u = 0. Running sums are kept
+stable as (max, sum of exp(score - max) * value, sum of exp(score - max)). Scores and sums are
+float32 whatever the activations' dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from textattn.attention import registry
+from textattn.attention.common import MASK_VALUE, Array, dense_init
+
+FORMS = ("direct", "recurrent")
+
+
+def _scores(x: Array, kernel: Array) -> Array:
+  """score(x) of [batch, length, heads, dim] features -> float32 [batch, length, heads]."""
+  batch, length, heads, head_dim = x.shape
+  s = jnp.einsum("blf,fh->blh", x.reshape(batch, length, heads * head_dim).astype(jnp.float32),
+                 kernel.astype(jnp.float32))
+  return s * head_dim ** -0.5
+
+
+def _combine(a, b):
+  """Associative merge of two running softmax sums (max, weighted values, weights)."""
+  m_a, v_a, w_a = a
+  m_b, v_b, w_b = b
+  m = jnp.maximum(m_a, m_b)
+  scale_a, scale_b = jnp.exp(m_a - m), jnp.exp(m_b - m)
+  return m, v_a * scale_a[..., None] + v_b * scale_b[..., None], w_a * scale_a + w_b * scale_b
+
+
+def prefix_softmax_sum(scores: Array, values: Array, mask: Array) -> Array:
+  """out[:, t] = sum_{i<=t, mask_i} softmax_{i<=t, mask_i}(scores)_i values_i, per head.
+
+  scores float32 [batch, length, heads]; values [batch, length, heads, dim]; mask bool
+  [batch, length]. A prefix without a real position gives 0. O(length) (associative scan).
+  """
+  real = mask[:, :, None]
+  m = jnp.where(real, scores, MASK_VALUE)
+  w = jnp.broadcast_to(real, scores.shape).astype(jnp.float32)
+  v = values.astype(jnp.float32) * w[..., None]
+  _, total_v, total_w = jax.lax.associative_scan(_combine, (m, v, w), axis=1)
+  return jnp.where(total_w[..., None] > 0, total_v / jnp.maximum(total_w, 1e-30)[..., None], 0.0)
+
+
+def recurrent_causal_additive(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
+                              beta_kernel: Array) -> Array:
+  """The recurrent form's u [batch, length, heads, dim] (module docstring), O(length)."""
+  global_query = prefix_softmax_sum(_scores(query, alpha_kernel), query, padding_mask)
+  mixed = key.astype(jnp.float32) * global_query  # p_i = g_q(i) * k_i
+  global_key = prefix_softmax_sum(_scores(mixed, beta_kernel), mixed, padding_mask)
+  return (query.astype(jnp.float32) * global_key).astype(query.dtype)
+
+
+def direct_causal_additive(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
+                           beta_kernel: Array) -> Array:
+  """The direct form's u [batch, length, heads, dim] (module docstring), O(length^2)."""
+  batch, length, heads, head_dim = query.shape
+  global_query = prefix_softmax_sum(_scores(query, alpha_kernel), query, padding_mask)
+  k = key.astype(jnp.float32).reshape(batch, length, heads * head_dim)
+  g = global_query.reshape(batch, length, heads * head_dim)
+  # score_beta(g_q(t) * k_i) = sum_f k_i[f] g_q(t)[f] W[f, h], for every (t, i): [b, t, i, h].
+  scores = jnp.einsum("bif,btf,fh->btih", k, g, beta_kernel.astype(jnp.float32))
+  scores = scores * head_dim ** -0.5
+  visible = (padding_mask[:, None, :] & jnp.tril(jnp.ones((length, length), bool))[None])
+  scores = jnp.where(visible[..., None], scores, MASK_VALUE)
+  beta = jax.nn.softmax(scores, axis=2) * visible[..., None]
+  # g_k(t) = sum_i beta_ti p_i(t) = g_q(t) * sum_i beta_ti k_i   (per head)
+  pooled_keys = jnp.einsum("btih,bihd->bthd", beta, key.astype(jnp.float32))
+  global_key = global_query * pooled_keys
+  return (query.astype(jnp.float32) * global_key).astype(query.dtype)
+
+
+class State(NamedTuple):
+  """The recurrent form's decoding state after some tokens: two running softmax sums."""
+  alpha_max: Array  # [batch, heads]
+  alpha_values: Array  # [batch, heads, dim]
+  alpha_weights: Array  # [batch, heads]
+  beta_max: Array
+  beta_values: Array
+  beta_weights: Array
+
+
+def init_state(batch: int, heads: int, head_dim: int) -> State:
+  m = jnp.full((batch, heads), MASK_VALUE, jnp.float32)
+  v = jnp.zeros((batch, heads, head_dim), jnp.float32)
+  w = jnp.zeros((batch, heads), jnp.float32)
+  return State(m, v, w, m, v, w)
+
+
+def recurrent_step(state: State, query: Array, key: Array, real: Array, alpha_kernel: Array,
+                   beta_kernel: Array) -> tuple[State, Array]:
+  """One position of the recurrent form in O(1): query/key [batch, heads, dim], real bool
+  [batch] (False: a padding position, which changes nothing and outputs 0) -> (state, u)."""
+  q, k = query[:, None], key[:, None]
+  mask = real[:, None, None]
+
+  def push(m, v, w, scores, values):
+    new = _combine((m, v, w), (jnp.where(mask[..., 0], scores, MASK_VALUE),
+                               values * mask, mask[..., 0].astype(jnp.float32)))
+    mean = jnp.where(new[2][..., None] > 0, new[1] / jnp.maximum(new[2], 1e-30)[..., None], 0.0)
+    return new, mean
+
+  (am, av, aw), global_query = push(state.alpha_max, state.alpha_values, state.alpha_weights,
+                                    _scores(q, alpha_kernel)[:, 0], q[:, 0].astype(jnp.float32))
+  mixed = key.astype(jnp.float32) * global_query
+  (bm, bv, bw), global_key = push(state.beta_max, state.beta_values, state.beta_weights,
+                                  _scores(mixed[:, None], beta_kernel)[:, 0], mixed)
+  u = jnp.where(real[:, None, None], query.astype(jnp.float32) * global_key, 0.0)
+  return State(am, av, aw, bm, bv, bw), u.astype(query.dtype)
+
+
+CORES = {"direct": direct_causal_additive, "recurrent": recurrent_causal_additive}
+
+
+class CausalAdditiveAttention(nn.Module):
+  """Causal Fastformer attention, output = W_o u + q (as the bidirectional module)."""
+  num_heads: int
+  form: str = "recurrent"
+  implementation: str = "xla"
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array) -> Array:
+    embed = x.shape[-1]
+    heads, head_dim = self.num_heads, embed // self.num_heads
+    dense = functools.partial(nn.DenseGeneral, features=(heads, head_dim), dtype=self.dtype,
+                              kernel_init=dense_init())
+    query = dense(name="query")(x)
+    key = dense(name="key")(x)
+    alpha_kernel = self.param("alpha_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
+    beta_kernel = self.param("beta_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
+    u = CORES[self.form](query, key, padding_mask, alpha_kernel, beta_kernel)
+    out = nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                          name="out")(u)
+    return out + query.reshape(x.shape[:-1] + (embed,))
+
+
+def _check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "float32") -> None:
+  del dtype
+  registry.check_choice("model.attention_impl", implementation, ("auto", "xla"))
+  registry.check_heads(embed_dim, num_heads)
+
+
+registry.register(registry.Variant(
+    name="causal_additive",
+    build=functools.partial(CausalAdditiveAttention, form="direct"),
+    check=_check,
+    causal=True,
+    kernels=(("xla", "direct causal (XLA)"),),
+    description="causal Fastformer, direct form: exact prefix semantics, O(length^2)"))
+
+registry.register(registry.Variant(
+    name="causal_additive_recurrent",
+    build=functools.partial(CausalAdditiveAttention, form="recurrent"),
+    check=_check,
+    causal=True,
+    kernels=(("xla", "recurrent causal (XLA)"),),
+    description="causal Fastformer, recurrent form: keys scored once, O(length), O(1) decoding"))
