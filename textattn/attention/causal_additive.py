@@ -148,7 +148,10 @@ class CausalAdditiveAttention(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x: Array, padding_mask: Array) -> Array:
+  def __call__(self, x: Array, padding_mask: Array, decode: bool = False) -> Array:
+    """decode=True as softmax's SelfAttention: a first whole-length call allocates the
+    "cache" (recurrent: the running sums only, O(1) in length; direct: those plus every key so
+    far), then one position [batch, 1, embed] per call."""
     embed = x.shape[-1]
     heads, head_dim = self.num_heads, embed // self.num_heads
     dense = functools.partial(nn.DenseGeneral, features=(heads, head_dim), dtype=self.dtype,
@@ -157,10 +160,50 @@ class CausalAdditiveAttention(nn.Module):
     key = dense(name="key")(x)
     alpha_kernel = self.param("alpha_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
     beta_kernel = self.param("beta_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
-    u = CORES[self.form](query, key, padding_mask, alpha_kernel, beta_kernel)
+    if decode and self.has_variable("cache", "state"):
+      u = self._decode_step(query, key, padding_mask, alpha_kernel, beta_kernel)
+    else:
+      if decode:
+        batch, length = padding_mask.shape
+        self.variable("cache", "state", init_state, batch, heads, head_dim)
+        if self.form == "direct":
+          self.variable("cache", "keys", jnp.zeros, (batch, length, heads, head_dim),
+                        jnp.float32)
+          self.variable("cache", "mask", jnp.zeros, (batch, length), bool)
+          self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+      u = CORES[self.form](query, key, padding_mask, alpha_kernel, beta_kernel)
     out = nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
                           name="out")(u)
     return out + query.reshape(x.shape[:-1] + (embed,))
+
+  def _decode_step(self, query, key, padding_mask, alpha_kernel, beta_kernel):
+    cache = self.variable("cache", "state")
+    real = padding_mask[:, 0].astype(bool)
+    if self.form == "recurrent":
+      cache.value, u = recurrent_step(cache.value, query[:, 0], key[:, 0], real, alpha_kernel,
+                                      beta_kernel)
+      return u[:, None]
+    # Direct: the running global query, then every cached key re-scored with it (O(t)).
+    state, _ = recurrent_step(cache.value, query[:, 0], key[:, 0], real, alpha_kernel,
+                              beta_kernel)  # (only its alpha sums are used)
+    cache.value = state
+    global_query = jnp.where(state.alpha_weights[..., None] > 0, state.alpha_values
+                             / jnp.maximum(state.alpha_weights, 1e-30)[..., None], 0.0)
+    keys, mask = self.variable("cache", "keys"), self.variable("cache", "mask")
+    index = self.variable("cache", "index")
+    i = index.value
+    keys.value = jax.lax.dynamic_update_slice(keys.value, key.astype(jnp.float32), (0, i, 0, 0))
+    mask.value = jax.lax.dynamic_update_slice(mask.value, real[:, None], (0, i))
+    index.value = i + 1
+    batch, length, heads, head_dim = keys.value.shape
+    visible = mask.value & (jnp.arange(length) <= i)[None]
+    scores = jnp.einsum("bif,bf,fh->bih", keys.value.reshape(batch, length, heads * head_dim),
+                        global_query.reshape(batch, heads * head_dim),
+                        beta_kernel.astype(jnp.float32)) * head_dim ** -0.5
+    beta = jax.nn.softmax(jnp.where(visible[..., None], scores, MASK_VALUE), axis=1)
+    pooled = jnp.einsum("bih,bihd->bhd", beta * visible[..., None], keys.value)
+    u = query[:, 0].astype(jnp.float32) * global_query * pooled
+    return jnp.where(real[:, None, None], u, 0.0).astype(query.dtype)[:, None]
 
 
 def _check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "float32") -> None:

@@ -331,7 +331,11 @@ class SelfAttention(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x: Array, padding_mask: Array) -> Array:
+  def __call__(self, x: Array, padding_mask: Array, decode: bool = False) -> Array:
+    """decode=True (causal only), as Flax's examples/wmt: a first call (`init`) on the whole
+    [batch, max_len] length allocates the "cache" collection (keys, values, their mask, the
+    next position); each later call gives one position [batch, 1, embed] and attends to the
+    cached positions so far and itself."""
     embed = x.shape[-1]
     head_dim = embed // self.num_heads
     dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
@@ -341,9 +345,31 @@ class SelfAttention(nn.Module):
     value = dense(name="value")(x)
     kernel = KERNELS[resolve(self.implementation, head_dim, jnp.dtype(self.dtype).name,
                              "causal" if self.causal else "softmax")]
-    out = kernel(query, key, value, padding_mask, causal=self.causal)
+    if decode and self.has_variable("cache", "keys"):
+      out = self._decode_step(query, key, value, padding_mask)
+    else:
+      if decode:
+        if not self.causal:
+          raise ValueError("decode=True needs a causal attention variant.")
+        self.variable("cache", "keys", jnp.zeros, key.shape, key.dtype)
+        self.variable("cache", "values", jnp.zeros, value.shape, value.dtype)
+        self.variable("cache", "mask", jnp.zeros, padding_mask.shape, bool)
+        self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+      out = kernel(query, key, value, padding_mask, causal=self.causal)
     return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
                            name="out")(out)
+
+  def _decode_step(self, query, key, value, padding_mask):
+    """One position against the cache: O(positions cached) work, like the full attention."""
+    keys, values = self.variable("cache", "keys"), self.variable("cache", "values")
+    mask, index = self.variable("cache", "mask"), self.variable("cache", "index")
+    i = index.value
+    keys.value = jax.lax.dynamic_update_slice(keys.value, key, (0, i, 0, 0))
+    values.value = jax.lax.dynamic_update_slice(values.value, value, (0, i, 0, 0))
+    mask.value = jax.lax.dynamic_update_slice(mask.value, padding_mask.astype(bool), (0, i))
+    index.value = i + 1
+    return softmax_attention(query, keys.value, values.value, mask.value, causal=True,
+                             q_positions=i[None])
 
 
 registry.register(registry.Variant(

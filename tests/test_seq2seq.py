@@ -1,0 +1,119 @@
+"""The translation model (textattn/seq2seq.py) and pairs data (textattn/data/pairs.py):
+causality, padding, cached decoding against the full decoder, greedy decoding, the pairs
+loader and its splits."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from textattn import seq2seq
+from textattn.data import pairs as pairs_lib
+from textattn.data.splits import DataError
+
+CAUSAL = ["causal", "causal_additive", "causal_additive_recurrent"]
+S, T = 6, 8
+
+
+def small(decoder_attention, encoder_attention="softmax"):
+  model = seq2seq.Seq2Seq(source_vocab=30, target_vocab=25, source_len=S, target_len=T,
+                          embed_dim=16, num_heads=2, ffn_dim=32,
+                          encoder_attention=encoder_attention,
+                          decoder_attention=decoder_attention)
+  sources = jnp.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12]])
+  targets = jnp.array([[2, 5, 6, 7, 8, 9, 10, 11], [2, 12, 13, 0, 0, 0, 0, 0]])
+  params = model.init(jax.random.key(0), sources, targets)["params"]
+  return model, params, sources, targets
+
+
+@pytest.mark.parametrize("attention", CAUSAL)
+def test_no_logit_depends_on_a_later_target_token(attention):
+  model, params, sources, targets = small(attention)
+  logits = model.apply({"params": params}, sources, targets)
+  for t in range(T - 1):
+    changed = targets.at[0, t + 1:].set((targets[0, t + 1:] + 3) % 25 + 1)
+    again = model.apply({"params": params}, sources, changed)
+    np.testing.assert_allclose(again[0, :t + 1], logits[0, :t + 1], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(again[0, t + 1:], logits[0, t + 1:])
+
+
+@pytest.mark.parametrize("attention", CAUSAL)
+def test_padding_on_either_side_changes_no_real_position(attention):
+  model, params, sources, targets = small(attention, encoder_attention="additive")
+  logits = model.apply({"params": params}, sources, targets)
+  wide = model.clone(source_len=S + 3, target_len=T + 2)
+  wide_params = jax.tree.map(lambda x: x, params)
+  for side, extra in (("source_embed", S + 3), ("target_embed", T + 2)):
+    table = params[side]["position"]
+    wide_params[side]["position"] = jnp.concatenate(
+        [table, jnp.zeros((extra - table.shape[0], table.shape[1]))])
+  padded = wide.apply({"params": wide_params}, jnp.pad(sources, ((0, 0), (0, 3))),
+                      jnp.pad(targets, ((0, 0), (0, 2))))
+  real = np.asarray(targets != 0)
+  np.testing.assert_allclose(np.asarray(padded[:, :T])[real], np.asarray(logits)[real],
+                             rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", CAUSAL)
+def test_cached_decoding_steps_give_the_full_decoders_logits(attention):
+  model, params, sources, targets = small(attention)
+  memory, memory_mask = model.apply({"params": params}, sources, method=seq2seq.Seq2Seq.encode)
+  full = model.apply({"params": params}, targets[:1].repeat(2, 0), memory, memory_mask,
+                     method=seq2seq.Seq2Seq.decode)
+  cache = seq2seq.init_cache(model, params, memory, memory_mask)
+  step = jax.jit(lambda c, tok: seq2seq.decode_step(model, params, c, tok, memory, memory_mask))
+  for t in range(T):
+    logits, cache = step(cache, targets[:1, t].repeat(2, 0))
+    np.testing.assert_allclose(logits, full[:, t], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("attention", CAUSAL)
+def test_greedy_decoding_with_and_without_the_cache_agree(attention):
+  model, params, sources, _ = small(attention)
+  decode = jax.jit(lambda p, s, cached: seq2seq.greedy_decode(model, p, s, 2, 9, cached=cached),
+                   static_argnums=2)
+  cached, uncached = decode(params, sources, True), decode(params, sources, False)
+  np.testing.assert_array_equal(cached, uncached)
+  for row in np.asarray(cached):  # nothing after a row's first [end]
+    ends = np.flatnonzero(row == 9)
+    if ends.size:
+      assert not row[ends[0] + 1:].any()
+
+
+def test_a_non_causal_decoder_attention_is_refused_in_one_sentence():
+  with pytest.raises(ValueError, match="decoder_attention='additive' is not a causal variant"):
+    small("additive")
+
+
+def test_pairs_loader_reads_tabs_quotes_blank_lines_and_non_ascii(tmp_path):
+  path = tmp_path / "spa.txt"
+  path.write_text('Go.\tVe.\n\n"Hi," he said.\t"Hola", dijo.\tCC-BY 2.0 (France)\n'
+                  "Where's José?\t¿Dónde está José?\n", encoding="utf-8")
+  pairs = pairs_lib.read_pairs(str(path))
+  assert pairs.sources == ["Go.", '"Hi," he said.', "Where's José?"]
+  assert pairs.targets[1] == '"Hola", dijo.'
+  assert pairs_lib.standardize_source(pairs.sources[2]) == "wheres josé"
+  assert pairs_lib.standardize_target(pairs.targets[2]) == "[start] dónde está josé [end]"
+  bad = tmp_path / "bad.tsv"
+  bad.write_text("one\ttwo\nno tab here\n", encoding="utf-8")
+  with pytest.raises(DataError, match=r"bad.tsv, line 2: expected source<TAB>target"):
+    pairs_lib.read_pairs(str(bad))
+  jsonl = tmp_path / "p.jsonl"
+  jsonl.write_text('{"en": "Hi.", "es": "Hola."}\n{"en": "", "es": "x"}\n', encoding="utf-8")
+  with pytest.raises(DataError, match="line 2: a pair needs a non-empty source and target"):
+    pairs_lib.read_pairs(str(jsonl), "en", "es")
+
+
+def test_splits_are_seeded_70_15_15_and_grouping_keeps_a_sources_translations_together():
+  sources = [f"sentence {i // 3}" for i in range(300)]  # 100 sources, 3 translations each
+  pairs = pairs_lib.Pairs(sources, [f"t{i}" for i in range(300)])
+  plain = pairs_lib.split_indices(pairs, seed=0)
+  assert [len(plain[s]) for s in pairs_lib.SPLITS] == [210, 45, 45]
+  assert np.array_equal(np.sort(np.concatenate(list(plain.values()))), np.arange(300))
+  leaks = {sources[i] for i in plain["test"]} & {sources[i] for i in plain["train"]}
+  assert leaks  # the plain split shares sources between train and test
+  grouped = pairs_lib.split_indices(pairs, seed=0, group_by_source=True)
+  assert not {sources[i] for i in grouped["test"]} & {sources[i] for i in grouped["train"]}
+  assert [len(grouped[s]) for s in pairs_lib.SPLITS] == [210, 45, 45]
+  again = pairs_lib.split_indices(pairs, seed=0, group_by_source=True)
+  assert all(np.array_equal(again[s], grouped[s]) for s in pairs_lib.SPLITS)

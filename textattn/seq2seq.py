@@ -1,0 +1,207 @@
+"""Encoder-decoder Transformer for translation, built from the attention registry.
+
+    sources int [batch, S] (0 = padding) -> encoder: embedding + positions, encoder blocks
+      (any registered variant: softmax, additive, ...), padding masked
+    targets_in int [batch, T] ([start] w1 ... , 0 = padding) -> decoder: embedding + positions,
+      decoder blocks of causal self-attention (a causal variant: causal, causal_additive,
+      causal_additive_recurrent) + softmax cross-attention to the encoder (its padding
+      masked) + feed-forward, post-LN as Deep Learning with Python's TransformerDecoder
+    -> dropout -> logits float32 [batch, T, target vocabulary]
+
+Decoding (`decode=True`, Flax examples/wmt's pattern): `init_cache` runs the decoder once on a
+[batch, max_len] dummy to allocate the "cache" collection; each later `decode_step` call feeds
+one token per row and returns that position's logits, reading and updating the cache (softmax:
+cached keys/values; causal additive: its running sums, plus the keys for the direct form).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from textattn import attention as attention_lib
+from textattn.attention.common import dense_init
+from textattn.attention.softmax import softmax_attention
+from textattn.models import LAYER_NORM_EPSILON, Dropout, EncoderBlock, _keras_embedding_init
+
+Array = jax.Array
+
+
+class Embed(nn.Module):
+  """Token plus learned position embedding (the chapter's PositionalEmbedding); in decode mode
+  the position is the cache's running index."""
+  vocab_size: int
+  max_len: int
+  embed_dim: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens: Array, decode: bool = False) -> Array:
+    x = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=_keras_embedding_init,
+                 dtype=self.dtype, name="token")(tokens)
+    table = self.param("position", _keras_embedding_init, (self.max_len, self.embed_dim))
+    if decode and self.has_variable("cache", "position"):
+      position = self.variable("cache", "position")
+      positions = jax.lax.dynamic_slice_in_dim(table, position.value, 1)
+      position.value = position.value + 1
+      return x + positions[None].astype(self.dtype)
+    if decode:
+      self.variable("cache", "position", lambda: jnp.zeros((), jnp.int32))
+    return x + table[None, :tokens.shape[1]].astype(self.dtype)
+
+
+class CrossAttention(nn.Module):
+  """Softmax attention from decoder positions to the encoder's outputs (padding masked)."""
+  num_heads: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, memory: Array, memory_mask: Array) -> Array:
+    embed = x.shape[-1]
+    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, embed // self.num_heads),
+                              dtype=self.dtype, kernel_init=dense_init())
+    out = softmax_attention(dense(name="query")(x), dense(name="key")(memory),
+                            dense(name="value")(memory), memory_mask, causal=False)
+    return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                           name="out")(out)
+
+
+class DecoderBlock(nn.Module):
+  attention: str
+  num_heads: int
+  ffn_dim: int
+  dropout_rate: float = 0.1
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, padding_mask, memory, memory_mask, *, deterministic: bool,
+               decode: bool = False):
+    embed = x.shape[-1]
+    dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic)
+    norm = lambda name: nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
+    attend = attention_lib.get(self.attention).build(
+        num_heads=self.num_heads, implementation="xla", dtype=self.dtype, name="self_attention")
+    # (decode is passed only when asked: a plugin's variant need not support decoding)
+    attended = attend(x, padding_mask, decode=True) if decode else attend(x, padding_mask)
+    x = norm("norm_self")(x + dropout(attended))
+    cross = CrossAttention(self.num_heads, self.dtype, name="cross_attention")
+    x = norm("norm_cross")(x + dropout(cross(x, memory, memory_mask)))
+    h = nn.relu(nn.Dense(self.ffn_dim, dtype=self.dtype, kernel_init=dense_init(),
+                         name="ffn_in")(x))
+    h = nn.Dense(embed, dtype=self.dtype, kernel_init=dense_init(), name="ffn_out")(h)
+    return norm("norm_ffn")(x + dropout(h))
+
+
+class Seq2Seq(nn.Module):
+  source_vocab: int
+  target_vocab: int
+  source_len: int
+  target_len: int
+  embed_dim: int = 256
+  num_heads: int = 8
+  ffn_dim: int = 2048
+  encoder_layers: int = 1
+  decoder_layers: int = 1
+  encoder_attention: str = "softmax"
+  decoder_attention: str = "causal"
+  dropout_rate: float = 0.1  # inside the blocks
+  output_dropout_rate: float = 0.5  # before the output layer (the chapter's Dropout(0.5))
+  dtype: Any = jnp.float32
+
+  def setup(self):
+    variant = attention_lib.get(self.decoder_attention)
+    if not variant.causal:
+      raise ValueError(f"config.model.decoder_attention={self.decoder_attention!r} is not a "
+                       f"causal variant; allowed: "
+                       f"{', '.join(n for n in attention_lib.names() if attention_lib.get(n).causal)}.")
+    self.source_embed = Embed(self.source_vocab, self.source_len, self.embed_dim, self.dtype)
+    self.target_embed = Embed(self.target_vocab, self.target_len, self.embed_dim, self.dtype)
+    self.encoder = [EncoderBlock(self.encoder_attention, self.num_heads, self.ffn_dim,
+                                 self.dropout_rate, "post", "auto", self.dtype)
+                    for _ in range(self.encoder_layers)]
+    self.decoder = [DecoderBlock(self.decoder_attention, self.num_heads, self.ffn_dim,
+                                 self.dropout_rate, self.dtype)
+                    for _ in range(self.decoder_layers)]
+    self.output_dropout = Dropout(self.output_dropout_rate)
+    self.logits = nn.Dense(self.target_vocab, dtype=jnp.float32, kernel_init=dense_init())
+
+  def encode(self, sources: Array, *, train: bool = False) -> tuple[Array, Array]:
+    mask = sources != 0
+    x = self.source_embed(sources)
+    for block in self.encoder:
+      x = block(x, mask, deterministic=not train)
+    return x, mask
+
+  def decode(self, targets_in: Array, memory: Array, memory_mask: Array, *,
+             train: bool = False, decode: bool = False) -> Array:
+    mask = targets_in != 0
+    if decode:  # in a decoding step every fed token is real (rows that ended are ignored)
+      mask = jnp.ones_like(mask)
+    x = self.target_embed(targets_in, decode=decode)
+    for block in self.decoder:
+      x = block(x, mask, memory, memory_mask, deterministic=not train, decode=decode)
+    x = self.output_dropout(x, deterministic=not train)
+    return self.logits(x)
+
+  def __call__(self, sources: Array, targets_in: Array, *, train: bool = False) -> Array:
+    memory, memory_mask = self.encode(sources, train=train)
+    return self.decode(targets_in, memory, memory_mask, train=train)
+
+
+def init_cache(model: Seq2Seq, params, memory: Array, memory_mask: Array):
+  """The empty decoding cache for a batch of encoder outputs (allocated for target_len)."""
+  dummy = jnp.ones((memory.shape[0], model.target_len), jnp.int32)
+  _, variables = model.apply({"params": params}, dummy, memory, memory_mask, decode=True,
+                             method=Seq2Seq.decode, mutable=["cache"])
+  return variables["cache"]
+
+
+def decode_step(model: Seq2Seq, params, cache, tokens: Array, memory: Array,
+                memory_mask: Array) -> tuple[Array, Any]:
+  """Logits [batch, vocab] of the next position after feeding `tokens` [batch] (the previous
+  output of each row), and the updated cache."""
+  logits, updated = model.apply({"params": params, "cache": cache}, tokens[:, None], memory,
+                                memory_mask, decode=True, method=Seq2Seq.decode,
+                                mutable=["cache"])
+  return logits[:, 0], updated["cache"]
+
+
+def greedy_decode(model: Seq2Seq, params, sources: Array, start_id: int, end_id: int,
+                  max_len: int | None = None, cached: bool = True) -> Array:
+  """Greedy translations int [batch, max_len]: each row's tokens after [start], up to and
+  including its first [end], then 0s. cached=False re-runs the whole decoder on the prefix for
+  every token (the chapter's way; for comparison and tests)."""
+  max_len = max_len or model.target_len - 1
+  memory, memory_mask = model.apply({"params": params}, sources, method=Seq2Seq.encode)
+  batch = sources.shape[0]
+  out = jnp.zeros((batch, max_len), jnp.int32)
+  done = jnp.zeros((batch,), bool)
+  if cached:
+    cache = init_cache(model, params, memory, memory_mask)
+
+    def body(t, carry):
+      out, done, cache, previous = carry
+      logits, cache = decode_step(model, params, cache, previous, memory, memory_mask)
+      token = jnp.where(done, 0, jnp.argmax(logits, -1).astype(jnp.int32))
+      out = out.at[:, t].set(token)
+      return out, done | (token == end_id), cache, token
+
+    start = jnp.full((batch,), start_id, jnp.int32)
+    out, _, _, _ = jax.lax.fori_loop(0, max_len, body, (out, done, cache, start))
+    return out
+
+  def body_uncached(t, carry):
+    out, done = carry
+    prefix = jnp.concatenate([jnp.full((batch, 1), start_id, jnp.int32), out], axis=1)
+    prefix = jnp.where(jnp.arange(max_len + 1)[None] <= t, prefix, 0)[:, :model.target_len]
+    logits = model.apply({"params": params}, prefix, memory, memory_mask,
+                         method=Seq2Seq.decode)
+    token = jnp.where(done, 0, jnp.argmax(logits[:, t], -1).astype(jnp.int32))
+    return out.at[:, t].set(token), done | (token == end_id)
+
+  out, _ = jax.lax.fori_loop(0, max_len, body_uncached, (out, done))
+  return out
