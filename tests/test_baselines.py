@@ -145,17 +145,16 @@ def test_bilstm_padding_changes_nothing_and_each_direction_reads_only_real_token
   model = baselines.BiLSTM(num_classes=3, vocab_size=50, embed_dim=8, rnn_dim=4)
   real = jnp.array([[5, 9, 3, 7, 2]])
   params = model.init(jax.random.key(0), real)["params"]
-  unpadded = model.apply({"params": params}, real)
+  apply = jax.jit(lambda tokens, mask=None: model.apply({"params": params}, tokens,
+                                                         padding_mask=mask))
+  unpadded = apply(real)
   padded = jnp.pad(real, ((0, 0), (0, 7)))
-  np.testing.assert_allclose(model.apply({"params": params}, padded), unpadded, rtol=1e-6,
-                             atol=1e-6)
+  np.testing.assert_allclose(apply(padded), unpadded, rtol=1e-6, atol=1e-6)
   # What sits in masked positions is never read, by either direction.
   junk = padded.at[:, 5:].set(11)
-  np.testing.assert_allclose(
-      model.apply({"params": params}, junk, padding_mask=padded != 0), unpadded, rtol=1e-6,
-      atol=1e-6)
+  np.testing.assert_allclose(apply(junk, padded != 0), unpadded, rtol=1e-6, atol=1e-6)
   # And the backward direction does read the last real token (a change there shows).
-  changed = model.apply({"params": params}, padded.at[0, 4].set(8))
+  changed = apply(padded.at[0, 4].set(8))
   assert not np.allclose(changed, unpadded)
 
 
@@ -270,9 +269,8 @@ def test_a_killed_baseline_run_resumes_bit_identically(tmp_path, architecture):
   args = cli_args(data, tmp_path / "cache", num_train_steps=30, **extra)
   straight = run_main(args, tmp_path / "straight")
   assert straight.returncode == 0, straight.stdout + straight.stderr
-  # A run that lost everything after its first checkpoint (as a kill there would leave it).
-  half = run_main(args, tmp_path / "half")
-  assert half.returncode == 0, half.stdout + half.stderr
+  # A copy that lost everything after its first checkpoint (as a kill there would leave it).
+  subprocess.run(["cp", "-r", str(tmp_path / "straight"), str(tmp_path / "half")], check=True)
   checkpoints = tmp_path / "half" / "checkpoints"
   for step in sorted(int(d) for d in os.listdir(checkpoints) if d.isdigit())[1:]:
     subprocess.run(["rm", "-rf", str(checkpoints / str(step))], check=True)

@@ -82,16 +82,17 @@ def test_no_position_sees_a_later_one_and_padding_changes_nothing(name):
   module = variant.build(num_heads=H, implementation="auto", dtype=jnp.float32)
   x = jax.random.normal(jax.random.key(0), (B, L, H * D))
   mask = jnp.ones((B, L), bool)
-  params = module.init(jax.random.key(1), x, mask)
-  y = module.apply(params, x, mask)
+  params = jax.jit(module.init)(jax.random.key(1), x, mask)
+  apply = jax.jit(module.apply)
+  y = apply(params, x, mask)
   for t in range(L - 1):
     changed = x.at[:, t + 1:].set(jax.random.normal(jax.random.key(t + 2), x[:, t + 1:].shape))
-    np.testing.assert_allclose(module.apply(params, changed, mask)[:, :t + 1], y[:, :t + 1],
+    np.testing.assert_allclose(apply(params, changed, mask)[:, :t + 1], y[:, :t + 1],
                                rtol=1e-5, atol=1e-6)
   longer = jnp.concatenate([x, jax.random.normal(jax.random.key(9), (B, 3, H * D))], axis=1)
   padded = jnp.concatenate([mask, jnp.zeros((B, 3), bool)], axis=1)
-  np.testing.assert_allclose(module.apply(params, longer, padded)[:, :L], y, rtol=1e-5, atol=1e-6)
-  grads = jax.grad(lambda p: module.apply(p, longer, padded).sum())(params)
+  np.testing.assert_allclose(apply(params, longer, padded)[:, :L], y, rtol=1e-5, atol=1e-6)
+  grads = jax.jit(jax.grad(lambda p: module.apply(p, longer, padded).sum()))(params)
   assert all(np.isfinite(g).all() for g in jax.tree_util.tree_leaves(grads))
 
 
