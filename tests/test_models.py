@@ -216,7 +216,8 @@ def test_input_longer_than_max_len_is_a_clear_value_error():
 
 
 def test_attention_registry_is_complete():
-  assert attention.names() == ("softmax", "causal", "additive")
+  assert attention.names() == ("softmax", "causal", "additive", "causal_additive",
+                               "causal_additive_recurrent")
   for name in attention.names():
     module = attention.get(name).build(num_heads=2)
     x = jnp.ones((1, 4, 8))
