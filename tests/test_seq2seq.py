@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from textattn import seq2seq
+from textattn import decoding, seq2seq
 from textattn.data import pairs as pairs_lib
 from textattn.data.splits import DataError
 
@@ -61,8 +61,8 @@ def test_cached_decoding_steps_give_the_full_decoders_logits(attention):
   memory, memory_mask = model.apply({"params": params}, sources, method=seq2seq.Seq2Seq.encode)
   full = model.apply({"params": params}, targets[:1].repeat(2, 0), memory, memory_mask,
                      method=seq2seq.Seq2Seq.decode)
-  cache = seq2seq.init_cache(model, params, memory, memory_mask)
-  step = jax.jit(lambda c, tok: seq2seq.decode_step(model, params, c, tok, memory, memory_mask))
+  cache = decoding.init_cache(model, params, memory, memory_mask)
+  step = jax.jit(lambda c, tok: decoding.decode_step(model, params, c, tok, memory, memory_mask))
   for t in range(T):
     logits, cache = step(cache, targets[:1, t].repeat(2, 0))
     np.testing.assert_allclose(logits, full[:, t], rtol=1e-4, atol=1e-4)
@@ -71,7 +71,7 @@ def test_cached_decoding_steps_give_the_full_decoders_logits(attention):
 @pytest.mark.parametrize("attention", CAUSAL)
 def test_greedy_decoding_with_and_without_the_cache_agree(attention):
   model, params, sources, _ = small(attention)
-  decode = jax.jit(lambda p, s, cached: seq2seq.greedy_decode(model, p, s, 2, 9, cached=cached),
+  decode = jax.jit(lambda p, s, cached: decoding.greedy_decode(model, p, s, 2, 9, cached=cached),
                    static_argnums=2)
   cached, uncached = decode(params, sources, True), decode(params, sources, False)
   np.testing.assert_array_equal(cached, uncached)
@@ -118,3 +118,26 @@ def test_splits_are_seeded_70_15_15_and_grouping_keeps_a_sources_translations_to
   assert [len(grouped[s]) for s in pairs_lib.SPLITS] == [210, 45, 45]
   again = pairs_lib.split_indices(pairs, seed=0, group_by_source=True)
   assert all(np.array_equal(again[s], grouped[s]) for s in pairs_lib.SPLITS)
+
+
+@pytest.mark.parametrize("attention", ["causal", "causal_additive_recurrent"])
+def test_beam_of_one_without_length_penalty_is_greedy_and_a_beams_score_is_its_log_p(attention):
+  model, params, sources, _ = small(attention)
+  greedy = decoding.greedy_decode(model, params, sources, 2, 9)
+  search = jax.jit(lambda p, s, k, a: decoding.beam_search(model, p, s, 2, 9, beam_size=k,
+                                                           alpha=a), static_argnums=(2, 3))
+  one, _ = search(params, sources, 1, 0.0)
+  np.testing.assert_array_equal(one, greedy)
+
+  def log_prob(tokens):  # the model's log p of a decoded row (teacher-forced; id 0 excluded)
+    full = jnp.concatenate([jnp.full((len(tokens), 1), 2), tokens], axis=1)[:, :T]
+    logits = model.apply({"params": params}, sources, full)[:, :tokens.shape[1]]
+    log_p = jax.nn.log_softmax(logits.at[..., 0].set(-1e9))
+    picked = jnp.take_along_axis(log_p, tokens[..., None], axis=-1)[..., 0]
+    return jnp.sum(jnp.where(tokens != 0, picked, 0.0), axis=1)
+
+  # A wider beam's score is its output's own log p (alpha 0: no length penalty). (It need not
+  # beat greedy: a finished hypothesis is preferred to an unfinished one, and beam search may
+  # prune the greedy path.)
+  four, scores = search(params, sources, 4, 0.0)
+  np.testing.assert_allclose(scores, log_prob(four), rtol=1e-4, atol=1e-4)

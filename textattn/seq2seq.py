@@ -8,10 +8,10 @@
       masked) + feed-forward, post-LN as Deep Learning with Python's TransformerDecoder
     -> dropout -> logits float32 [batch, T, target vocabulary]
 
-Decoding (`decode=True`, Flax examples/wmt's pattern): `init_cache` runs the decoder once on a
-[batch, max_len] dummy to allocate the "cache" collection; each later `decode_step` call feeds
-one token per row and returns that position's logits, reading and updating the cache (softmax:
-cached keys/values; causal additive: its running sums, plus the keys for the direct form).
+Decoding (`decode=True`, Flax examples/wmt's pattern; textattn/decoding.py): a first call on a
+[batch, target_len] dummy allocates the "cache" collection; each later call feeds one token per
+row and returns that position's logits, reading and updating the cache (softmax: cached
+keys/values; causal additive: its running sums, plus the keys for the direct form).
 """
 
 from __future__ import annotations
@@ -150,58 +150,3 @@ class Seq2Seq(nn.Module):
   def __call__(self, sources: Array, targets_in: Array, *, train: bool = False) -> Array:
     memory, memory_mask = self.encode(sources, train=train)
     return self.decode(targets_in, memory, memory_mask, train=train)
-
-
-def init_cache(model: Seq2Seq, params, memory: Array, memory_mask: Array):
-  """The empty decoding cache for a batch of encoder outputs (allocated for target_len)."""
-  dummy = jnp.ones((memory.shape[0], model.target_len), jnp.int32)
-  _, variables = model.apply({"params": params}, dummy, memory, memory_mask, decode=True,
-                             method=Seq2Seq.decode, mutable=["cache"])
-  return variables["cache"]
-
-
-def decode_step(model: Seq2Seq, params, cache, tokens: Array, memory: Array,
-                memory_mask: Array) -> tuple[Array, Any]:
-  """Logits [batch, vocab] of the next position after feeding `tokens` [batch] (the previous
-  output of each row), and the updated cache."""
-  logits, updated = model.apply({"params": params, "cache": cache}, tokens[:, None], memory,
-                                memory_mask, decode=True, method=Seq2Seq.decode,
-                                mutable=["cache"])
-  return logits[:, 0], updated["cache"]
-
-
-def greedy_decode(model: Seq2Seq, params, sources: Array, start_id: int, end_id: int,
-                  max_len: int | None = None, cached: bool = True) -> Array:
-  """Greedy translations int [batch, max_len]: each row's tokens after [start], up to and
-  including its first [end], then 0s. cached=False re-runs the whole decoder on the prefix for
-  every token (the chapter's way; for comparison and tests)."""
-  max_len = max_len or model.target_len - 1
-  memory, memory_mask = model.apply({"params": params}, sources, method=Seq2Seq.encode)
-  batch = sources.shape[0]
-  out = jnp.zeros((batch, max_len), jnp.int32)
-  done = jnp.zeros((batch,), bool)
-  if cached:
-    cache = init_cache(model, params, memory, memory_mask)
-
-    def body(t, carry):
-      out, done, cache, previous = carry
-      logits, cache = decode_step(model, params, cache, previous, memory, memory_mask)
-      token = jnp.where(done, 0, jnp.argmax(logits, -1).astype(jnp.int32))
-      out = out.at[:, t].set(token)
-      return out, done | (token == end_id), cache, token
-
-    start = jnp.full((batch,), start_id, jnp.int32)
-    out, _, _, _ = jax.lax.fori_loop(0, max_len, body, (out, done, cache, start))
-    return out
-
-  def body_uncached(t, carry):
-    out, done = carry
-    prefix = jnp.concatenate([jnp.full((batch, 1), start_id, jnp.int32), out], axis=1)
-    prefix = jnp.where(jnp.arange(max_len + 1)[None] <= t, prefix, 0)[:, :model.target_len]
-    logits = model.apply({"params": params}, prefix, memory, memory_mask,
-                         method=Seq2Seq.decode)
-    token = jnp.where(done, 0, jnp.argmax(logits[:, t], -1).astype(jnp.int32))
-    return out.at[:, t].set(token), done | (token == end_id)
-
-  out, _ = jax.lax.fori_loop(0, max_len, body_uncached, (out, done))
-  return out
