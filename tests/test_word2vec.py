@@ -201,3 +201,33 @@ def test_mocked_imdb_with_the_unsupervised_split_builds_a_table(tmp_path):
     table, found = word2vec.pretrained_token_table(config, data.tokenizer, data.vocab_size)
   assert table.shape == (data.vocab_size, 8) and found[2:].any() and not found[:2].any()
   assert not list(pathlib.Path(config.cache_dir).glob("*word2vec*"))  # mocked: not cached
+
+
+def test_an_interrupted_build_resumes_from_its_last_epoch_to_the_same_vectors(tmp_path,
+                                                                               monkeypatch):
+  from gensim.models import Word2Vec
+  rng = np.random.default_rng(0)
+  texts = [[f"w{k}" for k in rng.zipf(1.3, 30) % 300] for _ in range(600)]
+  settings = dict(dim=8, window=3, min_count=1, negative=3, epochs=3, seed=0)
+  straight = word2vec.train_vectors(texts, settings)
+  # gensim's own one-call training: the per-epoch calls reproduce it bit for bit.
+  one_call = Word2Vec(texts, vector_size=8, window=3, min_count=1, sg=1, negative=3, epochs=3,
+                      seed=0, workers=1).wv
+  np.testing.assert_array_equal(straight.vectors, one_call.vectors)
+
+  partial = str(tmp_path / "w2v.npz.partial")
+  original, calls = Word2Vec.train, []
+
+  def interrupted(self, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:  # Ctrl-C during the second epoch
+      raise KeyboardInterrupt
+    return original(self, *args, **kwargs)
+
+  monkeypatch.setattr(Word2Vec, "train", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    word2vec.train_vectors(texts, settings, partial_path=partial)
+  monkeypatch.setattr(Word2Vec, "train", original)
+  assert Word2Vec.load(partial).textattn_epochs_done == 1
+  resumed = word2vec.train_vectors(texts, settings, partial_path=partial, progress=True)
+  np.testing.assert_array_equal(resumed.vectors, straight.vectors)

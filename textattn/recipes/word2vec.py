@@ -24,6 +24,7 @@ unsupervised splits); a second run with the same data and settings reads the cac
 from __future__ import annotations
 
 import logging as std_logging
+import os
 import time
 from typing import Any
 
@@ -95,36 +96,77 @@ def vector_settings(config) -> dict[str, Any]:
           "seed": int(w2v.seed)}
 
 
-def train_vectors(texts: list[list[str]], settings: dict[str, Any], *, progress: bool = False):
+def train_vectors(texts: list[list[str]], settings: dict[str, Any], *, progress: bool = False,
+                  partial_path: str | None = None):
   """gensim KeyedVectors from standardised, whitespace-split texts; deterministic.
-  progress: one line per epoch (gensim's own per-second INFO lines are silenced)."""
+
+  progress: one line per epoch with the time left (gensim's per-second INFO lines silenced).
+  partial_path: after each epoch the model is saved there (atomically), and a build finds it
+  and goes on from the next epoch, so an interrupted build (Ctrl-C, a kill) loses at most one
+  epoch. One epoch per `train` call with the learning rate of that stretch of gensim's linear
+  decay gives bit-identically the vectors of one 5-epoch call (tests/test_word2vec.py)."""
   # Only runs that ask for word2vec import gensim.
   from gensim.models import Word2Vec
-  from gensim.models.callbacks import CallbackAny2Vec
-
-  class EpochLine(CallbackAny2Vec):
-    def __init__(self):
-      self.epoch, self.start = 0, time.perf_counter()
-
-    def on_epoch_end(self, model):
-      del model
-      self.epoch += 1
-      elapsed = time.perf_counter() - self.start
-      left = elapsed / self.epoch * (settings["epochs"] - self.epoch)
-      print(f"word2vec: epoch {self.epoch}/{settings['epochs']} done ({elapsed:.0f} s, ETA "
-            f"{left:.0f} s)", flush=True)
 
   gensim_logger = std_logging.getLogger("gensim")
   level = gensim_logger.level
   gensim_logger.setLevel(std_logging.WARNING)
+  epochs = settings["epochs"]
   try:
-    model = Word2Vec(texts, vector_size=settings["dim"], window=settings["window"],
-                     min_count=settings["min_count"], sg=1, negative=settings["negative"],
-                     epochs=settings["epochs"], seed=settings["seed"], workers=1,
-                     callbacks=[EpochLine()] if progress else ())
+    model, done = _resume(partial_path, epochs)
+    if model is None:
+      model = Word2Vec(vector_size=settings["dim"], window=settings["window"],
+                       min_count=settings["min_count"], sg=1, negative=settings["negative"],
+                       epochs=epochs, seed=settings["seed"], workers=1)
+      model.build_vocab(texts)
+    elif progress:
+      print(f"word2vec: resuming after epoch {done}/{epochs} ({partial_path}).", flush=True)
+    start_time = time.perf_counter()
+    # The whole build's learning-rate range (train() overwrites model.alpha / min_alpha).
+    high, low = getattr(model, "textattn_alphas", (model.alpha, model.min_alpha))
+    model.textattn_alphas = (high, low)
+    for epoch in range(done, epochs):
+      model.train(texts, total_examples=model.corpus_count, epochs=1,
+                  start_alpha=high - (high - low) * epoch / epochs,
+                  end_alpha=high - (high - low) * (epoch + 1) / epochs)
+      if partial_path:
+        _save_partial(model, partial_path, epoch + 1)
+      if progress:
+        elapsed = time.perf_counter() - start_time
+        left = elapsed / (epoch + 1 - done) * (epochs - epoch - 1)
+        print(f"word2vec: epoch {epoch + 1}/{epochs} done ({elapsed:.0f} s, ETA {left:.0f} s)",
+              flush=True)
   finally:
     gensim_logger.setLevel(level)
   return model.wv
+
+
+def _resume(partial_path: str | None, epochs: int):
+  """(model, epochs done) from a partial build at partial_path, or (None, 0)."""
+  from gensim.models import Word2Vec
+  if not partial_path or not os.path.exists(partial_path):
+    return None, 0
+  try:
+    model = Word2Vec.load(partial_path)
+    done = int(model.textattn_epochs_done)
+    if not 0 < done < epochs:
+      raise ValueError(f"{done} epochs done of {epochs}")
+    return model, done
+  except Exception as e:  # noqa: BLE001 -- a damaged partial build costs a fresh one
+    logging.warning("Ignoring the partial word2vec build %s (%s).", partial_path, e)
+    return None, 0
+
+
+def _save_partial(model, path: str, done: int) -> None:
+  model.textattn_epochs_done = done
+  tmp = f"{path}.tmp-{os.getpid()}"
+  try:
+    model.save(tmp, separately=[])  # one file, so the rename below is atomic
+    os.replace(tmp, path)
+  except OSError as e:  # a read-only or full cache dir must not stop the build
+    logging.warning("Could not save the partial word2vec build %s (%s).", path, e)
+    if os.path.exists(tmp):
+      os.remove(tmp)
 
 
 def table_from_vectors(tokenizer: tokenizer_lib.WordTokenizer, vectors,
@@ -184,11 +226,14 @@ def pretrained_token_table(config, tokenizer, vocab_size: int, *,
     print(f"Training word2vec ({dim} dimensions, {key_settings['epochs']} epochs, one thread) on "
           f"{len(texts):,} texts ({sum(map(len, texts)):,} words) for the token-embedding "
           f"initialisation; it is cached for later runs.", flush=True)
-    vectors = train_vectors(texts, key_settings, progress=True)
+    partial = f"{path}.partial" if (write and cacheable and path) else None
+    vectors = train_vectors(texts, key_settings, progress=True, partial_path=partial)
     table, found = table_from_vectors(tokenizer, vectors, vocab_size, dim)
-    if write and cacheable and path:
+    if partial:
       try:
         data_lib.atomic_write(path, lambda f: np.savez(f, table=table, found=found), "wb")
+        if os.path.exists(partial):
+          os.remove(partial)
       except OSError as e:  # A read-only or full cache dir must not stop training.
         logging.warning("Could not write word2vec cache %s (%s).", path, e)
   print(f"word2vec: {int(found.sum()):,} of {vocab_size:,} token-embedding rows start from "
