@@ -165,6 +165,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   again if the run is refused before training starts. SIGINT/SIGTERM during training save a
   checkpoint and raise errors.Stopped (see loop.stop_on_signals)."""
   validate_config(config, jax.device_count())
+  return in_workdir(workdir, lambda is_main, lock, progress: _train_and_evaluate(
+      config, workdir, is_main, lock, progress))
+
+
+def in_workdir(workdir: str, body):
+  """body(is_main, lock, progress) holding the workdir lock; a workdir this call created is
+  removed again if body fails before it sets progress["training"] (shared by the tasks)."""
   is_main = jax.process_index() == 0
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise RunError(f"--workdir={workdir} is a file, not a directory; name a directory (it is "
@@ -180,7 +187,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     except RunError as e:
       problem = e
     checkpointing.stop_together(problem)
-    return _train_and_evaluate(config, workdir, is_main, lock, progress)
+    return body(is_main, lock, progress)
   except Exception:
     if created and is_main and not progress["training"]:
       shutil.rmtree(workdir, ignore_errors=True)  # refused before training: leave no trace

@@ -97,6 +97,50 @@ def classification() -> ml_collections.ConfigDict:
   return config
 
 
+def translation() -> ml_collections.ConfigDict:
+  """The translation task's defaults (textattn/translation.py): Deep Learning with Python's
+  English-to-Spanish Transformer (ch. 11.5) with standard head sizes."""
+  config = ml_collections.ConfigDict()
+  config.task = "translation"
+  # ---- Data (textattn/data/pairs.py) --------------------------------------------------------
+  config.dataset = ""  # a pairs file: .txt/.tsv (source<TAB>target), .csv or .jsonl
+  config.source_field = "source"  # .csv/.jsonl: the field names
+  config.target_field = "target"
+  config.split_by = "pair"  # pair (the chapter's) | source (a source's translations together)
+  config.data_seed = 0
+  config.source_vocab = 15000  # word vocabularies of the training pairs, ids 0/1 reserved
+  config.target_vocab = 15000
+  config.source_len = 20  # tokens; targets get target_len + 1 with [start] ... [end]
+  config.target_len = 20
+  # ---- Model (textattn/seq2seq.py) ----------------------------------------------------------
+  config.model = ml_collections.ConfigDict()
+  config.model.encoder_attention = "softmax"  # any registered variant
+  config.model.decoder_attention = "causal"  # a causal one: causal | causal_additive[_recurrent]
+  config.model.embed_dim = 256
+  config.model.num_heads = 8
+  config.model.ffn_dim = 2048
+  config.model.encoder_layers = 1
+  config.model.decoder_layers = 1
+  config.model.dropout_rate = 0.1  # inside the blocks
+  config.model.output_dropout_rate = 0.5  # before the output layer, as the chapter
+  config.model.dtype = "float32"
+  # ---- Optimiser, loop: as classification ---------------------------------------------------
+  base = classification()
+  config.optimizer = base.optimizer
+  config.optimizer.name = "rmsprop"
+  for field in ("seed", "batch_size", "eval_batch_size", "num_epochs", "num_train_steps",
+                "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
+                "evals_per_epoch", "final_params", "keep_checkpoints", "num_cpu_devices",
+                "xla_flags", "deterministic"):
+    config[field] = base[field]
+  config.batch_size = 64
+  config.evals_per_epoch = 1
+  # ---- Test report --------------------------------------------------------------------------
+  config.beam_size = 4  # 0: greedy only
+  config.length_penalty = 0.6  # GNMT's alpha
+  return config
+
+
 def load(path: str) -> ml_collections.ConfigDict:
   """get_config() of the config file at `path`, loaded by path (configs are not a package)."""
   if not os.path.isfile(path):

@@ -70,7 +70,9 @@ def main(argv):
   try:
     # Everything a run's config and flags can get wrong is checked before JAX starts or the
     # workdir is touched: exit 2, one line, nothing created.
-    data_lib.validate_config(config)
+    task = config.get("task", "classification")
+    if task != "translation":
+      data_lib.validate_config(config)
     platform.request_cpu_devices(config)  # before any JAX operation
     attention.load_plugins(_PLUGINS.value)
   except ValueError as error:
@@ -86,14 +88,21 @@ def main(argv):
   print(f"JAX process {jax.process_index()}/{jax.process_count()}, {jax.local_device_count()} "
         f"local / {jax.device_count()} global devices ({jax.default_backend()}).", flush=True)
   try:
-    classify.validate_config(config, jax.device_count())
+    if task == "translation":
+      from textattn import translation
+      translation.validate_config(config, jax.device_count())
+    else:
+      classify.validate_config(config, jax.device_count())
     platform.check_xla_flags(config)
   except ValueError as error:
     _usage_error(str(error))
 
   existed = os.path.exists(workdir)
   try:
-    classify.train_and_evaluate(config, workdir)
+    if task == "translation":
+      translation.train_and_evaluate(config, workdir)
+    else:
+      classify.train_and_evaluate(config, workdir)
   except (ValueError, NonFiniteLossError) as error:
     # A user's mistake (bad config, bad data, a workdir of another run) or a diverged run:
     # one clear sentence; exit 2 for the config (a usage error), 1 for the data or the run.

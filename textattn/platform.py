@@ -135,7 +135,8 @@ def machine_signature(config: ml_collections.ConfigDict) -> dict:
   import jaxlib
   signature = {"backend": jax.default_backend(), "devices": jax.device_count(),
                "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
-               "jaxlib": jaxlib.__version__, "attention_impl": config.model.attention_impl,
+               "jaxlib": jaxlib.__version__,
+               "attention_impl": config.model.get("attention_impl", "xla"),
                "xla_flags": config.xla_flags, "deterministic": config.deterministic,
                # None: JAX's default (TF32 products on recent NVIDIA GPUs, float32 on CPUs).
                "matmul_precision": jax.config.jax_default_matmul_precision}
