@@ -81,3 +81,26 @@ def test_a_translation_run_resumes_bit_identically_and_runs_from_main(tmp_path):
                   tmp_path / "main")
   assert done.returncode == 0, done.stdout + done.stderr
   assert "Test report: loss=" in done.stdout and "bleu_greedy=" in done.stdout
+
+
+def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path):
+  import subprocess
+  import sys
+  from textattn import translate
+  data = write_pairs(tmp_path / "pairs.txt")
+  config = tiny(data, num_train_steps=150, beam_size=0)
+  translation.train_and_evaluate(config, str(tmp_path / "run"))
+  translator = translate.load(str(tmp_path / "run"))
+  assert translator.translate(["Red cat runs."]) == ["rojo gato corre"]
+  (tmp_path / "in.txt").write_text("Big dog eats.\n\nSmall cat sleeps.\n", encoding="utf-8")
+  repo = os.path.join(os.path.dirname(__file__), "..")
+  done = subprocess.run([sys.executable, "-m", "textattn.translate", f"--workdir={tmp_path / 'run'}",
+                         f"--input={tmp_path / 'in.txt'}", "--beam=2", "--json"], cwd=repo,
+                        capture_output=True, text=True, check=False)
+  assert done.returncode == 0, done.stderr
+  rows = [json.loads(line) for line in done.stdout.splitlines()]
+  assert [r["text"] for r in rows] == ["Big dog eats.", "Small cat sleeps."]
+  assert rows[0]["translation"] == "grande perro come"
+  bad = subprocess.run([sys.executable, "-m", "textattn.translate", f"--workdir={tmp_path}",
+                        "--text=hi"], cwd=repo, capture_output=True, text=True, check=False)
+  assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "config.json" in bad.stderr

@@ -158,7 +158,7 @@ def load(workdir: str, checkpoint: str = "best", plugins=()) -> Classifier:
   return Classifier(workdir, checkpoint, plugins)
 
 
-def _restore_params(workdir: str, checkpoint: str, config, model):
+def _restore_params(workdir: str, checkpoint: str, config, model, length: int | None = None):
   """(step, parameters) of the chosen checkpoint, laid out on this machine's first device and
   verified against the checksums recorded when it was saved."""
   import jax
@@ -186,7 +186,7 @@ def _restore_params(workdir: str, checkpoint: str, config, model):
     tx = optim.make_optimizer(config.optimizer, max(1, int(config.num_train_steps)),
                               frozen=baselines.has_frozen(config))
     abstract = jax.eval_shape(lambda rng: step.init_train_state(
-        model, tx, rng, config.max_len, config.optimizer), jax.random.key(0))
+        model, tx, rng, length or config.max_len, config.optimizer), jax.random.key(0))
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     sharding = jax.tree.map(lambda _: device, abstract)
     try:
