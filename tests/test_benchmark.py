@@ -286,3 +286,24 @@ def test_flags_override_the_config_only_when_given():
     plan.resolve_settings(config, "forward", {"embed_dim": 10, "num_heads": 4})
   with pytest.raises(ValueError, match="inject_failure"):
     plan.parse_injections("softmax@16=segfault")
+
+
+def test_decode_step_mode_times_each_causal_variant_and_refuses_a_non_causal_one(tmp_path):
+  result = subprocess.run(
+      [sys.executable, "-m", "textattn.benchmark", "--mode=decode_step", "--seq_lens=8,32",
+       "--embed_dim=16", "--num_heads=2", "--repeats=2", "--warmup=1",
+       f"--out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+      check=False)
+  assert result.returncode == 0, result.stdout + result.stderr
+  import csv
+  rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
+  assert {(r["variant"], int(r["seq_len"])) for r in rows} == {
+      (v, n) for v in ("causal", "causal_additive", "causal_additive_recurrent") for n in (8, 32)}
+  assert all(r["status"] == "ok" for r in rows)
+  for r in rows:  # one token per row per step
+    assert float(r["tokens_per_s"]) == pytest.approx(float(r["examples_per_s"]))
+  bad = subprocess.run(
+      [sys.executable, "-m", "textattn.benchmark", "--mode=decode_step", "--variants=additive",
+       f"--out_dir={tmp_path / 'bad'}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+      check=False)
+  assert bad.returncode == 2 and "'additive' is not causal" in bad.stderr

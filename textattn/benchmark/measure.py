@@ -74,6 +74,34 @@ def _build_attention(config, rng, padding_mask, key, short):
   return jax.jit(lambda p, x, mask: module.apply({"params": p}, x, mask)), (params, x, mask)
 
 
+def _build_decode_step(config, rng, key, short):
+  """One decoding step of the causal layer at the last position of a cache of max_len
+  positions: (params, cache, x_t, mask_t) -> (output, cache). The same call each repeat."""
+  import jax
+  import jax.numpy as jnp
+
+  from textattn import attention as attention_lib
+  from textattn import models
+
+  m = config.model
+  dtype = models.DTYPES[m.dtype]
+  module = attention_lib.get(m.attention).build(
+      num_heads=m.num_heads, implementation=m.attention_impl, dtype=dtype)
+  batch_size, seq_len = config.batch_size, config.max_len
+  x = jnp.asarray(rng.standard_normal((batch_size, seq_len, m.embed_dim)), dtype)
+  mask = jnp.ones((batch_size, seq_len), bool)
+  params = jax.jit(module.init)(key, x[:, :short], mask[:, :short])["params"]
+  _, variables = jax.jit(lambda p: module.apply({"params": p}, x, mask, decode=True,
+                                                mutable=["cache"]))(params)
+  # Positions 0..L-2 are (as good as) cached: the step timed is position L-1.
+  cache = jax.tree_util.tree_map_with_path(
+      lambda path, leaf: jnp.asarray(seq_len - 1, leaf.dtype)
+      if getattr(path[-1], "key", None) == "index" else leaf, variables["cache"])
+  step = jax.jit(lambda p, c, x_t, m_t: module.apply({"params": p, "cache": c}, x_t, m_t,
+                                                     decode=True, mutable=["cache"]))
+  return step, (params, cache, x[:, -1:], mask[:, -1:])
+
+
 def _build_train_step(spec, config, model, tokens, labels, key, short):
   import jax
 
@@ -120,6 +148,8 @@ def _build(spec: dict, config, implementation: str | None = None):
 
   if mode == "attention":
     return _build_attention(config, rng, padding_mask, key, short)
+  if mode == "decode_step":
+    return _build_decode_step(config, rng, key, short)
   model = models.build_model(config, spec["num_classes"])
   tokens, labels = jnp.asarray(tokens), jnp.asarray(labels)
   if mode == "train_step":
@@ -242,7 +272,7 @@ def _measure(spec: dict, result: dict, save) -> None:
   save()
   if (spec["check_against_reference"]
       and spec["implementation"] != attention_lib.get(spec["attention"]).reference
-      and spec["mode"] != "train_step"):
+      and spec["mode"] not in ("train_step", "decode_step")):
     result["message"] = _check_against_reference(spec, config, compiled, args, memory_limit,
                                                   result)
 
@@ -352,7 +382,9 @@ def _time_calls(spec: dict, compiled, args, device, result: dict, save):
   result.update(median_ms=float(np.median(times_ms)), p90_ms=float(np.percentile(times_ms, 90)),
                 min_ms=float(np.min(times_ms)),
                 first_call_ms=1e3 * (warmup_times or times)[0],
-                tokens_per_s=spec["batch_size"] * spec["seq_len"] / median_s,
+                # A decoding step makes one token per row, whatever the cache length.
+                tokens_per_s=spec["batch_size"] * (1 if spec["mode"] == "decode_step"
+                                                   else spec["seq_len"]) / median_s,
                 examples_per_s=spec["batch_size"] / median_s,
                 warmup=len(warmup_times), repeats=len(times))
   if device.platform != "cpu":

@@ -13,7 +13,9 @@ from typing import Any
 
 from textattn.data.tokenizer import vocab_size_for
 
-MODES = ("attention", "forward", "forward+backward", "train_step")
+# decode_step: one cached decoding step of a causal attention layer (one new position against a
+# cache of seq_len positions), the cost per generated token.
+MODES = ("attention", "forward", "forward+backward", "train_step", "decode_step")
 DTYPES = ("float32", "bfloat16")
 INJECTABLE_FAILURES = ("error", "oom", "timeout")
 # How long the random examples of a batch are: "half_to_full" = uniform in [L/2, L] with the
@@ -29,6 +31,12 @@ SYNTHETIC_DEFAULTS = {"variants": "softmax_auto,softmax,additive_auto",
                       "seq_lens": "256,512,1024,2048,4096",
                       "batch_size": 4, "embed_dim": 256, "num_heads": 4, "num_layers": 1,
                       "dtype": "float32", "vocab_size": 1000}
+
+
+# decode_step's defaults: the causal variants, cache lengths 16 to 8,192, one sentence at a time.
+DECODE_DEFAULTS = {**SYNTHETIC_DEFAULTS, "batch_size": 1,
+                   "variants": "causal,causal_additive,causal_additive_recurrent",
+                   "seq_lens": "16,64,256,1024,4096,8192"}
 
 
 def _registry():
@@ -122,14 +130,18 @@ def resolve_settings(config, mode: str, given: dict[str, Any]) -> dict[str, Any]
         "num_layers": config.model.num_layers, "dtype": config.model.dtype,
         "vocab_size": vocab_size_for(config)}
   else:
-    from_config = SYNTHETIC_DEFAULTS
+    from_config = DECODE_DEFAULTS if mode == "decode_step" else SYNTHETIC_DEFAULTS
   settings = {name: given[name] if given.get(name) is not None else default
               for name, default in from_config.items()}
   settings["variants"] = [v.strip() for v in settings["variants"].split(",") if v.strip()]
   if not settings["variants"]:
     raise ValueError("--variants must name at least one variant.")
   for variant in settings["variants"]:
-    parse_variant(variant)
+    attention, _ = parse_variant(variant)
+    if mode == "decode_step" and not _registry().get(attention).causal:
+      raise ValueError(f"--mode=decode_step times causal decoding; {variant!r} is not causal "
+                       f"(causal variants: "
+                       f"{', '.join(n for n in _registry().names() if _registry().get(n).causal)}).")
   settings["seq_lens"] = parse_int_list(settings["seq_lens"], "seq_lens")
   for name in ("batch_size", "embed_dim", "num_heads", "num_layers", "vocab_size"):
     if settings[name] < 1:
