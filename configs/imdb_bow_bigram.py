@@ -4,7 +4,8 @@ imdb_bow_unigram.py's model over the 20,000 most frequent training unigrams and 
 
     python -m textattn.main --config=configs/imdb_bow_bigram.py --workdir=runs/bow_bigram
 
-Result: see experiments/RESULTS.md, "Baselines".
+Result: test 90.11% ± 0.34 over seeds 0–2 (the chapter: 90.4%); 15 s from launch with features
+cached, 2 CPU cores (CPU-4, 2026-11-25). experiments/RESULTS.md, section 22.
 """
 
 from textattn import defaults

@@ -6,7 +6,10 @@ naive-Bayes log-count ratio and a learned per-feature weight (fast.ai's "NBSVM++
 
     python -m textattn.main --config=configs/imdb_nbsvm.py --workdir=runs/nbsvm
 
-Result: see experiments/RESULTS.md, "Baselines".
+Result: test 91.42% ± 0.05 over seeds 0–4 (Wang & Manning: 91.22%); 23 s from launch with
+features cached, 74 s from a cold cache, 2 CPU cores (CPU-4, 2026-11-25). Two epochs were chosen
+on validation. With a Fastformer run of the same seed, `python -m textattn.ensemble` reaches
+91.69% ± 0.07 (5 seeds). experiments/RESULTS.md, section 22.
 """
 
 from textattn import defaults

@@ -5,7 +5,8 @@ imdb_bow_bigram.py's model with each feature's count times its inverse document 
 
     python -m textattn.main --config=configs/imdb_tfidf_bigram.py --workdir=runs/tfidf_bigram
 
-Result: see experiments/RESULTS.md, "Baselines".
+Result: test 89.02% ± 0.39 over seeds 0–2 (the chapter: 89.8%); 28 s from launch with features
+cached, 2 CPU cores (CPU-4, 2026-11-25). experiments/RESULTS.md, section 22.
 """
 
 from textattn import defaults
