@@ -69,7 +69,7 @@ def test_unknown_fields_get_a_did_you_mean_from_the_config_s_own_fields():
       "config.optimizer; did you mean config.optimizer.learning_rate?")
   message = command_line.unknown_field(config, "model.zzz")
   assert message.startswith("config.model.zzz: the config has no field 'zzz' in config.model; "
-                            "the fields in config.model are: attention, attention_impl,")
+                            "the fields in config.model are: architecture, attention,")
 
 
 def test_an_unknown_xla_flag_or_value_is_refused_before_any_step_compiles():
