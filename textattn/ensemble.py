@@ -106,9 +106,7 @@ def run(workdirs: list[str], out: str, checkpoint: str = "best", step: float = 0
                    "test_accuracy": float(np.mean(t.argmax(-1) == labels))}
                   for w, (c, _), x, v, t in zip(workdirs, members, weights, val, tests)],
       "val_accuracy": val_accuracy, "val_loss": val_loss,
-      "test_accuracy": float(np.mean(test.argmax(-1) == labels)),
-      "test_f1_weighted": _weighted_f1(labels, test.argmax(-1), len(data.class_names)),
-      "test_count": int(len(labels)), "grid_step": step,
+      **_test_metrics(labels, test, data.class_names), "grid_step": step,
   }
   os.makedirs(out, exist_ok=True)
   compare.write_predictions(out, labels, test.astype(np.float32), data.class_names,
@@ -117,14 +115,18 @@ def run(workdirs: list[str], out: str, checkpoint: str = "best", step: float = 0
   return result
 
 
-def _weighted_f1(labels: np.ndarray, predictions: np.ndarray, classes: int) -> float:
-  scores = []
-  for c in range(classes):
-    tp = np.sum((predictions == c) & (labels == c))
-    precision = tp / max(np.sum(predictions == c), 1)
-    recall = tp / max(np.sum(labels == c), 1)
-    scores.append(0.0 if tp == 0 else 2 * precision * recall / (precision + recall))
-  return float(np.average(scores, weights=np.bincount(labels, minlength=classes)))
+def _test_metrics(labels: np.ndarray, probabilities: np.ndarray, class_names) -> dict:
+  """The classifier's test metrics (metrics.summarize_eval) of the mixed probabilities."""
+  from textattn.metrics import summarize_eval
+  classes = len(class_names)
+  predicted = probabilities.argmax(-1)
+  confusion = np.zeros((classes, classes))
+  np.add.at(confusion, (labels, predicted), 1)
+  chosen = np.maximum(probabilities[np.arange(len(labels)), labels], 1e-12)
+  metrics = summarize_eval({"loss_sum": float(-np.log(chosen).sum()), "count": len(labels),
+                            "correct": float((predicted == labels).sum()),
+                            "confusion": confusion}, class_names, "test")
+  return {key.replace("/", "_"): value for key, value in metrics.items()}
 
 
 def main(argv) -> None:

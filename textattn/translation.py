@@ -119,12 +119,17 @@ def reference_text(standardized_target: str) -> str:
   return " ".join(w for w in words if w not in (pairs_lib.START, pairs_lib.END))
 
 
-def _token_sums(logits, targets, weights=None):
+def _token_sums(logits, targets, weights=None, label_smoothing: float = 0.0):
+  """Per-position losses (label-smoothed if asked), real-token weights and correct tokens."""
   labels = targets[:, 1:]
   real = (labels != 0).astype(jnp.float32)
   if weights is not None:
     real = real * weights[:, None]
-  losses = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)
+  if label_smoothing:
+    smooth = optax.smooth_labels(jax.nn.one_hot(labels, logits.shape[-1]), label_smoothing)
+    losses = optax.softmax_cross_entropy(logits.astype(jnp.float32), smooth)
+  else:
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)
   correct = (jnp.argmax(logits, -1) == labels) * real
   return losses, real, correct
 
@@ -137,11 +142,7 @@ def train_step(state, batch):
   def loss_fn(params):
     logits = state.apply_fn({"params": params}, inputs, train=True, rngs={"dropout": dropout_key})
     targets = inputs[:, -(logits.shape[1] + 1):]
-    losses, real, correct = _token_sums(logits, targets)
-    if state.label_smoothing:
-      smooth = optax.smooth_labels(jax.nn.one_hot(targets[:, 1:], logits.shape[-1]),
-                                   state.label_smoothing)
-      losses = optax.softmax_cross_entropy(logits.astype(jnp.float32), smooth)
+    losses, real, correct = _token_sums(logits, targets, label_smoothing=state.label_smoothing)
     loss = jnp.sum(losses * real) / jnp.maximum(jnp.sum(real), 1.0)
     return loss, (losses, real, correct)
 
@@ -284,7 +285,19 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
                             manager, config), stop=stop, recover=recover, skipped=skipped)
     finally:
       checkpointing.finish_saves(manager)
-  state, report_step = result.state, schedule.total_steps
+  report = _test_report(config, result.state, manager, abstract_state, state_sharding, packed,
+                        tx, schedule.total_steps, evaluator, data, model, target_tok,
+                        references, workdir, writer, is_main)
+  manager.close()
+  writer.close()
+  return report
+
+
+def _test_report(config, state, manager, abstract_state, state_sharding, packed, tx, total_steps,
+                 evaluator, data, model, target_tok, references, workdir, writer, is_main):
+  """Test token metrics and BLEU/chrF (greedy, beam) of the best-validation (or last)
+  parameters; writes the report row and test_translations.jsonl."""
+  report_step = total_steps
   if config.final_params == "best" and manager.best_step() not in (None, report_step):
     report_step = manager.best_step()
     state = classify._restore_for_report(  # noqa: SLF001
@@ -305,16 +318,12 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
                                                                     scores["chrf_signature"])
   report["test/params_from_step"] = int(report_step)
   if is_main:
-    with open(os.path.join(workdir, "test_translations.jsonl.tmp"), "w", encoding="utf-8") as f:
-      for i, reference in enumerate(references):
-        f.write(json.dumps({"reference": reference, **{k: v[i] for k, v in outputs.items()}},
-                           ensure_ascii=False) + "\n")
-    os.replace(os.path.join(workdir, "test_translations.jsonl.tmp"),
-               os.path.join(workdir, "test_translations.jsonl"))
-    writer.write_report(schedule.total_steps, report)
+    lines = "".join(json.dumps({"reference": reference, **{k: v[i] for k, v in outputs.items()}},
+                               ensure_ascii=False) + "\n" for i, reference in enumerate(references))
+    data_lib.atomic_write(os.path.join(workdir, "test_translations.jsonl"),
+                          lambda f: f.write(lines))
+    writer.write_report(total_steps, report)
     print("Test report: " + ", ".join(f"{k.split('/', 1)[1]}={v:.4f}" if isinstance(v, float)
                                        else f"{k.split('/', 1)[1]}={v}"
                                        for k, v in report.items()), flush=True)
-  manager.close()
-  writer.close()
   return report
