@@ -602,6 +602,38 @@ def test_two_processes_see_each_global_batch_once_in_order():
     assert local0["labels"].tolist() + local1["labels"].tolist() == next(single)["labels"].tolist()
 
 
+def test_length_grouped_epochs_visit_each_row_once_in_batches_of_similar_length():
+  split = numbered_split(70)
+  lengths = np.random.default_rng(0).integers(1, 40, 70)
+  seen_widths = []
+
+  def grouped(**kwargs):
+    return ip.TrainIterator(split, 5, seed=2, lengths=lengths, length_pool=3,
+                            trim=lambda batch, width: {**batch, "width": width}, **kwargs)
+
+  iterator = grouped()
+  epochs = []
+  for _ in range(2):
+    rows = []
+    for _ in range(iterator.steps_per_epoch):
+      batch = next(iterator)
+      rows += batch["labels"].tolist()
+      assert batch["width"] == lengths[batch["labels"]].max()  # the global batch's longest
+      seen_widths.append(np.ptp(lengths[batch["labels"]]))
+    assert len(rows) == 70 and len(set(rows)) == 70
+    epochs.append(rows)
+  assert epochs[0] != epochs[1]
+  # Sorted pools of 15 rows: a batch's spread is far below a random batch's (~30).
+  assert np.mean(seen_widths) < 12, seen_widths
+  again = grouped()
+  take(again, 5)
+  resumed = grouped()
+  resumed.set_state(again.get_state())
+  assert take(resumed, 20) == [r.tolist() for r in np.reshape(epochs[0] + epochs[1], (28, 5))[5:25]]
+  p1 = grouped(process_index=1, process_count=5)  # every process gets the global width
+  assert next(p1)["width"] == next(grouped())["width"]
+
+
 @pytest.mark.parametrize("batch_size, process_count", [(1, 1), (4, 1), (7, 1), (10, 1),
                                                        (64, 1), (4, 2), (6, 2), (8, 4)])
 def test_eval_yields_every_example_exactly_once(batch_size, process_count):

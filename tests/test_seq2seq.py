@@ -141,3 +141,18 @@ def test_beam_of_one_without_length_penalty_is_greedy_and_a_beams_score_is_its_l
   # prune the greedy path.)
   four, scores = search(params, sources, 4, 0.0)
   np.testing.assert_allclose(scores, log_prob(four), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("alpha", [0.6, 0.0, -0.5])
+def test_beam_search_stopping_early_returns_what_the_full_search_returns(alpha):
+  model, params, _, _ = small("causal")
+  sources = jax.random.randint(jax.random.key(1), (16, S), 0, 30)
+  search = jax.jit(lambda p, stop: decoding.beam_search(model, p, sources, 2, 9, beam_size=3,
+                                                        alpha=alpha, stop_early=stop),
+                   static_argnums=1)
+  for end_bias in (0.0, 2.0, 3.0, 5.0):  # from rarely to nearly always ending early
+    biased = jax.tree.map(lambda x: x, params)
+    biased["logits"]["bias"] = params["logits"]["bias"].at[9].add(end_bias)
+    early, full = search(biased, True), search(biased, False)
+    np.testing.assert_array_equal(early[0], full[0])
+    np.testing.assert_allclose(early[1], full[1], rtol=1e-6)

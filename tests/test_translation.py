@@ -59,6 +59,34 @@ def test_translation_learns_and_reports_bleu(tmp_path, decoder):
     assert os.path.exists(tmp_path / "run" / name)
 
 
+def test_batches_cut_to_their_width_give_the_same_sums_as_full_width(tmp_path):
+  import jax
+  from textattn import step
+  # (no dropout: its masks are drawn per shape, so a cut batch draws other masks)
+  config = tiny(write_pairs(tmp_path / "pairs.txt"),
+                **{"model.dropout_rate": 0.0, "model.output_dropout_rate": 0.0})
+  data, source_tok, target_tok, _ = translation.load_data(config, str(tmp_path))
+  packed = translation.Packed(translation.build_model(config, source_tok.vocab_size,
+                                                      target_tok.vocab_size))
+  import optax  # plain SGD: the update is the gradient (Adam would blow float noise up to lr)
+  state = step.init_train_state(packed, optax.sgd(1.0), jax.random.key(0), 17, config.optimizer)
+  trim = translation.trimmer(config.source_len, config.target_len)
+  inputs = data.validation.inputs[:32]  # sorted by length: short rows first
+  widths = translation.lengths(inputs, config.source_len)
+  assert widths.max() < config.source_len  # so the cut is real
+  full = trim({"inputs": inputs, "weights": np.ones(32, np.float32)}, None)
+  cut = trim({"inputs": inputs, "weights": np.ones(32, np.float32)}, int(widths.max()))
+  assert cut["sources"].shape[1] < full["sources"].shape[1]
+  a, b = translation.eval_step(state, full), translation.eval_step(state, cut)
+  assert float(a["count"]) == float(b["count"]) > 0 and float(a["correct"]) == float(b["correct"])
+  np.testing.assert_allclose(float(a["loss_sum"]), float(b["loss_sum"]), rtol=1e-5)
+  state_a, sums_a = translation.train_step(state, full)
+  state_b, sums_b = translation.train_step(state, cut)
+  np.testing.assert_allclose(float(sums_a["loss_sum"]), float(sums_b["loss_sum"]), rtol=1e-5)
+  jax.tree.map(lambda x, y, p: np.testing.assert_allclose(x - p, y - p, rtol=1e-4, atol=1e-6),
+               state_a.params, state_b.params, state.params)
+
+
 def test_a_translation_run_resumes_bit_identically_and_runs_from_main(tmp_path):
   data = write_pairs(tmp_path / "pairs.txt")
   config = tiny(data, num_train_steps=60, eval_every_steps=20, checkpoint_every_steps=20,

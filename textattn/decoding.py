@@ -1,5 +1,6 @@
 """Decoding a trained `seq2seq.Seq2Seq`: the cache, greedy search and beam search, all pure
-functions of (model, params, sources) that jit whole (`jax.lax.fori_loop` over positions).
+functions of (model, params, sources) that jit whole (`jax.lax.while_loop` over positions, which
+stops once every row has ended: a batch of short sentences costs a few steps, not max_len).
 
 - `greedy_decode`: the most probable next token each step; cached (one decoder position per
   step, O(1) or O(t) attention work) or uncached (the whole decoder on the prefix every step,
@@ -53,28 +54,32 @@ def greedy_decode(model: Seq2Seq, params, sources: Array, start_id: int, end_id:
   if cached:
     cache = init_cache(model, params, memory, memory_mask)
 
-    def body(t, carry):
-      out, done, cache, previous = carry
+    def body(carry):
+      t, out, done, cache, previous = carry
       logits, cache = decode_step(model, params, cache, previous, memory, memory_mask)
       token = jnp.where(done, 0, jnp.argmax(_no_padding(logits), -1).astype(jnp.int32))
       out = out.at[:, t].set(token)
-      return out, done | (token == end_id), cache, token
+      return t + 1, out, done | (token == end_id), cache, token
 
     start = jnp.full((batch,), start_id, jnp.int32)
-    out, _, _, _ = jax.lax.fori_loop(0, max_len, body, (out, done, cache, start))
-    return out
+    carry = (jnp.asarray(0), out, done, cache, start)
+    return jax.lax.while_loop(lambda c: _running(c[0], c[2], max_len), body, carry)[1]
 
-  def body_uncached(t, carry):
-    out, done = carry
+  def body_uncached(carry):
+    t, out, done = carry
     prefix = jnp.concatenate([jnp.full((batch, 1), start_id, jnp.int32), out], axis=1)
     prefix = jnp.where(jnp.arange(max_len + 1)[None] <= t, prefix, 0)[:, :model.target_len]
     logits = model.apply({"params": params}, prefix, memory, memory_mask,
                          method=Seq2Seq.decode)
     token = jnp.where(done, 0, jnp.argmax(_no_padding(logits[:, t]), -1).astype(jnp.int32))
-    return out.at[:, t].set(token), done | (token == end_id)
+    return t + 1, out.at[:, t].set(token), done | (token == end_id)
 
-  out, _ = jax.lax.fori_loop(0, max_len, body_uncached, (out, done))
-  return out
+  return jax.lax.while_loop(lambda c: _running(c[0], c[2], max_len), body_uncached,
+                            (jnp.asarray(0), out, done))[1]
+
+
+def _running(t, done, max_len: int):
+  return (t < max_len) & ~jnp.all(done)
 
 
 def _no_padding(logits: jax.Array) -> jax.Array:
@@ -100,10 +105,11 @@ def _reorder(cache, batch: int, beam: int, rows: jax.Array):
 
 
 def beam_search(model: Seq2Seq, params, sources: jax.Array, start_id: int, end_id: int,
-                beam_size: int = 4, alpha: float = 0.6,
-                max_len: int | None = None) -> tuple[jax.Array, jax.Array]:
+                beam_size: int = 4, alpha: float = 0.6, max_len: int | None = None,
+                stop_early: bool = True) -> tuple[jax.Array, jax.Array]:
   """(tokens int32 [batch, max_len], scores float32 [batch]): each row's best finished
-  hypothesis by log p / length_penalty (an unfinished one only if none finished)."""
+  hypothesis by log p / length_penalty (an unfinished one only if none finished).
+  stop_early: stop once no row's result can change (False: always max_len steps; tests)."""
   max_len = max_len or model.target_len - 1
   batch, beam = sources.shape[0], beam_size
   memory, memory_mask = model.apply({"params": params}, sources, method=Seq2Seq.encode)
@@ -117,8 +123,19 @@ def beam_search(model: Seq2Seq, params, sources: jax.Array, start_id: int, end_i
   finished_scores = jnp.full((batch, beam), NEG_INF)
   previous = jnp.full((batch * beam,), start_id, jnp.int32)
 
-  def body(t, carry):
-    alive, alive_scores, finished, finished_scores, cache, previous = carry
+  def settled(t, alive_scores, finished_scores):
+    """Every row's best finished hypothesis beats anything its alive ones can still become
+    (log p < 0 only falls; the penalty is monotone in length, so at most its larger end
+    value): the result is final."""
+    largest = jnp.maximum(length_penalty(t + 1.0, alpha), length_penalty(float(max_len), alpha))
+    return jnp.all(finished_scores[:, 0] >= alive_scores[:, 0] / largest)
+
+  def running(carry):
+    t, _, alive_scores, _, finished_scores, _, _ = carry
+    return (t < max_len) & ~(stop_early & settled(t, alive_scores, finished_scores))
+
+  def body(carry):
+    t, alive, alive_scores, finished, finished_scores, cache, previous = carry
     logits, cache = decode_step(model, params, cache, previous, memory, memory_mask)
     vocab = logits.shape[-1]
     log_probs = jax.nn.log_softmax(_no_padding(logits.astype(jnp.float32)))
@@ -139,10 +156,11 @@ def beam_search(model: Seq2Seq, params, sources: jax.Array, start_id: int, end_i
     alive = jnp.take_along_axis(sequences, keep[..., None], axis=1)
     cache = _reorder(cache, batch, beam, jnp.take_along_axis(origin, keep, axis=1))
     previous = jnp.take_along_axis(token, keep, axis=1).reshape(-1)
-    return alive, alive_scores, finished, finished_scores, cache, previous
+    return t + 1, alive, alive_scores, finished, finished_scores, cache, previous
 
-  alive, alive_scores, finished, finished_scores, _, _ = jax.lax.fori_loop(
-      0, max_len, body, (alive, alive_scores, finished, finished_scores, cache, previous))
+  _, alive, alive_scores, finished, finished_scores, _, _ = jax.lax.while_loop(
+      running, body,
+      (jnp.asarray(0), alive, alive_scores, finished, finished_scores, cache, previous))
   any_finished = finished_scores[:, 0] > NEG_INF / 2
   tokens = jnp.where(any_finished[:, None], finished[:, 0], alive[:, 0])
   scores = jnp.where(any_finished, finished_scores[:, 0],

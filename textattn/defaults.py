@@ -112,6 +112,7 @@ def translation() -> ml_collections.ConfigDict:
   config.target_vocab = 15000
   config.source_len = 20  # tokens; targets get target_len + 1 with [start] ... [end]
   config.target_len = 20
+  config.length_pool = 20  # batches of similar length from pools of this many (0: plain random)
   # ---- Model (textattn/seq2seq.py) ----------------------------------------------------------
   config.model = ml_collections.ConfigDict()
   config.model.encoder_attention = "softmax"  # any registered variant

@@ -38,14 +38,39 @@ SOURCE_TOKENIZER, TARGET_TOKENIZER = "source_tokenizer.json", "target_tokenizer.
 
 
 class Packed(nn.Module):
-  """Seq2Seq over packed rows: inputs [B, S + T + 1] -> logits [B, T, vocab] for targets[:, 1:]."""
+  """Seq2Seq over packed rows: inputs [B, S + T + 1] -> logits [B, T, vocab] for targets[:, 1:];
+  or over (sources [B, s], targets [B, t + 1]) cut to a batch's width (`trim`)."""
   model: seq2seq.Seq2Seq
 
-  def __call__(self, inputs, *, train: bool = False, token_embeddings=None):
+  def __call__(self, inputs, targets=None, *, train: bool = False, token_embeddings=None):
     del token_embeddings
-    sources = inputs[:, :self.model.source_len]
-    targets = inputs[:, self.model.source_len:]
-    return self.model(sources, targets[:, :-1], train=train)
+    if targets is None:
+      inputs, targets = inputs[:, :self.model.source_len], inputs[:, self.model.source_len:]
+    return self.model(inputs, targets[:, :-1], train=train)
+
+
+BUCKET = 4  # batch widths are multiples of this (a few shapes to compile)
+
+
+def lengths(inputs: np.ndarray, source_len: int) -> np.ndarray:
+  """Per packed row, the width it needs: max(source tokens, target tokens - 1)."""
+  source = np.count_nonzero(inputs[:, :source_len], axis=1)
+  target = np.count_nonzero(inputs[:, source_len:], axis=1) - 1
+  return np.maximum(source, target)
+
+
+def trimmer(source_len: int, target_len: int):
+  """trim(batch, width) -> {"sources" [B, w], "targets" [B, w' + 1], ...}: the packed rows split
+  and cut to `width` rounded up to a multiple of BUCKET (None: uncut). The cut columns are
+  padding in every row of the global batch, which the model masks: same logits, same sums."""
+  def trim(batch, width):
+    inputs = batch.pop("inputs")
+    w = max(source_len, target_len) if width is None else -(-max(width, 1) // BUCKET) * BUCKET
+    batch["sources"] = inputs[:, :min(w, source_len)]
+    batch["targets"] = inputs[:, source_len:source_len + min(w, target_len) + 1]
+    batch.pop("labels", None)
+    return batch
+  return trim
 
 
 def build_model(config, source_vocab: int, target_vocab: int) -> seq2seq.Seq2Seq:
@@ -65,6 +90,7 @@ def validate_config(config, device_count: int) -> None:
   for field in ("source_vocab", "target_vocab", "source_len", "target_len"):
     check_integer(field, config[field], 3)
   check_integer("beam_size", config.beam_size, 0)
+  check_integer("length_pool", config.length_pool, 0)
   attention.get(config.model.encoder_attention)
   if not attention.get(config.model.decoder_attention).causal:
     raise ValueError(f"config.model.decoder_attention={config.model.decoder_attention!r} is not "
@@ -106,6 +132,8 @@ def load_data(config, workdir: str, write: bool = True):
     encoded = pairs_lib.encode_pairs(source_tok, target_tok, pairs, rows[name],
                                      config.source_len, config.target_len)
     packed = np.concatenate([encoded["sources"], encoded["targets"]], axis=1).astype(np.int32)
+    if name == "validation":  # by length, so its batches cut the most padding (same sums)
+      packed = packed[np.argsort(lengths(packed, config.source_len), kind="stable")]
     splits[name] = Split(packed, np.zeros(len(packed), np.int32))
   references = [reference_text(pairs_lib.standardize_target(pairs.targets[i]))
                 for i in rows["test"]]
@@ -137,11 +165,11 @@ def _token_sums(logits, targets, weights=None, label_smoothing: float = 0.0):
 def train_step(state, batch):
   """Teacher forcing; sums over real target tokens (loss_sum, correct, count are per token)."""
   dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)
-  inputs = batch["inputs"]
+  targets = batch["targets"]
 
   def loss_fn(params):
-    logits = state.apply_fn({"params": params}, inputs, train=True, rngs={"dropout": dropout_key})
-    targets = inputs[:, -(logits.shape[1] + 1):]
+    logits = state.apply_fn({"params": params}, batch["sources"], targets, train=True,
+                            rngs={"dropout": dropout_key})
     losses, real, correct = _token_sums(logits, targets, label_smoothing=state.label_smoothing)
     loss = jnp.sum(losses * real) / jnp.maximum(jnp.sum(real), 1.0)
     return loss, (losses, real, correct)
@@ -158,22 +186,29 @@ def train_step(state, batch):
 
 
 def eval_step(state, batch):
-  logits = state.apply_fn({"params": state.params}, batch["inputs"], train=False)
-  targets = batch["inputs"][:, -(logits.shape[1] + 1):]
-  losses, real, correct = _token_sums(logits, targets, batch["weights"])
+  logits = state.apply_fn({"params": state.params}, batch["sources"], batch["targets"],
+                          train=False)
+  losses, real, correct = _token_sums(logits, batch["targets"], batch["weights"])
   return {"loss_sum": jnp.sum(losses * real), "correct": jnp.sum(correct), "count": jnp.sum(real)}
 
 
-def make_evaluator(state_sharding, eval_batch_size: int, options=None):
+def make_evaluator(state_sharding, eval_batch_size: int, source_len: int, target_len: int,
+                   options=None):
+  """evaluate(state, split, prefix) -> token loss/accuracy/count over the split; each global
+  batch cut to its own width (a split sorted by length, as validation is, cuts the most)."""
   data_sharding, replicated = platform.data_parallel_shardings()
   compiled = jax.jit(eval_step, in_shardings=(state_sharding, data_sharding),
                      out_shardings=replicated, compiler_options=options)
+  trim = trimmer(source_len, target_len)
 
   def evaluate(state, split, prefix):
     totals = None
-    for batch in data_lib.eval_batches(split, eval_batch_size, jax.process_index(),
-                                       jax.process_count()):
-      sums = compiled(state, platform.to_global(batch, data_sharding))
+    widths = lengths(split.inputs, source_len)
+    for index, batch in enumerate(data_lib.eval_batches(split, eval_batch_size,
+                                                        jax.process_index(),
+                                                        jax.process_count())):
+      width = int(widths[index * eval_batch_size:(index + 1) * eval_batch_size].max())
+      sums = compiled(state, platform.to_global(trim(batch, width), data_sharding))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.device_get(totals)
     count = max(float(totals["count"]), 1.0)
@@ -195,14 +230,17 @@ def translate_ids(seq2seq_model, params, sources: np.ndarray, target_tok, batch_
   else:
     search = jax.jit(lambda p, s: decoding.greedy_decode(seq2seq_model, p, s, start_id, end_id))
   words = ["", ""] + target_tok.words
-  out = []
+  # Batches of similar source length end decoding at about the same step (the search stops
+  # when its whole batch has ended); outputs go back to the input order.
+  order = np.argsort(np.count_nonzero(sources, axis=1), kind="stable")
+  out = [""] * len(sources)
   for begin in range(0, len(sources), batch_size):
-    batch = sources[begin:begin + batch_size]
+    rows = order[begin:begin + batch_size]
     padded = np.zeros((batch_size, sources.shape[1]), np.int32)
-    padded[:len(batch)] = batch
-    for row in np.asarray(search(params, padded))[:len(batch)]:
-      tokens = [words[i] if i > 1 else tokenizer_lib.OOV_TOKEN for i in row if i != 0]
-      out.append(" ".join(t for t in tokens if t != pairs_lib.END))
+    padded[:len(rows)] = sources[rows]
+    for i, row in zip(rows, np.asarray(search(params, padded))[:len(rows)]):
+      tokens = [words[t] if t > 1 else tokenizer_lib.OOV_TOKEN for t in row if t != 0]
+      out[i] = " ".join(t for t in tokens if t != pairs_lib.END)
   return out
 
 
@@ -227,8 +265,10 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   data, source_tok, target_tok, references = load_data(config, workdir, write=is_main)
   model = build_model(config, source_tok.vocab_size, target_tok.vocab_size)
   packed = Packed(model)
-  train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
-                                      jax.process_index(), jax.process_count())
+  train_iter = data_lib.TrainIterator(
+      data.train, config.batch_size, config.seed, jax.process_index(), jax.process_count(),
+      lengths=lengths(data.train.inputs, config.source_len), length_pool=config.length_pool,
+      trim=trimmer(config.source_len, config.target_len))
   schedule = classify.intervals(config, train_iter.steps_per_epoch)
   tx = optim.make_optimizer(config.optimizer, schedule.total_steps)
   contract = checkpointing.run_contract(config, checkpointing.data_fingerprint(data),
@@ -257,8 +297,8 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
           f"decoder, {sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(abstract_state.params)):,} "
           f"parameters; {len(data.train):,} / {len(data.validation):,} / {len(data.test):,} "
           f"pairs", flush=True)
-  evaluator = make_evaluator(state_sharding, config.eval_batch_size,
-                             platform.step_compiler_options(config))
+  evaluator = make_evaluator(state_sharding, config.eval_batch_size, config.source_len,
+                             config.target_len, platform.step_compiler_options(config))
 
   def evaluate(state, done, is_last):
     return evaluator(state, data.validation, "val")

@@ -5,7 +5,7 @@ yield this process's slice of every global batch."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -29,11 +29,22 @@ class TrainIterator:
   Full global batches only (each epoch drops its remainder). This process yields rows
   [process_index * local, (process_index + 1) * local) of every global batch. The position
   is `get_state()` = {"epoch", "index"} of the next batch; `set_state` resumes there exactly.
+
+  Length grouping (`lengths` [N] and `length_pool` > 0, as fairseq's and tensor2tensor's
+  bucketing): each epoch's permutation is cut into pools of `length_pool` global batches, each
+  pool is sorted by length and cut into batches, and the epoch's batches are shuffled; every
+  batch then holds rows of similar length, so `trim(batch, width)` can cut the padding columns
+  (width: the longest row of the global batch, the same on every process). Still a function of
+  (seed, epoch): resume stays exact.
   """
 
   def __init__(self, split: Split, global_batch_size: int, seed: int, process_index: int = 0,
-               process_count: int = 1):
+               process_count: int = 1, lengths: np.ndarray | None = None, length_pool: int = 0,
+               trim: Callable[[dict, int], dict] | None = None):
     self.split = split
+    if lengths is not None and len(lengths) != len(split):
+      raise ValueError(f"lengths has {len(lengths)} entries for a split of {len(split)} rows.")
+    self.lengths, self.length_pool, self.trim = lengths, int(length_pool), trim
     self.local_batch_size = _local_batch_size(global_batch_size, process_index, process_count)
     self.global_batch_size = int(global_batch_size)
     self.steps_per_epoch = len(split) // self.global_batch_size
@@ -61,19 +72,36 @@ class TrainIterator:
     if self._permutation_epoch != epoch:
       rng = np.random.default_rng([self.seed, epoch])
       self._permutation = rng.permutation(len(self.split))
+      if self.lengths is not None and self.length_pool > 0:
+        self._permutation = self._grouped(self._permutation, rng)
       self._permutation_epoch = epoch
     return self._permutation
+
+  def _grouped(self, permutation: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    size = self.global_batch_size
+    rows = permutation[:self.steps_per_epoch * size]
+    pool = self.length_pool * size
+    pools = [rows[i:i + pool] for i in range(0, len(rows), pool)]
+    batches = np.concatenate([p[np.argsort(self.lengths[p], kind="stable")] for p in pools])
+    batches = batches.reshape(self.steps_per_epoch, size)
+    return batches[rng.permutation(self.steps_per_epoch)].reshape(-1)
 
   def __iter__(self) -> TrainIterator:
     return self
 
   def __next__(self) -> dict:
-    start = self._index * self.global_batch_size + self._offset
-    rows = self._order(self._epoch)[start:start + self.local_batch_size]
+    order = self._order(self._epoch)
+    begin = self._index * self.global_batch_size
+    rows = order[begin + self._offset:begin + self._offset + self.local_batch_size]
+    global_rows = order[begin:begin + self.global_batch_size]
     self._index += 1
     if self._index == self.steps_per_epoch:
       self._epoch, self._index = self._epoch + 1, 0
-    return {"inputs": self.split.inputs[rows], "labels": self.split.labels[rows]}
+    batch = {"inputs": self.split.inputs[rows], "labels": self.split.labels[rows]}
+    if self.trim is not None:
+      width = int(self.lengths[global_rows].max()) if self.lengths is not None else None
+      batch = self.trim(batch, width)
+    return batch
 
 
 def eval_batches(split: Split, global_batch_size: int, process_index: int = 0,
