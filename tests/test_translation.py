@@ -33,7 +33,7 @@ def tiny(data, **overrides):
   config.source_vocab = config.target_vocab = 40
   config.source_len = config.target_len = 8
   config.model.update(embed_dim=32, num_heads=2, ffn_dim=64, output_dropout_rate=0.1)
-  config.optimizer.name, config.optimizer.learning_rate = "adam", 3e-3
+  config.optimizer.update(name="adam", learning_rate=3e-3, schedule="constant", warmup_steps=0)
   config.batch_size, config.eval_batch_size = 16, 32
   config.num_train_steps, config.eval_every_steps, config.checkpoint_every_steps = 120, 40, 40
   config.log_every_steps = 20
@@ -44,9 +44,14 @@ def tiny(data, **overrides):
   return config
 
 
-@pytest.mark.parametrize("decoder", ["causal", "causal_additive_recurrent"])
-def test_translation_learns_and_reports_bleu(tmp_path, decoder):
-  config = tiny(write_pairs(tmp_path / "pairs.txt"), **{"model.decoder_attention": decoder})
+@pytest.mark.parametrize("decoder, tokenizer", [("causal", "word"),
+                                                ("causal_additive_recurrent", "word"),
+                                                ("causal", "bpe")])
+def test_translation_learns_and_reports_bleu(tmp_path, decoder, tokenizer):
+  config = tiny(write_pairs(tmp_path / "pairs.txt"), **{"model.decoder_attention": decoder,
+                                                        "tokenizer": tokenizer})
+  if tokenizer == "bpe":  # room for the characters and merges
+    config.update(source_vocab=80, target_vocab=80)
   report = translation.train_and_evaluate(config, str(tmp_path / "run"))
   assert report["test/accuracy"] > 0.8, report
   assert report["test/bleu_greedy"] > 40 and report["test/chrf_beam2"] > 40, report
@@ -99,7 +104,9 @@ def test_a_translation_run_resumes_bit_identically_and_runs_from_main(tmp_path):
   assert_trees_identical(restore_params(tmp_path / "straight")[1],
                          restore_params(tmp_path / "resumed")[1])
   straight_rows = [json.loads(l) for l in open(tmp_path / "straight" / "metrics.jsonl")]
-  assert straight_rows[-1] == {"step": 60, **report}
+  untimed = lambda row: {k: v for k, v in row.items() if "seconds" not in k}  # (wall clock)
+  assert untimed(straight_rows[-1]) == untimed({"step": 60, **report})
+  assert "test/decode_seconds_greedy" in report
   done = run_main([f"--config={os.path.join(os.path.dirname(__file__), '..', 'configs', 'spa_eng_transformer.py')}",
                    f"--config.dataset={data}", "--config.num_train_steps=4",
                    "--config.source_vocab=40", "--config.target_vocab=40",
@@ -132,3 +139,42 @@ def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path):
   bad = subprocess.run([sys.executable, "-m", "textattn.translate", f"--workdir={tmp_path}",
                         "--text=hi"], cwd=repo, capture_output=True, text=True, check=False)
   assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "config.json" in bad.stderr
+
+
+def test_the_chapter_config_builds_the_chapters_19_960_216_parameter_model():
+  import jax
+  import jax.numpy as jnp
+  config = defaults.load("configs/spa_eng_chapter.py")
+  model = translation.build_model(config, 15000, 15000)  # the chapter's vocabulary sizes
+  ones = jnp.ones((1, 20), jnp.int32)
+  params = jax.eval_shape(model.init, jax.random.key(0), ones, ones)["params"]
+  assert sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(params)) == 19_960_216
+  default = translation.build_model(defaults.load("configs/spa_eng_transformer.py"), 15000, 15000)
+  params = jax.eval_shape(default.init, jax.random.key(0), ones, ones)["params"]
+  assert sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(params)) == 14_439_064
+
+
+def test_a_head_size_for_an_attention_without_one_is_refused_in_one_sentence(tmp_path):
+  config = tiny(write_pairs(tmp_path / "pairs.txt"),
+                **{"model.head_dim": 16, "model.encoder_attention": "additive"})
+  with pytest.raises(ValueError, match=r"head_dim=16 needs softmax attention; "
+                                       r"config.model.encoder_attention='additive'"):
+    translation.validate_config(config, 1)
+
+
+def test_bpe_tokenizers_round_trip_standardised_text_and_keep_start_end_whole(tmp_path):
+  from textattn.data import pairs as pairs_lib
+  from textattn.data import tokenizer as tokenizer_lib
+  pairs = pairs_lib.read_pairs(write_pairs(tmp_path / "pairs.txt"))
+  rows = np.arange(len(pairs.sources))
+  source, target = pairs_lib.train_tokenizers(pairs, rows, 60, 60, "bpe")
+  assert source.kind == target.kind == "bpe" and target.vocab_size <= 60
+  text = pairs_lib.standardize_target(pairs.targets[0])
+  ids = target.encode([text], 40, "post", standardized=True)[0]
+  assert ids[0] == target.token_id(pairs_lib.START) and pairs_lib.START not in target.decode(ids)
+  assert target.decode(ids) == translation.reference_text(text)
+  assert np.count_nonzero(ids) > len(text.split())  # subwords, not words
+  again = tokenizer_lib.from_json(target.to_json())
+  np.testing.assert_array_equal(again.encode([text], 40, "post", standardized=True)[0], ids)
+  assert tokenizer_lib.from_json(
+      pairs_lib.train_tokenizers(pairs, rows, 60, 60)[0].to_json()).kind == "word"

@@ -145,6 +145,17 @@ class Embedding(nn.Module):
     return x + table[None, :length].astype(self.dtype)
 
 
+def head_dim_argument(head_dim: int | None) -> dict:
+  """The build() keyword for a head size other than embed // num_heads: given only when set, so
+  variants without the option (additive, plugins) keep the registry's one signature."""
+  return {} if not head_dim else {"head_dim": int(head_dim)}
+
+
+def accepts_head_dim(variant: str) -> bool:
+  import inspect
+  return "head_dim" in inspect.signature(attention_lib.get(variant).build).parameters
+
+
 class EncoderBlock(nn.Module):
   """Self-attention + ReLU feed-forward, each with dropout and a residual connection.
 
@@ -158,13 +169,14 @@ class EncoderBlock(nn.Module):
   norm: str = "post"
   attention_impl: str = "auto"
   dtype: Any = jnp.float32
+  head_dim: int | None = None  # None: embed // num_heads
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, *, deterministic: bool) -> Array:
     embed = x.shape[-1]
     attend = attention_lib.get(self.attention).build(
         num_heads=self.num_heads, implementation=self.attention_impl, dtype=self.dtype,
-        name="attention")
+        name="attention", **head_dim_argument(self.head_dim))
     layer_norm = lambda name: nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
     dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic)
 

@@ -26,7 +26,8 @@ import jax.numpy as jnp
 from textattn import attention as attention_lib
 from textattn.attention.common import dense_init
 from textattn.attention.softmax import softmax_attention
-from textattn.models import LAYER_NORM_EPSILON, Dropout, EncoderBlock, _keras_embedding_init
+from textattn.models import (LAYER_NORM_EPSILON, Dropout, EncoderBlock, _keras_embedding_init,
+                             head_dim_argument)
 
 Array = jax.Array
 
@@ -58,11 +59,13 @@ class CrossAttention(nn.Module):
   """Softmax attention from decoder positions to the encoder's outputs (padding masked)."""
   num_heads: int
   dtype: Any = jnp.float32
+  head_dim: int | None = None  # None: embed // num_heads
 
   @nn.compact
   def __call__(self, x: Array, memory: Array, memory_mask: Array) -> Array:
     embed = x.shape[-1]
-    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, embed // self.num_heads),
+    head_dim = self.head_dim or embed // self.num_heads
+    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     out = softmax_attention(dense(name="query")(x), dense(name="key")(memory),
                             dense(name="value")(memory), memory_mask, causal=False)
@@ -76,6 +79,7 @@ class DecoderBlock(nn.Module):
   ffn_dim: int
   dropout_rate: float = 0.1
   dtype: Any = jnp.float32
+  head_dim: int | None = None  # None: embed // num_heads
 
   @nn.compact
   def __call__(self, x, padding_mask, memory, memory_mask, *, deterministic: bool,
@@ -84,11 +88,12 @@ class DecoderBlock(nn.Module):
     dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic)
     norm = lambda name: nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
     attend = attention_lib.get(self.attention).build(
-        num_heads=self.num_heads, implementation="xla", dtype=self.dtype, name="self_attention")
+        num_heads=self.num_heads, implementation="xla", dtype=self.dtype, name="self_attention",
+        **head_dim_argument(self.head_dim))
     # (decode is passed only when asked: a plugin's variant need not support decoding)
     attended = attend(x, padding_mask, decode=True) if decode else attend(x, padding_mask)
     x = norm("norm_self")(x + dropout(attended))
-    cross = CrossAttention(self.num_heads, self.dtype, name="cross_attention")
+    cross = CrossAttention(self.num_heads, self.dtype, self.head_dim, name="cross_attention")
     x = norm("norm_cross")(x + dropout(cross(x, memory, memory_mask)))
     h = nn.relu(nn.Dense(self.ffn_dim, dtype=self.dtype, kernel_init=dense_init(),
                          name="ffn_in")(x))
@@ -111,6 +116,7 @@ class Seq2Seq(nn.Module):
   dropout_rate: float = 0.1  # inside the blocks
   output_dropout_rate: float = 0.5  # before the output layer (the chapter's Dropout(0.5))
   dtype: Any = jnp.float32
+  head_dim: int | None = None  # None: embed // num_heads; the chapter's Keras: 256 (= embed)
 
   def setup(self):
     variant = attention_lib.get(self.decoder_attention)
@@ -121,10 +127,10 @@ class Seq2Seq(nn.Module):
     self.source_embed = Embed(self.source_vocab, self.source_len, self.embed_dim, self.dtype)
     self.target_embed = Embed(self.target_vocab, self.target_len, self.embed_dim, self.dtype)
     self.encoder = [EncoderBlock(self.encoder_attention, self.num_heads, self.ffn_dim,
-                                 self.dropout_rate, "post", "auto", self.dtype)
+                                 self.dropout_rate, "post", "auto", self.dtype, self.head_dim)
                     for _ in range(self.encoder_layers)]
     self.decoder = [DecoderBlock(self.decoder_attention, self.num_heads, self.ffn_dim,
-                                 self.dropout_rate, self.dtype)
+                                 self.dropout_rate, self.dtype, self.head_dim)
                     for _ in range(self.decoder_layers)]
     self.output_dropout = Dropout(self.output_dropout_rate)
     self.logits = nn.Dense(self.target_vocab, dtype=jnp.float32, kernel_init=dense_init())

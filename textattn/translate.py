@@ -34,7 +34,7 @@ class Translator:
     tokenizers = []
     for name in (translation.SOURCE_TOKENIZER, translation.TARGET_TOKENIZER):
       with open(os.path.join(workdir, name), encoding="utf-8") as f:
-        tokenizers.append(tokenizer_lib.WordTokenizer.from_json(f.read()))
+        tokenizers.append(tokenizer_lib.from_json(f.read()))
     self.source_tokenizer, self.target_tokenizer = tokenizers
     self.model = translation.build_model(self.config, self.source_tokenizer.vocab_size,
                                          self.target_tokenizer.vocab_size)

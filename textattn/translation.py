@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import flax.linen as nn
 import jax
@@ -81,12 +82,14 @@ def build_model(config, source_vocab: int, target_vocab: int) -> seq2seq.Seq2Seq
       ffn_dim=m.ffn_dim, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
       encoder_attention=m.encoder_attention, decoder_attention=m.decoder_attention,
       dropout_rate=m.dropout_rate, output_dropout_rate=m.output_dropout_rate,
+      head_dim=m.head_dim or None,
       dtype={"float32": jnp.float32, "bfloat16": jnp.bfloat16}[m.dtype])
 
 
 def validate_config(config, device_count: int) -> None:
   from textattn import attention
   check_choice("split_by", config.split_by, ("pair", "source"))
+  check_choice("tokenizer", config.tokenizer, pairs_lib.TOKENIZERS)
   for field in ("source_vocab", "target_vocab", "source_len", "target_len"):
     check_integer(field, config[field], 3)
   check_integer("beam_size", config.beam_size, 0)
@@ -97,7 +100,15 @@ def validate_config(config, device_count: int) -> None:
                      f"a causal variant; allowed: "
                      f"{', '.join(n for n in attention.names() if attention.get(n).causal)}.")
   check_integer("model.num_heads", config.model.num_heads, 1)
-  if config.model.embed_dim % config.model.num_heads:
+  check_integer("model.head_dim", config.model.head_dim, 0)
+  if config.model.head_dim:
+    from textattn.models import accepts_head_dim
+    for field in ("encoder_attention", "decoder_attention"):
+      if not accepts_head_dim(config.model[field]):
+        raise ValueError(f"config.model.head_dim={config.model.head_dim} needs softmax "
+                         f"attention; config.model.{field}={config.model[field]!r} has no "
+                         f"head size option (use head_dim=0).")
+  elif config.model.embed_dim % config.model.num_heads:
     raise ValueError(f"config.model.num_heads={config.model.num_heads} must divide "
                      f"config.model.embed_dim={config.model.embed_dim}.")
   optim.validate_config(config.optimizer)
@@ -119,11 +130,14 @@ def load_data(config, workdir: str, write: bool = True):
                     f"validation / test split.")
   saved = [os.path.join(workdir, name) for name in (SOURCE_TOKENIZER, TARGET_TOKENIZER)]
   if all(os.path.exists(p) for p in saved):
-    source_tok, target_tok = (tokenizer_lib.WordTokenizer.from_json(open(p).read())
+    source_tok, target_tok = (tokenizer_lib.from_json(open(p, encoding="utf-8").read())
                               for p in saved)
+    if source_tok.kind != config.tokenizer:
+      raise DataError(f"{workdir} holds {source_tok.kind} tokenizers, the config asks for "
+                      f"config.tokenizer={config.tokenizer!r}; use another --workdir.")
   else:
     source_tok, target_tok = pairs_lib.train_tokenizers(pairs, rows["train"], config.source_vocab,
-                                                        config.target_vocab)
+                                                        config.target_vocab, config.tokenizer)
     if write:
       for tok, path in zip((source_tok, target_tok), saved):
         data_lib.atomic_write(path, lambda f, t=tok: f.write(t.to_json()))
@@ -222,14 +236,13 @@ def make_evaluator(state_sharding, eval_batch_size: int, source_len: int, target
 def translate_ids(seq2seq_model, params, sources: np.ndarray, target_tok, batch_size: int,
                   beam_size: int = 0, alpha: float = 0.6) -> list[str]:
   """Translations (standardised words, no [start]/[end]) of source id rows."""
-  start_id = target_tok._ids[pairs_lib.START]  # noqa: SLF001
-  end_id = target_tok._ids[pairs_lib.END]  # noqa: SLF001
+  start_id = target_tok.token_id(pairs_lib.START)
+  end_id = target_tok.token_id(pairs_lib.END)
   if beam_size:
     search = jax.jit(lambda p, s: decoding.beam_search(seq2seq_model, p, s, start_id, end_id,
                                                        beam_size, alpha)[0])
   else:
     search = jax.jit(lambda p, s: decoding.greedy_decode(seq2seq_model, p, s, start_id, end_id))
-  words = ["", ""] + target_tok.words
   # Batches of similar source length end decoding at about the same step (the search stops
   # when its whole batch has ended); outputs go back to the input order.
   order = np.argsort(np.count_nonzero(sources, axis=1), kind="stable")
@@ -239,8 +252,7 @@ def translate_ids(seq2seq_model, params, sources: np.ndarray, target_tok, batch_
     padded = np.zeros((batch_size, sources.shape[1]), np.int32)
     padded[:len(rows)] = sources[rows]
     for i, row in zip(rows, np.asarray(search(params, padded))[:len(rows)]):
-      tokens = [words[t] if t > 1 else tokenizer_lib.OOV_TOKEN for t in row if t != 0]
-      out[i] = " ".join(t for t in tokens if t != pairs_lib.END)
+      out[i] = target_tok.decode([t for t in row if t != end_id])
   return out
 
 
@@ -346,11 +358,13 @@ def _test_report(config, state, manager, abstract_state, state_sharding, packed,
   report = evaluator(state, data.test, "test")
   sources = data.test.inputs[:, :config.source_len]
   params = jax.device_get(state.params)["model"]
-  outputs = {"greedy": translate_ids(model, params, sources, target_tok, config.eval_batch_size)}
-  if config.beam_size:
-    outputs[f"beam{config.beam_size}"] = translate_ids(
-        model, params, sources, target_tok, config.eval_batch_size, config.beam_size,
-        config.length_penalty)
+  outputs = {}
+  for name, beam in [("greedy", 0)] + ([(f"beam{config.beam_size}", config.beam_size)]
+                                       if config.beam_size else []):
+    started = time.perf_counter()  # (compilation included: what a user waits for)
+    outputs[name] = translate_ids(model, params, sources, target_tok, config.eval_batch_size,
+                                  beam, config.length_penalty)
+    report[f"test/decode_seconds_{name}"] = time.perf_counter() - started
   for name, hypotheses in outputs.items():
     scores = bleu_chrf(hypotheses, references)
     report[f"test/bleu_{name}"], report[f"test/chrf_{name}"] = scores["bleu"], scores["chrf"]

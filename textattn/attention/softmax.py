@@ -329,6 +329,7 @@ class SelfAttention(nn.Module):
   causal: bool = False
   implementation: str = "xla"  # a key of KERNELS, or "auto" (resolved when called)
   dtype: Any = jnp.float32
+  head_dim: int | None = None  # None: embed // num_heads (Keras' key_dim, e.g. 256 x 8 heads)
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, decode: bool = False) -> Array:
@@ -337,7 +338,7 @@ class SelfAttention(nn.Module):
     next position); each later call gives one position [batch, 1, embed] and attends to the
     cached positions so far and itself."""
     embed = x.shape[-1]
-    head_dim = embed // self.num_heads
+    head_dim = self.head_dim or embed // self.num_heads
     dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     query = dense(name="query")(x)

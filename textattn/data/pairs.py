@@ -154,12 +154,18 @@ def encode_pairs(source_tokenizer, target_tokenizer, pairs: Pairs, rows: np.ndar
           "targets": target_tokenizer.encode(targets, target_len + 1, "post", standardized=True)}
 
 
+TOKENIZERS = ("word", "bpe")
+
+
 def train_tokenizers(pairs: Pairs, train_rows: np.ndarray, source_vocab: int,
-                     target_vocab: int) -> tuple[tokenizer_lib.WordTokenizer,
-                                                 tokenizer_lib.WordTokenizer]:
-  """Word vocabularies of the training pairs only (the chapter's TextVectorization adapt)."""
-  source = tokenizer_lib.WordTokenizer.train(
-      [standardize_source(pairs.sources[i]) for i in train_rows], source_vocab, standardized=True)
-  target = tokenizer_lib.WordTokenizer.train(
-      [standardize_target(pairs.targets[i]) for i in train_rows], target_vocab, standardized=True)
-  return source, target
+                     target_vocab: int, kind: str = "word"):
+  """Vocabularies of the training pairs only: words (the chapter's TextVectorization adapt) or
+  BPE subwords ([start] and [end] kept whole as special tokens)."""
+  sources = [standardize_source(pairs.sources[i]) for i in train_rows]
+  targets = [standardize_target(pairs.targets[i]) for i in train_rows]
+  if kind == "bpe":
+    return (tokenizer_lib.BpeTokenizer.train(sources, source_vocab, standardized=True),
+            tokenizer_lib.BpeTokenizer.train(targets, target_vocab, (START, END),
+                                             standardized=True))
+  return (tokenizer_lib.WordTokenizer.train(sources, source_vocab, standardized=True),
+          tokenizer_lib.WordTokenizer.train(targets, target_vocab, standardized=True))

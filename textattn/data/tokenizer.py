@@ -14,6 +14,10 @@ reproduces the ids. Counting and encoding themselves run in plain Python (`str.t
 faster than `tokenizers`' `train_from_iterator` + `encode_batch_fast` on 2 CPU cores,
 because its normalizers track per-character alignments we never use.
 
+Subword tokenizer ("bpe", translation): Hugging Face `tokenizers` BPE trained on the training
+split's standardised text, ids 0/1 as above, given special tokens next; `decode` joins the
+subwords back into the standardised words.
+
 Byte tokenizer ("byte", as Long Range Arena's text task): the UTF-8 bytes of the raw text,
 id = byte + 2, vocabulary 258, no standardisation.
 
@@ -115,6 +119,14 @@ class WordTokenizer:
         out[row, :len(tokens)] = [lookup(token, OOV_ID) for token in tokens]
     return out
 
+  def token_id(self, token: str) -> int:
+    return self._ids.get(token, OOV_ID)
+
+  def decode(self, ids: Sequence[int]) -> str:
+    """Words of the ids (0 skipped, 1 as [UNK])."""
+    return " ".join(self.words[i - NUM_RESERVED] if i >= NUM_RESERVED else OOV_TOKEN
+                    for i in map(int, ids) if i != PAD_ID)
+
   def to_hf(self):
     """The equivalent Hugging Face `tokenizers.Tokenizer`."""
     from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
@@ -148,6 +160,70 @@ class WordTokenizer:
     if [w for w, _ in by_id[:NUM_RESERVED]] != [PAD_TOKEN, OOV_TOKEN]:
       raise ValueError(f"ids 0 and 1 must be {PAD_TOKEN} and {OOV_TOKEN}")
     return cls([word for word, _ in by_id[NUM_RESERVED:]])
+
+
+class BpeTokenizer:
+  """Byte-pair-encoding subwords (HF `tokenizers`' BPE model and trainer) of standardised text."""
+
+  kind = "bpe"
+  _SUFFIX = "</w>"  # marks a word's last subword, so decode restores the spaces
+
+  def __init__(self, hf):
+    self.hf = hf
+
+  @classmethod
+  def train(cls, texts: Iterable[str], vocab_size: int, specials: Sequence[str] = (), *,
+            standardized: bool = False) -> BpeTokenizer:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    if vocab_size <= NUM_RESERVED + len(specials):
+      raise ValueError(f"vocab_size={vocab_size} is invalid; it must be > "
+                       f"{NUM_RESERVED + len(specials)}.")
+    hf = Tokenizer(models.BPE(unk_token=OOV_TOKEN, end_of_word_suffix=cls._SUFFIX))
+    hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    hf.decoder = decoders.BPEDecoder(suffix=cls._SUFFIX)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                  special_tokens=[PAD_TOKEN, OOV_TOKEN, *specials],
+                                  end_of_word_suffix=cls._SUFFIX)
+    hf.train_from_iterator((t if standardized else standardize(t) for t in texts), trainer)
+    return cls(hf)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.hf.get_vocab_size()
+
+  def token_id(self, token: str) -> int:
+    return self.hf.token_to_id(token)
+
+  def fingerprint(self) -> str:
+    return "bpe-" + hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+  def encode(self, texts: Sequence[str], max_len: int, truncation: str, *,
+             standardized: bool = False) -> np.ndarray:
+    _check_truncation(max_len, truncation)
+    out = np.zeros((len(texts), max_len), np.int32)
+    texts = [t if standardized else standardize(t) for t in texts]
+    for row, encoding in enumerate(self.hf.encode_batch(texts, add_special_tokens=False)):
+      ids = encoding.ids[-max_len:] if truncation == "pre" else encoding.ids[:max_len]
+      out[row, :len(ids)] = ids
+    return out
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self.hf.decode([int(i) for i in ids], skip_special_tokens=True)
+
+  def to_json(self) -> str:
+    return self.hf.to_str(pretty=True)
+
+  @classmethod
+  def from_json(cls, text: str) -> BpeTokenizer:
+    from tokenizers import Tokenizer
+    return cls(Tokenizer.from_str(text))
+
+
+def from_json(text: str):
+  """A saved word or BPE tokenizer (its tokenizer.json's model type decides)."""
+  if json.loads(text).get("model", {}).get("type") == "BPE":
+    return BpeTokenizer.from_json(text)
+  return WordTokenizer.from_json(text)
 
 
 class ByteTokenizer:
