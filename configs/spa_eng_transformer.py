@@ -19,5 +19,6 @@ from textattn import defaults
 
 def get_config():
   config = defaults.translation()
-  config.num_epochs = 30
+  config.num_epochs = 7
+  config.evals_per_epoch = 2
   return config
