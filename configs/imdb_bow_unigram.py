@@ -7,7 +7,7 @@ function without the dense [batch, 20,000] input (textattn/baselines.py).
 
     python -m textattn.main --config=configs/imdb_bow_unigram.py --workdir=runs/bow_unigram
 
-Result: test 88.68% ± 0.30 over seeds 0–2 (the chapter: 89.2%); 15 s from launch with features
+Result: test 88.67% ± 0.30 over seeds 0–2 (the chapter: 89.2%); 15 s from launch with features
 cached, 2 CPU cores (CPU-4, 2026-11-25). experiments/RESULTS.md, section 22.
 """
 

@@ -6,7 +6,7 @@ naive-Bayes log-count ratio and a learned per-feature weight (fast.ai's "NBSVM++
 
     python -m textattn.main --config=configs/imdb_nbsvm.py --workdir=runs/nbsvm
 
-Result: test 91.42% ± 0.05 over seeds 0–4 (Wang & Manning: 91.22%); 23 s from launch with
+Result: test 91.42% ± 0.06 over seeds 0–4 (Wang & Manning: 91.22%); 23 s from launch with
 features cached, 74 s from a cold cache, 2 CPU cores (CPU-4, 2026-11-25). Two epochs were chosen
 on validation. With a Fastformer run of the same seed, `python -m textattn.ensemble` reaches
 91.69% ± 0.07 (5 seeds). experiments/RESULTS.md, section 22.

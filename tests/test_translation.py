@@ -10,6 +10,7 @@ import pytest
 
 from tests.test_train import assert_trees_identical, restore_params, run_main
 from textattn import defaults, translation
+from textattn.data.splits import DataError
 
 WORDS = ["red", "blue", "green", "cat", "dog", "big", "small", "runs", "sleeps", "eats"]
 SPANISH = {"red": "rojo", "blue": "azul", "green": "verde", "cat": "gato", "dog": "perro",
@@ -178,3 +179,29 @@ def test_bpe_tokenizers_round_trip_standardised_text_and_keep_start_end_whole(tm
   np.testing.assert_array_equal(again.encode([text], 40, "post", standardized=True)[0], ids)
   assert tokenizer_lib.from_json(
       pairs_lib.train_tokenizers(pairs, rows, 60, 60)[0].to_json()).kind == "word"
+
+
+def test_a_tfds_translation_set_is_read_with_its_own_splits(tmp_path):
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
+  sizes = {"train": 30, "validation": 6, "test": 8}
+
+  def as_dataset(self, split, *args, **kwargs):
+    name = str(split)
+    if name not in sizes:
+      raise ValueError(f"Unknown split {name!r}.")
+    texts = [f"{name} frase {i}" for i in range(sizes[name])]
+    return tf.data.Dataset.from_tensor_slices({"pt": texts, "en": [t.upper() for t in texts]})
+
+  config = tiny("tfds:ted_hrlr_translate/pt_to_en", source_field="pt", target_field="en")
+  translation.validate_config(config, 1)
+  with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+    data, _, _, references = translation.load_data(config, str(tmp_path))
+    assert (len(data.train), len(data.validation), len(data.test)) == (30, 6, 8)
+    assert references[0] == "test frase 0"  # the test split is TFDS's, standardised
+    del sizes["validation"]  # a set without one: 15% of train is carved for it
+    data, _, _, _ = translation.load_data(config, str(tmp_path / "carved"))
+    assert (len(data.train), len(data.validation), len(data.test)) == (25, 5, 8)
+    config.target_field = "de"
+    with pytest.raises(DataError, match=r"has no feature 'de' \(it has en, pt\)"):
+      translation.load_data(config, str(tmp_path / "bad"))

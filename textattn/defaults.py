@@ -105,8 +105,9 @@ def translation() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.task = "translation"
   # ---- Data (textattn/data/pairs.py) --------------------------------------------------------
-  config.dataset = ""  # a pairs file: .txt/.tsv (source<TAB>target), .csv or .jsonl
-  config.source_field = "source"  # .csv/.jsonl: the field names
+  config.dataset = ""  # a pairs file: .txt/.tsv (source<TAB>target), .csv, .jsonl; or "tfds:NAME"
+  config.data_dir = ""  # TFDS: its data dir (else $TFDS_DATA_DIR)
+  config.source_field = "source"  # .csv/.jsonl/TFDS: the field (feature) names
   config.target_field = "target"
   config.split_by = "pair"  # pair (the chapter's) | source (a source's translations together)
   config.data_seed = 0

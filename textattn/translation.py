@@ -116,15 +116,26 @@ def validate_config(config, device_count: int) -> None:
     if not isinstance(config[field], int) or config[field] < 1 or config[field] % device_count:
       raise ValueError(f"config.{field}={config[field]!r} must be a positive multiple of the "
                        f"device count ({device_count}).")
-  if not config.dataset or not os.path.isfile(config.dataset):
+  if config.dataset.startswith(pairs_lib.TFDS_PREFIX):
+    from textattn.data.tfds_source import check_name
+    check_name(config.dataset[len(pairs_lib.TFDS_PREFIX):])
+  elif not config.dataset or not os.path.isfile(config.dataset):
     raise DataError(f"config.dataset={config.dataset!r}: give an existing pairs file (.txt/.tsv "
-                    f"source<TAB>target per line, .csv or .jsonl).")
+                    f"source<TAB>target per line, .csv or .jsonl) or a TFDS translation set "
+                    f"as 'tfds:NAME' (e.g. 'tfds:ted_hrlr_translate/pt_to_en' with "
+                    f"source_field='pt', target_field='en').")
 
 
 def load_data(config, workdir: str, write: bool = True):
   """(Dataset of packed rows, source tokenizer, target tokenizer, test references)."""
-  pairs = pairs_lib.read_pairs(config.dataset, config.source_field, config.target_field)
-  rows = pairs_lib.split_indices(pairs, config.data_seed, config.split_by == "source")
+  if config.dataset.startswith(pairs_lib.TFDS_PREFIX):  # the set's own splits
+    from textattn.data.tfds_source import tfds_data_dir
+    pairs, rows = pairs_lib.concatenate(pairs_lib.read_tfds_pairs(
+        config.dataset[len(pairs_lib.TFDS_PREFIX):], config.source_field, config.target_field,
+        tfds_data_dir(config)), config.data_seed)
+  else:
+    pairs = pairs_lib.read_pairs(config.dataset, config.source_field, config.target_field)
+    rows = pairs_lib.split_indices(pairs, config.data_seed, config.split_by == "source")
   if any(len(rows[s]) == 0 for s in pairs_lib.SPLITS):
     raise DataError(f"{config.dataset}: {len(pairs.sources)} pairs are too few for a train / "
                     f"validation / test split.")

@@ -120,6 +120,57 @@ def read_pairs(path: str, source_field: str = "source", target_field: str = "tar
   return Pairs(sources, targets)
 
 
+TFDS_PREFIX = "tfds:"
+
+
+def read_tfds_pairs(name: str, source_field: str, target_field: str,
+                    data_dir: str | None = None) -> dict[str, Pairs]:
+  """A TFDS translation set's own splits (e.g. "ted_hrlr_translate/pt_to_en" with fields "pt"
+  and "en"): {"train", "test", and "validation" when the set has one} -> Pairs."""
+  import tensorflow_datasets as tfds
+  out = {}
+  for split in SPLITS:
+    try:
+      dataset = tfds.load(name, split=split, data_dir=data_dir)
+    except (ValueError, KeyError) as e:
+      if split == "validation" and "split" in str(e).lower():
+        continue  # carved from train by the caller
+      raise DataError(f"TFDS {name!r}, split {split!r}: cannot be loaded ({e}).") from None
+    pairs = Pairs([], [])
+    for number, example in enumerate(tfds.as_numpy(dataset), 1):
+      missing = [f for f in (source_field, target_field) if f not in example]
+      if missing:
+        raise DataError(f"TFDS {name!r} has no feature {missing[0]!r} (it has "
+                        f"{', '.join(sorted(example))}); set config.source_field / "
+                        f"config.target_field.")
+      source, target = (raw_lib.decode(example[f], f"TFDS {name} {split} #{number}")
+                        if isinstance(example[f], bytes) else str(example[f])
+                        for f in (source_field, target_field))
+      if source.strip() and target.strip():  # (TFDS sets hold a few empty sentences)
+        pairs.sources.append(source.strip())
+        pairs.targets.append(target.strip())
+    if not pairs.sources:
+      raise DataError(f"TFDS {name!r}, split {split!r}: no pairs found.")
+    out[split] = pairs
+  return out
+
+
+def concatenate(splits: dict[str, Pairs], seed: int) -> tuple[Pairs, dict[str, np.ndarray]]:
+  """One Pairs of the given splits and each split's rows; without "validation", 15% of train
+  (a permutation from `seed`) becomes it."""
+  pairs, rows, begin = Pairs([], []), {}, 0
+  for name, part in splits.items():
+    pairs.sources += part.sources
+    pairs.targets += part.targets
+    rows[name] = np.arange(begin, begin + len(part.sources))
+    begin += len(part.sources)
+  if "validation" not in rows:
+    train = np.random.default_rng(seed).permutation(rows["train"])
+    cut = int(round(len(train) * FRACTIONS[1] / (FRACTIONS[0] + FRACTIONS[1])))
+    rows["validation"], rows["train"] = np.sort(train[:cut]), np.sort(train[cut:])
+  return pairs, rows
+
+
 def split_indices(pairs: Pairs, seed: int, group_by_source: bool = False
                   ) -> dict[str, np.ndarray]:
   """Indices of the train / validation / test pairs (module docstring)."""
