@@ -1,17 +1,20 @@
-"""English to Spanish, Deep Learning with Python's sequence-to-sequence Transformer (ch. 11.5).
+"""English to Spanish: Deep Learning with Python's sequence-to-sequence Transformer (ch. 11.5)
+with a faster recipe, the default translation config.
 
 The chapter's data handling (spa.txt, seeded 70/15/15 split of the pairs, word vocabularies of
-15,000, 20 tokens, punctuation and "¿" stripped) and model sizes (embed 256, feed-forward 2048,
-8 heads, one encoder and one decoder block, dropout 0.5 before the output layer, RMSprop, batch
-64), with standard head sizes (256 / 8 = 32 per head; the chapter's Keras MultiHeadAttention
-uses 256 per head). A softmax encoder, a causal softmax decoder.
+15,000, 20 tokens, punctuation and "¿" stripped) and sizes (embed 256, feed-forward 2048, 8 heads,
+one encoder and one decoder block, batch 64) with standard heads (32 wide; the chapter's Keras
+heads are 256: configs/spa_eng_chapter.py), Adam with warm-up and cosine decay, dropout 0.1,
+batches of similar length, 7 epochs.
 
     python -m textattn.main --config=configs/spa_eng_transformer.py --workdir=runs/spa_eng \\
       --config.dataset=spa.txt
 
 spa.txt: http://www.manythings.org/anki/spa-eng.zip (the chapter's file, English<TAB>Spanish).
 
-Result: not measured yet (issue 29).
+Result (seed 0, 2 CPU cores, CPU-4, 2026-11-25): validation next-token accuracy 67% after 25.9
+min (the chapter's 67% took 30 epochs), 70.63% at the end (51.3 min); test BLEU 35.39 greedy,
+37.75 beam 4 (chrF 58.19 / 59.01) on the chapter's pair split. experiments/RESULTS.md, section 23.
 """
 
 from textattn import defaults

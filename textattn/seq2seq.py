@@ -62,13 +62,23 @@ class CrossAttention(nn.Module):
   head_dim: int | None = None  # None: embed // num_heads
 
   @nn.compact
-  def __call__(self, x: Array, memory: Array, memory_mask: Array) -> Array:
+  def __call__(self, x: Array, memory: Array, memory_mask: Array, decode: bool = False) -> Array:
+    """decode=True: the memory's keys and values are projected once, when the cache is
+    allocated, and read from it at every later step (the memory does not change while decoding)."""
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
     dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
-    out = softmax_attention(dense(name="query")(x), dense(name="key")(memory),
-                            dense(name="value")(memory), memory_mask, causal=False)
+    query = dense(name="query")(x)
+    if decode and self.has_variable("cache", "memory_keys"):
+      keys = self.get_variable("cache", "memory_keys")
+      values = self.get_variable("cache", "memory_values")
+    else:
+      keys, values = dense(name="key")(memory), dense(name="value")(memory)
+      if decode:
+        self.put_variable("cache", "memory_keys", keys)
+        self.put_variable("cache", "memory_values", values)
+    out = softmax_attention(query, keys, values, memory_mask, causal=False)
     return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
                            name="out")(out)
 
@@ -94,7 +104,7 @@ class DecoderBlock(nn.Module):
     attended = attend(x, padding_mask, decode=True) if decode else attend(x, padding_mask)
     x = norm("norm_self")(x + dropout(attended))
     cross = CrossAttention(self.num_heads, self.dtype, self.head_dim, name="cross_attention")
-    x = norm("norm_cross")(x + dropout(cross(x, memory, memory_mask)))
+    x = norm("norm_cross")(x + dropout(cross(x, memory, memory_mask, decode=decode)))
     h = nn.relu(nn.Dense(self.ffn_dim, dtype=self.dtype, kernel_init=dense_init(),
                          name="ffn_in")(x))
     h = nn.Dense(embed, dtype=self.dtype, kernel_init=dense_init(), name="ffn_out")(h)

@@ -1,0 +1,41 @@
+"""Sample translations of a finished translation run: N test pairs drawn with a fixed seed, as a
+Markdown table of source, reference, greedy and beam outputs (test_translations.jsonl, with the
+sources re-derived from the run's config: same file, same split).
+
+    python experiments/translation/samples.py runs/spa_eng --count=20 --seed=0
+"""
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+from textattn.data import pairs as pairs_lib
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("workdir")
+  parser.add_argument("--count", type=int, default=20)
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--dataset", default="", help="the pairs file, if it moved")
+  args = parser.parse_args()
+  config = json.load(open(os.path.join(args.workdir, "config.json")))
+  pairs = pairs_lib.read_pairs(args.dataset or config["dataset"], config["source_field"],
+                               config["target_field"])
+  test = pairs_lib.split_indices(pairs, config["data_seed"],
+                                 config["split_by"] == "source")["test"]
+  rows = [json.loads(line) for line in open(os.path.join(args.workdir, "test_translations.jsonl"),
+                                            encoding="utf-8")]
+  assert len(rows) == len(test), "test_translations.jsonl does not match the split"
+  outputs = [k for k in rows[0] if k != "reference"]
+  print("| source | reference | " + " | ".join(outputs) + " |")
+  print("|---|---|" + "---|" * len(outputs))
+  for i in sorted(np.random.default_rng(args.seed).choice(len(rows), args.count, replace=False)):
+    cells = [pairs.sources[test[i]], rows[i]["reference"]] + [rows[i][k] for k in outputs]
+    print("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+
+
+if __name__ == "__main__":
+  main()
