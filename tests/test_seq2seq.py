@@ -15,11 +15,11 @@ CAUSAL = ["causal", "causal_additive", "causal_additive_recurrent"]
 S, T = 6, 8
 
 
-def small(decoder_attention, encoder_attention="softmax"):
-  model = seq2seq.Seq2Seq(source_vocab=30, target_vocab=25, source_len=S, target_len=T,
-                          embed_dim=16, num_heads=2, ffn_dim=32,
+def small(decoder_attention, encoder_attention="softmax", **options):
+  model = seq2seq.Seq2Seq(source_vocab=25 if options else 30, target_vocab=25, source_len=S,
+                          target_len=T, embed_dim=16, num_heads=2, ffn_dim=32,
                           encoder_attention=encoder_attention,
-                          decoder_attention=decoder_attention)
+                          decoder_attention=decoder_attention, **options)
   sources = jnp.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12]])
   targets = jnp.array([[2, 5, 6, 7, 8, 9, 10, 11], [2, 12, 13, 0, 0, 0, 0, 0]])
   params = jax.jit(model.init)(jax.random.key(0), sources, targets)["params"]
@@ -55,9 +55,10 @@ def test_padding_on_either_side_changes_no_real_position(attention):
                              rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("attention", CAUSAL)
-def test_cached_decoding_steps_give_the_full_decoders_logits(attention):
-  model, params, sources, targets = small(attention)
+@pytest.mark.parametrize("attention, options", [(a, {}) for a in CAUSAL] + [
+    ("causal", {"share_embeddings": True, "tie_output": True})])
+def test_cached_decoding_steps_give_the_full_decoders_logits(attention, options):
+  model, params, sources, targets = small(attention, **options)
   memory, memory_mask = model.apply({"params": params}, sources, method=seq2seq.Seq2Seq.encode)
   full = model.apply({"params": params}, targets[:1].repeat(2, 0), memory, memory_mask,
                      method=seq2seq.Seq2Seq.decode)
@@ -79,6 +80,24 @@ def test_greedy_decoding_with_and_without_the_cache_agree(attention):
     ends = np.flatnonzero(row == 9)
     if ends.size:
       assert not row[ends[0] + 1:].any()
+
+
+def test_shared_and_tied_embeddings_compute_the_untied_model_with_one_table_copied_in():
+  tied, tied_params, sources, targets = small("causal", share_embeddings=True, tie_output=True)
+  untied, params, _, _ = small("causal", share_embeddings=False, tie_output=False)
+  table = tied_params["token_table"]["embedding"]
+  assert "token" not in tied_params["source_embed"] and "logits" not in tied_params
+  params = {**params, "encoder_0": tied_params["encoder_0"], "decoder_0": tied_params["decoder_0"]}
+  for side in ("source_embed", "target_embed"):
+    params[side] = {"token": {"embedding": table}, "position": tied_params[side]["position"]}
+  params["logits"] = {"kernel": table.T, "bias": tied_params["logits_bias"]}
+  np.testing.assert_allclose(untied.apply({"params": params}, sources, targets),
+                             tied.apply({"params": tied_params}, sources, targets),
+                             rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="shared embeddings need one vocabulary; the source has "
+                                       "30 entries, the target 25"):
+    seq2seq.Seq2Seq(source_vocab=30, target_vocab=25, source_len=S, target_len=T,
+                    share_embeddings=True).init(jax.random.key(0), sources, targets)
 
 
 def test_a_non_causal_decoder_attention_is_refused_in_one_sentence():

@@ -45,14 +45,17 @@ def tiny(data, **overrides):
   return config
 
 
-@pytest.mark.parametrize("decoder, tokenizer", [("causal", "word"),
-                                                ("causal_additive_recurrent", "word"),
-                                                ("causal", "bpe")])
-def test_translation_learns_and_reports_bleu(tmp_path, decoder, tokenizer):
+@pytest.mark.parametrize("decoder, tokenizer, shared", [("causal", "word", False),
+                                                        ("causal_additive_recurrent", "word", True),
+                                                        ("causal", "bpe", False)])
+def test_translation_learns_and_reports_bleu(tmp_path, decoder, tokenizer, shared):
   config = tiny(write_pairs(tmp_path / "pairs.txt"), **{"model.decoder_attention": decoder,
                                                         "tokenizer": tokenizer})
   if tokenizer == "bpe":  # room for the characters and merges
     config.update(source_vocab=80, target_vocab=80)
+  if shared:  # one vocabulary, one token table for both sides and the output layer
+    config.shared_vocab = True
+    config.model.update(share_embeddings=True, tie_output=True)
   report = translation.train_and_evaluate(config, str(tmp_path / "run"))
   assert report["test/accuracy"] > 0.8, report
   assert report["test/bleu_greedy"] > 40 and report["test/chrf_beam2"] > 40, report
@@ -61,8 +64,9 @@ def test_translation_learns_and_reports_bleu(tmp_path, decoder, tokenizer):
                                             encoding="utf-8")]
   assert len(rows) == 90 and set(rows[0]) == {"reference", "greedy", "beam2"}
   assert "¿" not in rows[0]["reference"] and "[end]" not in rows[0]["greedy"]
-  for name in (translation.SOURCE_TOKENIZER, translation.TARGET_TOKENIZER):
-    assert os.path.exists(tmp_path / "run" / name)
+  saved = [open(tmp_path / "run" / name, encoding="utf-8").read()
+           for name in (translation.SOURCE_TOKENIZER, translation.TARGET_TOKENIZER)]
+  assert (saved[0] == saved[1]) == shared
 
 
 def test_batches_cut_to_their_width_give_the_same_sums_as_full_width(tmp_path):
@@ -155,11 +159,15 @@ def test_the_chapter_config_builds_the_chapters_19_960_216_parameter_model():
   assert sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(params)) == 14_439_064
 
 
-def test_a_head_size_for_an_attention_without_one_is_refused_in_one_sentence(tmp_path):
+def test_a_head_size_or_shared_table_the_model_cannot_have_is_refused_in_one_sentence(tmp_path):
   config = tiny(write_pairs(tmp_path / "pairs.txt"),
                 **{"model.head_dim": 16, "model.encoder_attention": "additive"})
   with pytest.raises(ValueError, match=r"head_dim=16 needs softmax attention; "
                                        r"config.model.encoder_attention='additive'"):
+    translation.validate_config(config, 1)
+  config = tiny(write_pairs(tmp_path / "pairs.txt"), **{"model.share_embeddings": True})
+  with pytest.raises(ValueError, match=r"share_embeddings=True needs one vocabulary for both "
+                                       r"sides: set config.shared_vocab=True"):
     translation.validate_config(config, 1)
 
 

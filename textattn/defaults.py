@@ -114,6 +114,7 @@ def translation() -> ml_collections.ConfigDict:
   config.tokenizer = "word"  # word (the chapter's) | bpe (HF tokenizers' subwords)
   config.source_vocab = 15000  # vocabularies of the training pairs, ids 0/1 reserved
   config.target_vocab = 15000
+  config.shared_vocab = False  # one vocabulary of both sides (target_vocab entries; BPE mostly)
   config.source_len = 20  # tokens; targets get target_len + 1 with [start] ... [end]
   config.target_len = 20
   config.length_pool = 20  # batches of similar length from pools of this many (0: plain random)
@@ -129,6 +130,8 @@ def translation() -> ml_collections.ConfigDict:
   config.model.decoder_layers = 1
   config.model.dropout_rate = 0.1  # inside the blocks (the chapter: none)
   config.model.output_dropout_rate = 0.1  # before the output layer (the chapter: 0.5)
+  config.model.share_embeddings = False  # one token table for both sides (needs shared_vocab)
+  config.model.tie_output = False  # output layer = the target token table, transposed, + bias
   config.model.dtype = "float32"
   # ---- Optimiser, loop: as classification ---------------------------------------------------
   base = classification()

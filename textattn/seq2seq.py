@@ -32,18 +32,26 @@ from textattn.models import (LAYER_NORM_EPSILON, Dropout, EncoderBlock, _keras_e
 Array = jax.Array
 
 
+def token_table(vocab_size: int, embed_dim: int, dtype: Any, name: str | None = None) -> nn.Embed:
+  return nn.Embed(vocab_size, embed_dim, embedding_init=_keras_embedding_init, dtype=dtype,
+                  name=name)
+
+
 class Embed(nn.Module):
   """Token plus learned position embedding (the chapter's PositionalEmbedding); in decode mode
-  the position is the cache's running index."""
+  the position is the cache's running index. `tokens`: a token table owned by the parent (shared
+  or tied embeddings); None: its own ("token")."""
   vocab_size: int
   max_len: int
   embed_dim: int
   dtype: Any = jnp.float32
+  tokens: nn.Module | None = None
 
   @nn.compact
   def __call__(self, tokens: Array, decode: bool = False) -> Array:
-    x = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=_keras_embedding_init,
-                 dtype=self.dtype, name="token")(tokens)
+    table = (self.tokens if self.tokens is not None
+             else token_table(self.vocab_size, self.embed_dim, self.dtype, "token"))
+    x = table(tokens)
     table = self.param("position", _keras_embedding_init, (self.max_len, self.embed_dim))
     if decode and self.has_variable("cache", "position"):
       position = self.variable("cache", "position")
@@ -127,6 +135,8 @@ class Seq2Seq(nn.Module):
   output_dropout_rate: float = 0.5  # before the output layer (the chapter's Dropout(0.5))
   dtype: Any = jnp.float32
   head_dim: int | None = None  # None: embed // num_heads; the chapter's Keras: 256 (= embed)
+  share_embeddings: bool = False  # one token table for both sides (a shared vocabulary)
+  tie_output: bool = False  # logits = x @ target token table^T + bias (no output kernel)
 
   def setup(self):
     variant = attention_lib.get(self.decoder_attention)
@@ -134,8 +144,17 @@ class Seq2Seq(nn.Module):
       raise ValueError(f"config.model.decoder_attention={self.decoder_attention!r} is not a "
                        f"causal variant; allowed: "
                        f"{', '.join(n for n in attention_lib.names() if attention_lib.get(n).causal)}.")
-    self.source_embed = Embed(self.source_vocab, self.source_len, self.embed_dim, self.dtype)
-    self.target_embed = Embed(self.target_vocab, self.target_len, self.embed_dim, self.dtype)
+    if self.share_embeddings and self.source_vocab != self.target_vocab:
+      raise ValueError(f"shared embeddings need one vocabulary; the source has "
+                       f"{self.source_vocab} entries, the target {self.target_vocab}.")
+    # Tables the parent owns (a new parameter layout) only when shared or tied.
+    table = (token_table(self.target_vocab, self.embed_dim, self.dtype)
+             if self.share_embeddings or self.tie_output else None)
+    self.token_table = table
+    self.source_embed = Embed(self.source_vocab, self.source_len, self.embed_dim, self.dtype,
+                              table if self.share_embeddings else None)
+    self.target_embed = Embed(self.target_vocab, self.target_len, self.embed_dim, self.dtype,
+                              table)
     self.encoder = [EncoderBlock(self.encoder_attention, self.num_heads, self.ffn_dim,
                                  self.dropout_rate, "post", "auto", self.dtype, self.head_dim)
                     for _ in range(self.encoder_layers)]
@@ -143,7 +162,10 @@ class Seq2Seq(nn.Module):
                                  self.dropout_rate, self.dtype, self.head_dim)
                     for _ in range(self.decoder_layers)]
     self.output_dropout = Dropout(self.output_dropout_rate)
-    self.logits = nn.Dense(self.target_vocab, dtype=jnp.float32, kernel_init=dense_init())
+    if self.tie_output:
+      self.logits_bias = self.param("logits_bias", nn.initializers.zeros, (self.target_vocab,))
+    else:
+      self.logits = nn.Dense(self.target_vocab, dtype=jnp.float32, kernel_init=dense_init())
 
   def encode(self, sources: Array, *, train: bool = False) -> tuple[Array, Array]:
     mask = sources != 0
@@ -161,6 +183,9 @@ class Seq2Seq(nn.Module):
     for block in self.decoder:
       x = block(x, mask, memory, memory_mask, deterministic=not train, decode=decode)
     x = self.output_dropout(x, deterministic=not train)
+    if self.tie_output:
+      table = self.token_table.embedding.astype(jnp.float32)
+      return jnp.einsum("...d,vd->...v", x.astype(jnp.float32), table) + self.logits_bias
     return self.logits(x)
 
   def __call__(self, sources: Array, targets_in: Array, *, train: bool = False) -> Array:

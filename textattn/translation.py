@@ -82,7 +82,8 @@ def build_model(config, source_vocab: int, target_vocab: int) -> seq2seq.Seq2Seq
       ffn_dim=m.ffn_dim, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
       encoder_attention=m.encoder_attention, decoder_attention=m.decoder_attention,
       dropout_rate=m.dropout_rate, output_dropout_rate=m.output_dropout_rate,
-      head_dim=m.head_dim or None,
+      head_dim=m.head_dim or None, share_embeddings=m.get("share_embeddings", False),
+      tie_output=m.get("tie_output", False),
       dtype={"float32": jnp.float32, "bfloat16": jnp.bfloat16}[m.dtype])
 
 
@@ -111,6 +112,9 @@ def validate_config(config, device_count: int) -> None:
   elif config.model.embed_dim % config.model.num_heads:
     raise ValueError(f"config.model.num_heads={config.model.num_heads} must divide "
                      f"config.model.embed_dim={config.model.embed_dim}.")
+  if config.model.get("share_embeddings") and not config.get("shared_vocab"):
+    raise ValueError("config.model.share_embeddings=True needs one vocabulary for both sides: "
+                     "set config.shared_vocab=True (or share_embeddings=False).")
   optim.validate_config(config.optimizer)
   for field in ("batch_size", "eval_batch_size"):
     if not isinstance(config[field], int) or config[field] < 1 or config[field] % device_count:
@@ -146,9 +150,15 @@ def load_data(config, workdir: str, write: bool = True):
     if source_tok.kind != config.tokenizer:
       raise DataError(f"{workdir} holds {source_tok.kind} tokenizers, the config asks for "
                       f"config.tokenizer={config.tokenizer!r}; use another --workdir.")
+    shared = source_tok.to_json() == target_tok.to_json()
+    if shared != bool(config.get("shared_vocab")):
+      raise DataError(f"{workdir} holds {'one shared' if shared else 'separate'} "
+                      f"vocabularies, the config asks for config.shared_vocab="
+                      f"{bool(config.get('shared_vocab'))}; use another --workdir.")
   else:
-    source_tok, target_tok = pairs_lib.train_tokenizers(pairs, rows["train"], config.source_vocab,
-                                                        config.target_vocab, config.tokenizer)
+    source_tok, target_tok = pairs_lib.train_tokenizers(
+        pairs, rows["train"], config.source_vocab, config.target_vocab, config.tokenizer,
+        shared=bool(config.get("shared_vocab")))
     if write:
       for tok, path in zip((source_tok, target_tok), saved):
         data_lib.atomic_write(path, lambda f, t=tok: f.write(t.to_json()))

@@ -209,11 +209,18 @@ TOKENIZERS = ("word", "bpe")
 
 
 def train_tokenizers(pairs: Pairs, train_rows: np.ndarray, source_vocab: int,
-                     target_vocab: int, kind: str = "word"):
+                     target_vocab: int, kind: str = "word", shared: bool = False):
   """Vocabularies of the training pairs only: words (the chapter's TextVectorization adapt) or
-  BPE subwords ([start] and [end] kept whole as special tokens)."""
+  BPE subwords ([start] and [end] kept whole as special tokens). shared=True: one vocabulary of
+  `target_vocab` entries from both sides' text, returned as both tokenizers."""
   sources = [standardize_source(pairs.sources[i]) for i in train_rows]
   targets = [standardize_target(pairs.targets[i]) for i in train_rows]
+  if shared:
+    both = sources + targets
+    tok = (tokenizer_lib.BpeTokenizer.train(both, target_vocab, (START, END), standardized=True)
+           if kind == "bpe" else
+           tokenizer_lib.WordTokenizer.train(both, target_vocab, standardized=True))
+    return tok, tok
   if kind == "bpe":
     return (tokenizer_lib.BpeTokenizer.train(sources, source_vocab, standardized=True),
             tokenizer_lib.BpeTokenizer.train(targets, target_vocab, (START, END),
