@@ -1,7 +1,6 @@
 """Attention kernels and modules against float64 NumPy references, masks and causality."""
 
 import functools
-import re
 
 import jax
 import jax.numpy as jnp

@@ -22,7 +22,7 @@ from tests.test_train import (
   write_sentiment_jsonl,
 )
 from textattn import data as ip
-from textattn import classify, errors, models, optim, platform
+from textattn import classify, models, optim
 from textattn import step as step_lib
 from textattn.recipes import pretrain
 from textattn.data import tokenizer as tokenizer_lib

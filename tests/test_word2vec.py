@@ -15,7 +15,7 @@ from tests import recipes_config
 from tests.test_data import fake_tfds, make_config, write_csv
 from tests.test_train import cli_args, read_metrics, run_main, write_sentiment_jsonl
 from textattn import data as ip
-from textattn import classify, errors, models, optim, platform
+from textattn import classify, models, optim
 from textattn import step as step_lib
 from textattn.recipes import word2vec
 from textattn.data import tokenizer as tokenizer_lib

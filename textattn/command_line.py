@@ -124,8 +124,6 @@ def flags_parser(config_flag: str = "config"):
   """A `flags_parser` for absl's app.run: parses the flags, and for any error in them (an
   unknown flag or config field, a wrong type, a missing or broken config file) prints one line
   `error: ...` on stderr and exits with code 2 (a usage error), never a traceback."""
-  import sys
-
   from absl import flags
 
   def parse(argv: list[str]) -> list[str]:

@@ -15,10 +15,12 @@ Rows end independently at their first [end]; outputs are int32 [batch, max_len],
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
-from textattn.seq2seq import Seq2Seq
+from textattn.seq2seq import Array, Seq2Seq
 
 NEG_INF = -1.0e9
 

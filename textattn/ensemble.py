@@ -18,7 +18,6 @@ with any run), and prints one line. Written atomically; OUT may not be a member.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 

@@ -18,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from textattn import command_line, defaults
+from textattn import command_line
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Training configuration file (configs/*.py).", lock_config=True)

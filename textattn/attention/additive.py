@@ -145,6 +145,27 @@ def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "flo
     softmax.check_native_here()
 
 
+def fastformer_projections(module: nn.Module, x: Array, num_heads: int, dtype: Any):
+  """Fastformer's per-head query and key projections [.., heads, head_dim] and its two scoring
+  kernels [heads * head_dim, heads] (alpha for the queries, beta for the keys): parameters of
+  `module`, called from its compact __call__ (shared by the bidirectional and causal forms)."""
+  heads, head_dim = num_heads, x.shape[-1] // num_heads
+  dense = functools.partial(nn.DenseGeneral, features=(heads, head_dim), dtype=dtype,
+                            kernel_init=dense_init())
+  query, key = dense(name="query")(x), dense(name="key")(x)
+  alpha_kernel = module.param("alpha_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
+  beta_kernel = module.param("beta_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
+  return query, key, alpha_kernel, beta_kernel
+
+
+def fastformer_output(u: Array, query: Array, dtype: Any) -> Array:
+  """W_o u + q (the authors' residual to the query), [.., heads, head_dim] -> [.., embed]."""
+  embed = query.shape[-2] * query.shape[-1]
+  out = nn.DenseGeneral(embed, axis=(-2, -1), dtype=dtype, kernel_init=dense_init(),
+                        name="out")(u)
+  return out + query.reshape(query.shape[:-2] + (embed,))
+
+
 class AdditiveAttention(nn.Module):
   """Fastformer additive attention: output = W_o u + q (as in the authors' implementation)."""
   num_heads: int
@@ -153,21 +174,13 @@ class AdditiveAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array) -> Array:
-    embed = x.shape[-1]
-    heads, head_dim = self.num_heads, embed // self.num_heads
-    dense = functools.partial(nn.DenseGeneral, features=(heads, head_dim), dtype=self.dtype,
-                              kernel_init=dense_init())
-    query = dense(name="query")(x)
-    key = dense(name="key")(x)
-    alpha_kernel = self.param("alpha_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
-    beta_kernel = self.param("beta_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
-    native = resolve(self.implementation, head_dim) == "native"
+    query, key, alpha_kernel, beta_kernel = fastformer_projections(self, x, self.num_heads,
+                                                                   self.dtype)
+    native = resolve(self.implementation, query.shape[-1]) == "native"
     kernel = native_additive_attention if native else additive_attention
     u = kernel(query, key, padding_mask, alpha_kernel.astype(self.dtype),
                beta_kernel.astype(self.dtype))
-    out = nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
-                          name="out")(u)
-    return out + query.reshape(x.shape[:-1] + (embed,))
+    return fastformer_output(u, query, self.dtype)
 
 
 registry.register(registry.Variant(

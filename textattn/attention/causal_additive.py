@@ -34,7 +34,8 @@ import jax
 import jax.numpy as jnp
 
 from textattn.attention import registry
-from textattn.attention.common import MASK_VALUE, Array, dense_init
+from textattn.attention.additive import fastformer_output, fastformer_projections
+from textattn.attention.common import MASK_VALUE, Array
 
 FORMS = ("direct", "recurrent")
 
@@ -119,7 +120,7 @@ def recurrent_step(state: State, query: Array, key: Array, real: Array, alpha_ke
                    beta_kernel: Array) -> tuple[State, Array]:
   """One position of the recurrent form in O(1): query/key [batch, heads, dim], real bool
   [batch] (False: a padding position, which changes nothing and outputs 0) -> (state, u)."""
-  q, k = query[:, None], key[:, None]
+  q = query[:, None]
   mask = real[:, None, None]
 
   def push(m, v, w, scores, values):
@@ -152,14 +153,9 @@ class CausalAdditiveAttention(nn.Module):
     """decode=True as softmax's SelfAttention: a first whole-length call allocates the
     "cache" (recurrent: the running sums only, O(1) in length; direct: those plus every key so
     far), then one position [batch, 1, embed] per call."""
-    embed = x.shape[-1]
-    heads, head_dim = self.num_heads, embed // self.num_heads
-    dense = functools.partial(nn.DenseGeneral, features=(heads, head_dim), dtype=self.dtype,
-                              kernel_init=dense_init())
-    query = dense(name="query")(x)
-    key = dense(name="key")(x)
-    alpha_kernel = self.param("alpha_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
-    beta_kernel = self.param("beta_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
+    query, key, alpha_kernel, beta_kernel = fastformer_projections(self, x, self.num_heads,
+                                                                   self.dtype)
+    heads, head_dim = query.shape[-2:]
     if decode and self.has_variable("cache", "state"):
       u = self._decode_step(query, key, padding_mask, alpha_kernel, beta_kernel)
     else:
@@ -172,9 +168,7 @@ class CausalAdditiveAttention(nn.Module):
           self.variable("cache", "mask", jnp.zeros, (batch, length), bool)
           self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
       u = CORES[self.form](query, key, padding_mask, alpha_kernel, beta_kernel)
-    out = nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
-                          name="out")(u)
-    return out + query.reshape(x.shape[:-1] + (embed,))
+    return fastformer_output(u, query, self.dtype)
 
   def _decode_step(self, query, key, padding_mask, alpha_kernel, beta_kernel):
     cache = self.variable("cache", "state")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import flax.linen as nn
 
