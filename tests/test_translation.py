@@ -169,6 +169,10 @@ def test_a_head_size_or_shared_table_the_model_cannot_have_is_refused_in_one_sen
   with pytest.raises(ValueError, match=r"share_embeddings=True needs one vocabulary for both "
                                        r"sides: set config.shared_vocab=True"):
     translation.validate_config(config, 1)
+  config.update(shared_vocab=True, source_vocab=30)
+  with pytest.raises(ValueError, match=r"shared_vocab=True builds one vocabulary for both sides: "
+                                       r"give source_vocab and target_vocab one size \(now 30 and 40\)"):
+    translation.validate_config(config, 1)
 
 
 def test_bpe_tokenizers_round_trip_standardised_text_and_keep_start_end_whole(tmp_path):

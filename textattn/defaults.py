@@ -114,7 +114,7 @@ def translation() -> ml_collections.ConfigDict:
   config.tokenizer = "word"  # word (the chapter's) | bpe (HF tokenizers' subwords)
   config.source_vocab = 15000  # vocabularies of the training pairs, ids 0/1 reserved
   config.target_vocab = 15000
-  config.shared_vocab = False  # one vocabulary of both sides (target_vocab entries; BPE mostly)
+  config.shared_vocab = False  # one vocabulary of both sides' text (source_vocab = target_vocab)
   config.source_len = 20  # tokens; targets get target_len + 1 with [start] ... [end]
   config.target_len = 20
   config.length_pool = 20  # batches of similar length from pools of this many (0: plain random)

@@ -112,6 +112,10 @@ def validate_config(config, device_count: int) -> None:
   elif config.model.embed_dim % config.model.num_heads:
     raise ValueError(f"config.model.num_heads={config.model.num_heads} must divide "
                      f"config.model.embed_dim={config.model.embed_dim}.")
+  if config.get("shared_vocab") and config.source_vocab != config.target_vocab:
+    raise ValueError(f"config.shared_vocab=True builds one vocabulary for both sides: give "
+                     f"source_vocab and target_vocab one size (now {config.source_vocab} and "
+                     f"{config.target_vocab}).")
   if config.model.get("share_embeddings") and not config.get("shared_vocab"):
     raise ValueError("config.model.share_embeddings=True needs one vocabulary for both sides: "
                      "set config.shared_vocab=True (or share_embeddings=False).")
