@@ -156,9 +156,8 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
                    compiler_options=compiler_options)
   t0 = time.perf_counter()
   batch = platform.to_global(next(batches), data_sharding)
-  # One executable per batch shape: a task whose batches are cut to a few widths (translation's
-  # length buckets) compiles each width once, on first use.
-  executables = {_shapes(batch): jitted.lower(state, batch).compile()}
+  step_for = _Executables(jitted)
+  step_for(state, batch)
   compile_s = time.perf_counter() - t0
   logging.info("Compiled the %s step in %.1fs.", prefix, compile_s)
   if start_step == 0:  # (a resumed run would add a row the original run lacks)
@@ -172,10 +171,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
     if step + 1 in skipped:  # this step's batch made the loss NaN before: take the next one
       batch = platform.to_global(next(batches), data_sharding)
       log(step + 1, {f"{prefix}/skipped_batch_of_step": step + 1})  # (in step order, on replay)
-    compiled = executables.get(_shapes(batch))
-    if compiled is None:
-      compiled = executables[_shapes(batch)] = jitted.lower(state, batch).compile()
-    state, sums = compiled(state, batch)
+    state, sums = step_for(state, batch)(state, batch)
     pending.append(sums)
     done = step = step + 1
     is_last = done == total
@@ -223,8 +219,18 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
 MAX_SKIPPED_BATCHES = 3
 
 
-def _shapes(batch: dict) -> tuple:
-  return tuple((key, batch[key].shape) for key in sorted(batch))
+class _Executables:
+  """One compiled step per batch shape: a task whose batches are cut to a few widths
+  (translation's length buckets) compiles each width once, on first use."""
+
+  def __init__(self, jitted):
+    self.jitted, self.compiled = jitted, {}
+
+  def __call__(self, state, batch: dict):
+    shapes = tuple((key, batch[key].shape) for key in sorted(batch))
+    if shapes not in self.compiled:
+      self.compiled[shapes] = self.jitted.lower(state, batch).compile()
+    return self.compiled[shapes]
 
 
 class _Progress:
