@@ -124,6 +124,20 @@ def test_pairs_loader_reads_tabs_quotes_blank_lines_and_non_ascii(tmp_path):
     pairs_lib.read_pairs(str(jsonl), "en", "es")
 
 
+def test_pairs_loader_ends_lines_at_newlines_only(tmp_path):
+  # str.splitlines would end a line at U+2028 / U+0085 inside a sentence and lose the pair.
+  tsv = tmp_path / "odd.txt"
+  tsv.write_text("a\u2028b\tc\u0085d\r\ne\tf\n", encoding="utf-8")
+  pairs = pairs_lib.read_pairs(str(tsv))
+  assert pairs.sources == ["a\u2028b", "e"] and pairs.targets == ["c\u0085d", "f"]
+  jsonl = tmp_path / "odd.jsonl"
+  jsonl.write_text('{"en": "x\u2028y", "es": "z"}\n[1]\n', encoding="utf-8")
+  with pytest.raises(DataError, match="odd.jsonl, line 2: expected a JSON object, found list"):
+    pairs_lib.read_pairs(str(jsonl), "en", "es")
+  jsonl.write_text('{"en": "x\u2028y", "es": "z"}\n', encoding="utf-8")
+  assert pairs_lib.read_pairs(str(jsonl), "en", "es").sources == ["x\u2028y"]
+
+
 def test_splits_are_seeded_70_15_15_and_grouping_keeps_a_sources_translations_together():
   sources = [f"sentence {i // 3}" for i in range(300)]  # 100 sources, 3 translations each
   pairs = pairs_lib.Pairs(sources, [f"t{i}" for i in range(300)])

@@ -270,19 +270,8 @@ def _records(path: str, text: str, extension: str, columns: str = "") -> list[tu
       raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
     return rows
   if extension in (".jsonl", ".json"):
-    rows = []
-    for number, line in enumerate(text.split("\n"), start=1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise DataError(f"{path}, line {number}: invalid JSON ({e.msg}).") from None
-      if not isinstance(record, dict):
-        raise DataError(f"{path}, line {number}: expected a JSON object, found "
-                        f"{type(record).__name__}.")
-      rows.append((number, record))
-    return rows
+    from textattn.data import raw as raw_lib
+    return list(raw_lib.json_records(path, text))
   raise DataError(f"--input={path}: unsupported file type {extension!r}; allowed: .txt (one "
                   f"text per line), .csv, .tsv, .jsonl.")
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from collections.abc import Iterator
 
@@ -182,18 +181,8 @@ class FileSource:
       raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
 
   def _jsonl_rows(self, path: str, text: str) -> Iterator[tuple[int, list[str], str]]:
-    # Split on "\n" only: str.splitlines would also split on U+2028 inside JSON strings.
-    for number, line in enumerate(text.split("\n"), start=1):
-      line = line.strip()
-      if not line:
-        continue
+    for number, record in raw_lib.json_records(path, text):
       where = f"{path}, line {number}"
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno}).") from None
-      if not isinstance(record, dict):
-        raise DataError(f"{where}: expected a JSON object, found {type(record).__name__}.")
       missing = [f for f in self.text_fields + [self.label_field] if f not in record]
       if missing:
         raise DataError(f"{where}: field(s) {missing} missing; the record has "

@@ -22,7 +22,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import os
 import re
 import string
@@ -83,18 +82,11 @@ def read_pairs(path: str, source_field: str = "source", target_field: str = "tar
     targets.append(str(target).strip())
 
   if extension == ".jsonl":
-    for number, line in enumerate(text.splitlines(), 1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise DataError(f"{path}, line {number}: not a JSON object ({e.msg}).") from None
-      if not isinstance(record, dict):
-        raise DataError(f"{path}, line {number}: not a JSON object.")
+    for number, record in raw_lib.json_records(path, text):
       add(number, record.get(source_field), record.get(target_field))
   elif not header:
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.split("\n"), 1):  # not splitlines: see json_records
+      line = line.rstrip("\r")
       if not line.strip():
         continue
       columns = line.split("\t")

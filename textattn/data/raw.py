@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,24 @@ def decode(value: bytes | str, where: str) -> str:
     return value.decode("utf-8")
   except UnicodeDecodeError as e:
     raise DataError(f"{where}: invalid UTF-8 ({e.reason} at byte {e.start}).") from None
+
+
+def json_records(path: str, text: str) -> Iterator[tuple[int, dict]]:
+  """(line number, object) for each non-blank line of a JSON-lines text; a line that is not a
+  JSON object is one DataError naming the file and line. Lines end at "\n" only: str.splitlines
+  would also end them at U+2028, U+0085 and the like inside strings."""
+  for number, line in enumerate(text.split("\n"), start=1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise DataError(f"{path}, line {number}: invalid JSON ({e.msg} at column {e.colno}).") \
+          from None
+    if not isinstance(record, dict):
+      raise DataError(f"{path}, line {number}: expected a JSON object, found "
+                      f"{type(record).__name__}.")
+    yield number, record
 
 
 def join_fields(values: Sequence[str]) -> str:
