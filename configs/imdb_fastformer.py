@@ -5,11 +5,9 @@ hashed bigram embeddings (model.bigram_buckets=65536), 2 epochs without word dro
 
     python -m textattn.main --config=configs/imdb_fastformer.py --workdir=runs/imdb_fastformer
 
-Result: test accuracy 89.48% +- 0.29 over 4 seeds (seed 0: 89.43%); without bigrams 88.22% +- 0.19
-(3 seeds, CPU-1). CPU-3 (2-core Zen 3), 2026-11-23, one core per run. Again on CPU-4, 2026-11-25:
-89.48% +- 0.25 over seeds 0-4. The bigrams were adopted on a weak test; their pre-registered
-paired re-check (20 seeds a side; keep if validation gains >= 0.002, else bigram_buckets=0) is
-unfinished. History: experiments/RESULTS.md, sections 5 and 7.
+Result: test accuracy 89.48% +- 0.25 over seeds 0-4 (CPU-4, 2026-11-25; CPU-3, 2026-11-23: 89.48%
++- 0.29 over 4 seeds). Bigrams kept by their pre-registered paired re-check (20 seeds a side,
+validation only): +0.00454 mean best validation. experiments/RESULTS.md, sections 5 and 22.
 """
 
 from textattn import defaults
@@ -19,9 +17,9 @@ def get_config():
   config = defaults.sibling(__file__, "imdb_softmax.py")
   config.model.attention = "additive"
   config.max_len = 800
-  # Hashed bigram embeddings (fastText's bigram features): +0.31 mean best validation over
-  # 4 seeds (experiments/RESULTS.md, "hashed bigram embeddings"); 65,536 rows chosen by a
-  # linear probe on validation (experiments/bigram_probe.py).
+  # Hashed bigram embeddings (fastText's bigram features): +0.00454 mean best validation, paired
+  # over 20 seeds (experiments/RESULTS.md, section 5); 65,536 rows chosen by a linear probe on
+  # validation (experiments/bigram_probe.py).
   config.model.bigram_buckets = 65536
   # With the word2vec start, 2 epochs without word dropout validated best (GPU sweep, 12 seeds).
   config.num_epochs = 2
