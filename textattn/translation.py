@@ -377,7 +377,7 @@ def _test_report(config, state, manager, abstract_state, state_sharding, packed,
   report_step = total_steps
   if config.final_params == "best" and manager.best_step() not in (None, report_step):
     report_step = manager.best_step()
-    state = classify._restore_for_report(  # noqa: SLF001
+    state = classify._restore_for_report(
         manager, report_step, abstract_state, state_sharding).replace(apply_fn=packed.apply,
                                                                         tx=tx)
   report = evaluator(state, data.test, "test")
