@@ -323,13 +323,13 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   shapes = checkpointing.state_shapes(abstract_state)
   fresh = lambda: jax.jit(init, out_shardings=state_sharding)(rng)
   manager = checkpointing.open_manager(workdir, config.keep_checkpoints)
-  state, start_step, meta, skipped = classify._resume_or_start(  # noqa: SLF001
+  state, start_step, meta, skipped = classify._resume_or_start(
       config, workdir, manager, shapes, contract, machine, abstract_state, state_sharding,
       lambda restored: restored.replace(apply_fn=packed.apply, tx=tx), train_iter, fresh)
   writer = MetricWriter(workdir, is_main, start_step, fresh=meta is None)
   writer.drop_after(start_step if meta is not None else None)
   if is_main:
-    classify._write_config(workdir, config, start_step)  # noqa: SLF001
+    classify._write_config(workdir, config, start_step)
     print(f"Model: {config.model.encoder_attention} encoder, {config.model.decoder_attention} "
           f"decoder, {sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(abstract_state.params)):,} "
           f"parameters; {len(data.train):,} / {len(data.validation):,} / {len(data.test):,} "
@@ -349,7 +349,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
     if is_main:
       print(f"step {done}: checkpoint saved", flush=True)
 
-  recover = classify._recovery(manager, train_iter, writer, packed, tx,  # noqa: SLF001
+  recover = classify._recovery(manager, train_iter, writer, packed, tx,
                                abstract_state, state_sharding, fresh)
   progress["training"] = True
   with loop.stop_on_signals(on_force_exit=lock.release) as stop:
@@ -358,7 +358,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
                         start_step=start_step, steps_per_epoch=train_iter.steps_per_epoch,
                         evaluate=evaluate, save=save, writer=writer,
                         compiler_options=platform.step_compiler_options(config),
-                        nonfinite_advice=lambda: classify._nonfinite_advice(  # noqa: SLF001
+                        nonfinite_advice=lambda: classify._nonfinite_advice(
                             manager, config), stop=stop, recover=recover, skipped=skipped)
     finally:
       checkpointing.finish_saves(manager)
