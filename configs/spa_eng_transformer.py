@@ -14,7 +14,9 @@ spa.txt: http://www.manythings.org/anki/spa-eng.zip (the chapter's file, English
 
 Result (seed 0, 2 CPU cores, CPU-4, 2026-11-25): validation next-token accuracy 67% after 25.9
 min (the chapter's 67% took 30 epochs), 70.63% at the end (51.3 min); test BLEU 35.39 greedy,
-37.75 beam 4 (chrF 58.19 / 59.01) on the chapter's pair split. experiments/RESULTS.md, section 23.
+37.75 beam 4 (chrF 58.19 / 59.01) on the chapter's pair split, which leaks (18.6% of test English
+sentences are in train); --config.split_by=source, none shared (seed 0, CPU-5, 2026-11-26): test
+BLEU 35.60 greedy, 37.99 beam 4 (chrF 58.14 / 58.91). experiments/RESULTS.md, section 23.
 """
 
 from textattn import defaults
