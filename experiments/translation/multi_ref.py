@@ -9,10 +9,9 @@ one-reference score counts a valid alternative translation as wrong.
 
 import argparse
 import collections
-import json
-import os
 
 import sacrebleu
+import samples  # experiments/translation/samples.py, beside this script
 
 from textattn.data import pairs as pairs_lib
 
@@ -22,14 +21,7 @@ def main():
   parser.add_argument("workdir")
   parser.add_argument("--dataset", default="", help="the pairs file, if it moved")
   args = parser.parse_args()
-  config = json.load(open(os.path.join(args.workdir, "config.json")))
-  pairs = pairs_lib.read_pairs(args.dataset or config["dataset"], config["source_field"],
-                               config["target_field"])
-  test = pairs_lib.split_indices(pairs, config["data_seed"],
-                                 config["split_by"] == "source")["test"]
-  rows = [json.loads(line) for line in open(os.path.join(args.workdir, "test_translations.jsonl"),
-                                            encoding="utf-8")]
-  assert len(rows) == len(test), "test_translations.jsonl does not match the split"
+  pairs, test, rows = samples.load_test(args.workdir, args.dataset)
   groups = collections.defaultdict(list)  # standardised source -> its rows, in file order
   for i, index in enumerate(test):
     groups[pairs_lib.standardize_source(pairs.sources[index])].append(i)

@@ -14,6 +14,20 @@ import numpy as np
 from textattn.data import pairs as pairs_lib
 
 
+def load_test(workdir, dataset=""):
+  """(pairs, test pair indices, test_translations.jsonl rows) of a finished run, the sources
+  re-derived from its config (same file, same split)."""
+  config = json.load(open(os.path.join(workdir, "config.json")))
+  pairs = pairs_lib.read_pairs(dataset or config["dataset"], config["source_field"],
+                               config["target_field"])
+  test = pairs_lib.split_indices(pairs, config["data_seed"],
+                                 config["split_by"] == "source")["test"]
+  rows = [json.loads(line) for line in open(os.path.join(workdir, "test_translations.jsonl"),
+                                            encoding="utf-8")]
+  assert len(rows) == len(test), "test_translations.jsonl does not match the split"
+  return pairs, test, rows
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("workdir")
@@ -21,14 +35,7 @@ def main():
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--dataset", default="", help="the pairs file, if it moved")
   args = parser.parse_args()
-  config = json.load(open(os.path.join(args.workdir, "config.json")))
-  pairs = pairs_lib.read_pairs(args.dataset or config["dataset"], config["source_field"],
-                               config["target_field"])
-  test = pairs_lib.split_indices(pairs, config["data_seed"],
-                                 config["split_by"] == "source")["test"]
-  rows = [json.loads(line) for line in open(os.path.join(args.workdir, "test_translations.jsonl"),
-                                            encoding="utf-8")]
-  assert len(rows) == len(test), "test_translations.jsonl does not match the split"
+  pairs, test, rows = load_test(args.workdir, args.dataset)
   outputs = [k for k in rows[0] if k != "reference"]
   print("| source | reference | " + " | ".join(outputs) + " |")
   print("|---|---|" + "---|" * len(outputs))
