@@ -41,14 +41,14 @@ def test_no_logit_depends_on_a_later_target_token(attention):
 @pytest.mark.parametrize("attention", CAUSAL)
 def test_padding_on_either_side_changes_no_real_position(attention):
   model, params, sources, targets = small(attention, encoder_attention="additive")
-  logits = model.apply({"params": params}, sources, targets)
+  logits = jax.jit(model.apply)({"params": params}, sources, targets)
   wide = model.clone(source_len=S + 3, target_len=T + 2)
   wide_params = jax.tree.map(lambda x: x, params)
   for side, extra in (("source_embed", S + 3), ("target_embed", T + 2)):
     table = params[side]["position"]
     wide_params[side]["position"] = jnp.concatenate(
         [table, jnp.zeros((extra - table.shape[0], table.shape[1]))])
-  padded = wide.apply({"params": wide_params}, jnp.pad(sources, ((0, 0), (0, 3))),
+  padded = jax.jit(wide.apply)({"params": wide_params}, jnp.pad(sources, ((0, 0), (0, 3))),
                       jnp.pad(targets, ((0, 0), (0, 2))))
   real = np.asarray(targets != 0)
   np.testing.assert_allclose(np.asarray(padded[:, :T])[real], np.asarray(logits)[real],
@@ -59,10 +59,11 @@ def test_padding_on_either_side_changes_no_real_position(attention):
     ("causal", {"share_embeddings": True, "tie_output": True})])
 def test_cached_decoding_steps_give_the_full_decoders_logits(attention, options):
   model, params, sources, targets = small(attention, **options)
-  memory, memory_mask = model.apply({"params": params}, sources, method=seq2seq.Seq2Seq.encode)
-  full = model.apply({"params": params}, targets[:1].repeat(2, 0), memory, memory_mask,
-                     method=seq2seq.Seq2Seq.decode)
-  cache = decoding.init_cache(model, params, memory, memory_mask)
+  memory, memory_mask = jax.jit(lambda p, s: model.apply({"params": p}, s,
+                                                         method=seq2seq.Seq2Seq.encode))(params, sources)
+  full = jax.jit(lambda p, t: model.apply({"params": p}, t, memory, memory_mask,
+                                          method=seq2seq.Seq2Seq.decode))(params, targets[:1].repeat(2, 0))
+  cache = jax.jit(lambda p: decoding.init_cache(model, p, memory, memory_mask))(params)
   step = jax.jit(lambda c, tok: decoding.decode_step(model, params, c, tok, memory, memory_mask))
   for t in range(T):
     logits, cache = step(cache, targets[:1, t].repeat(2, 0))
@@ -91,8 +92,8 @@ def test_shared_and_tied_embeddings_compute_the_untied_model_with_one_table_copi
   for side in ("source_embed", "target_embed"):
     params[side] = {"token": {"embedding": table}, "position": tied_params[side]["position"]}
   params["logits"] = {"kernel": table.T, "bias": tied_params["logits_bias"]}
-  np.testing.assert_allclose(untied.apply({"params": params}, sources, targets),
-                             tied.apply({"params": tied_params}, sources, targets),
+  np.testing.assert_allclose(jax.jit(untied.apply)({"params": params}, sources, targets),
+                             jax.jit(tied.apply)({"params": tied_params}, sources, targets),
                              rtol=1e-5, atol=1e-5)
   with pytest.raises(ValueError, match="shared embeddings need one vocabulary; the source has "
                                        "30 entries, the target 25"):
@@ -156,12 +157,13 @@ def test_splits_are_seeded_70_15_15_and_grouping_keeps_a_sources_translations_to
 @pytest.mark.parametrize("attention", ["causal", "causal_additive_recurrent"])
 def test_beam_of_one_without_length_penalty_is_greedy_and_a_beams_score_is_its_log_p(attention):
   model, params, sources, _ = small(attention)
-  greedy = decoding.greedy_decode(model, params, sources, 2, 9)
+  greedy = jax.jit(lambda p, s: decoding.greedy_decode(model, p, s, 2, 9))(params, sources)
   search = jax.jit(lambda p, s, k, a: decoding.beam_search(model, p, s, 2, 9, beam_size=k,
                                                            alpha=a), static_argnums=(2, 3))
   one, _ = search(params, sources, 1, 0.0)
   np.testing.assert_array_equal(one, greedy)
 
+  @jax.jit
   def log_prob(tokens):  # the model's log p of a decoded row (teacher-forced; id 0 excluded)
     full = jnp.concatenate([jnp.full((len(tokens), 1), 2), tokens], axis=1)[:, :T]
     logits = model.apply({"params": params}, sources, full)[:, :tokens.shape[1]]

@@ -600,7 +600,8 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
   assert "1 global devices" in one.stderr + one.stdout
   baseline = eval_rows(tmp_path / "one")
 
-  four = run_main(args, tmp_path / "four", {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+  flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
+  four = run_main(args, tmp_path / "four", {"XLA_FLAGS": flags})
   assert four.returncode == 0, four.stdout + four.stderr
   assert "4 global devices" in four.stderr + four.stdout
   assert_rows_close(baseline, eval_rows(tmp_path / "four"))

@@ -87,11 +87,12 @@ def test_batches_cut_to_their_width_give_the_same_sums_as_full_width(tmp_path):
   full = trim({"inputs": inputs, "weights": np.ones(32, np.float32)}, None)
   cut = trim({"inputs": inputs, "weights": np.ones(32, np.float32)}, int(widths.max()))
   assert cut["sources"].shape[1] < full["sources"].shape[1]
-  a, b = translation.eval_step(state, full), translation.eval_step(state, cut)
+  eval_step, train_step = jax.jit(translation.eval_step), jax.jit(translation.train_step)
+  a, b = eval_step(state, full), eval_step(state, cut)
   assert float(a["count"]) == float(b["count"]) > 0 and float(a["correct"]) == float(b["correct"])
   np.testing.assert_allclose(float(a["loss_sum"]), float(b["loss_sum"]), rtol=1e-5)
-  state_a, sums_a = translation.train_step(state, full)
-  state_b, sums_b = translation.train_step(state, cut)
+  state_a, sums_a = train_step(state, full)
+  state_b, sums_b = train_step(state, cut)
   np.testing.assert_allclose(float(sums_a["loss_sum"]), float(sums_b["loss_sum"]), rtol=1e-5)
   jax.tree.map(lambda x, y, p: np.testing.assert_allclose(x - p, y - p, rtol=1e-4, atol=1e-6),
                state_a.params, state_b.params, state.params)
