@@ -49,7 +49,7 @@ def test_padding_on_either_side_changes_no_real_position(attention):
     wide_params[side]["position"] = jnp.concatenate(
         [table, jnp.zeros((extra - table.shape[0], table.shape[1]))])
   padded = jax.jit(wide.apply)({"params": wide_params}, jnp.pad(sources, ((0, 0), (0, 3))),
-                      jnp.pad(targets, ((0, 0), (0, 2))))
+                               jnp.pad(targets, ((0, 0), (0, 2))))
   real = np.asarray(targets != 0)
   np.testing.assert_allclose(np.asarray(padded[:, :T])[real], np.asarray(logits)[real],
                              rtol=1e-5, atol=1e-5)
@@ -59,10 +59,11 @@ def test_padding_on_either_side_changes_no_real_position(attention):
     ("causal", {"share_embeddings": True, "tie_output": True})])
 def test_cached_decoding_steps_give_the_full_decoders_logits(attention, options):
   model, params, sources, targets = small(attention, **options)
-  memory, memory_mask = jax.jit(lambda p, s: model.apply({"params": p}, s,
-                                                         method=seq2seq.Seq2Seq.encode))(params, sources)
-  full = jax.jit(lambda p, t: model.apply({"params": p}, t, memory, memory_mask,
-                                          method=seq2seq.Seq2Seq.decode))(params, targets[:1].repeat(2, 0))
+  encode = jax.jit(lambda p, s: model.apply({"params": p}, s, method=seq2seq.Seq2Seq.encode))
+  memory, memory_mask = encode(params, sources)
+  decode = jax.jit(lambda p, t: model.apply({"params": p}, t, memory, memory_mask,
+                                            method=seq2seq.Seq2Seq.decode))
+  full = decode(params, targets[:1].repeat(2, 0))
   cache = jax.jit(lambda p: decoding.init_cache(model, p, memory, memory_mask))(params)
   step = jax.jit(lambda c, tok: decoding.decode_step(model, params, c, tok, memory, memory_mask))
   for t in range(T):

@@ -22,7 +22,6 @@ class Translator:
 
     from textattn import predict, translation
     from textattn.data import DataError
-    from textattn.data import tokenizer as tokenizer_lib
     path = os.path.join(workdir, "config.json")
     if not os.path.isfile(path):
       raise DataError(f"{workdir} has no config.json: it is not a textattn training workdir.")
@@ -31,11 +30,7 @@ class Translator:
     if self.config.get("task") != "translation":
       raise DataError(f"{workdir} is not a translation run (its config has no "
                       f"task='translation'); use python -m textattn.predict for classifiers.")
-    tokenizers = []
-    for name in (translation.SOURCE_TOKENIZER, translation.TARGET_TOKENIZER):
-      with open(os.path.join(workdir, name), encoding="utf-8") as f:
-        tokenizers.append(tokenizer_lib.from_json(f.read()))
-    self.source_tokenizer, self.target_tokenizer = tokenizers
+    self.source_tokenizer, self.target_tokenizer = translation.load_tokenizers(workdir)
     self.model = translation.build_model(self.config, self.source_tokenizer.vocab_size,
                                          self.target_tokenizer.vocab_size)
     length = self.config.source_len + self.config.target_len + 1

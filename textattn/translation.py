@@ -134,6 +134,15 @@ def validate_config(config, device_count: int) -> None:
                     f"source_field='pt', target_field='en').")
 
 
+def load_tokenizers(workdir: str):
+  """(source, target): the tokenizers a translation run saved in `workdir`."""
+  loaded = []
+  for name in (SOURCE_TOKENIZER, TARGET_TOKENIZER):
+    with open(os.path.join(workdir, name), encoding="utf-8") as f:
+      loaded.append(tokenizer_lib.from_json(f.read()))
+  return tuple(loaded)
+
+
 def load_data(config, workdir: str, write: bool = True):
   """(Dataset of packed rows, source tokenizer, target tokenizer, test references)."""
   if config.dataset.startswith(pairs_lib.TFDS_PREFIX):  # the set's own splits
@@ -149,8 +158,7 @@ def load_data(config, workdir: str, write: bool = True):
                     f"validation / test split.")
   saved = [os.path.join(workdir, name) for name in (SOURCE_TOKENIZER, TARGET_TOKENIZER)]
   if all(os.path.exists(p) for p in saved):
-    source_tok, target_tok = (tokenizer_lib.from_json(open(p, encoding="utf-8").read())
-                              for p in saved)
+    source_tok, target_tok = load_tokenizers(workdir)
     if source_tok.kind != config.tokenizer:
       raise DataError(f"{workdir} holds {source_tok.kind} tokenizers, the config asks for "
                       f"config.tokenizer={config.tokenizer!r}; use another --workdir.")
