@@ -14,8 +14,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 # The suite's models are tiny, so on the CPU it spends most of its time in XLA's compiler, not
-# running code: LLVM at -O0 (a translation test 58 s -> 34 s, the same losses; with the jitted
-# seq2seq tests, the suite 24 -> 12 min on CPU-5, experiments/RESULTS.md section 20).
+# running code: LLVM at -O0 (with the jitted seq2seq tests, the suite 24 -> 12 min on CPU-5,
+# experiments/RESULTS.md section 20).
 # Subprocesses (textattn.main, benchmark points) inherit it. Production runs keep XLA's
 # defaults; an explicit level in $XLA_FLAGS is kept.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
