@@ -22,6 +22,19 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = " ".join(
       [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()
 
+# One JAX compilation cache for this test run: its workers and the processes its tests start
+# (textattn.main runs, two-process runs) compile the same tiny programs again and again. A size
+# limit makes JAX lock the cache files (filelock), so processes compiling the same program at
+# once are safe; the cache is new for each run and removed at its end, so nothing is reused from
+# an older checkout. A cache given in $JAX_COMPILATION_CACHE_DIR is used as it is.
+_OWN_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  import tempfile
+  _OWN_CACHE = tempfile.mkdtemp(prefix="textattn-tests-jax-cache-")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+
 import pytest
 
 
@@ -39,3 +52,9 @@ def pytest_collection_modifyitems(config, items):
     native = any(isinstance(value, str) and value == "native" for value in params.values())
     if item.get_closest_marker("cpu_only") or native:
       item.add_marker(skip)
+
+
+def pytest_unconfigure(config):
+  if _OWN_CACHE:  # (the process that made it; xdist's workers inherit it from the controller)
+    import shutil
+    shutil.rmtree(_OWN_CACHE, ignore_errors=True)
