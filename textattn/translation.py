@@ -27,7 +27,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from textattn import checkpointing, classify, decoding, loop, optim, platform, seq2seq, step
+from textattn import (
+  checkpointing,
+  classify,
+  decoding,
+  loop,
+  optim,
+  platform,
+  seq2seq,
+  step,
+)
 from textattn import data as data_lib
 from textattn.data import pairs as pairs_lib
 from textattn.data import tokenizer as tokenizer_lib
