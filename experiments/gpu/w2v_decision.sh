@@ -12,6 +12,7 @@
 #     --config=configs/imdb_fastformer.py --out=.gpu/imdb_800_w2v.npz
 # Device tool: carry [".whl", ".gpu"], command "bash experiments/gpu/w2v_decision.sh".
 # Then: python -m textattn.sweep summarize FILES --paired=random,base --seeds=30-49
+# Decided 2026-11-26 on CPU (all 40 lines in the _cpu.jsonl): +0.00948, word2vec stays.
 source experiments/gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -m textattn.sweep sweep --data=${DATA:-.gpu/imdb_800_w2v.npz} \
