@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging as std_logging
 import os
 import shutil
 import sys
@@ -39,8 +40,25 @@ _SEPARATOR = "/"
 FAILED_DIR = "checkpoints-failed-verification"
 
 
+class _NoMissingMetricsWarning(std_logging.Filter):
+  """Orbax warns "Requested `tracked_metric`; did not provide metrics." on every save without
+  metrics: a stop's own checkpoint (SIGINT/SIGTERM) and, with final_params="last", those between
+  evaluations. They are meant to have none (only evaluated steps compete for best), so that one
+  warning is dropped."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    return "did not provide metrics" not in record.getMessage()
+
+
+def _quiet_missing_metrics_warning() -> None:
+  logger = logging.get_absl_logger()
+  if not any(isinstance(f, _NoMissingMetricsWarning) for f in logger.filters):
+    logger.addFilter(_NoMissingMetricsWarning())
+
+
 def checkpoint_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
   """Keeps the latest `keep` checkpoints plus the best by "val/accuracy"."""
+  _quiet_missing_metrics_warning()
   policy = preservation.AnyPreservationPolicy([
       preservation.LatestN(keep),
       preservation.BestN(get_metric_fn=lambda metrics: metrics["val/accuracy"], n=1,
