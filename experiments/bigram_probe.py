@@ -22,8 +22,7 @@ from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from textattn import defaults
-from textattn import data as data_lib
-from textattn.data import tokenizer
+from textattn.data import sources, tokenizer
 
 
 def score(name, x_train, x_val, y_train, y_val):
@@ -38,7 +37,7 @@ def score(name, x_train, x_val, y_train, y_val):
 
 def main():
   config = defaults.load(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "imdb_softmax.py"))
-  raw = data_lib._source(config).read(config.val_fraction, config.data_seed)
+  raw = sources.source(config).read(config.val_fraction, config.data_seed)
   train = [tokenizer.standardize(t) for t in raw.texts["train"]]
   val = [tokenizer.standardize(t) for t in raw.texts["validation"]]
   y_train, y_val = raw.labels["train"], raw.labels["validation"]

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import keras
 import numpy as np
 
-from tests.keras_reference import ROOT, BATCH, MAXLEN, RATE, VOCAB, seed_model  # noqa: F401
+from tests.keras_reference import BATCH, MAXLEN, RATE, ROOT, VOCAB, seed_model
 
 
 class EpochTimer(keras.callbacks.Callback):
@@ -86,8 +86,8 @@ def main():
             f"({steady / args.steps * 1e3:.2f} ms/step)")
     return
 
-  from textattn import defaults
   from textattn import data as data_lib
+  from textattn import defaults
   # The seed config pads before the tokens (config.padding="before_as_token"), as Keras'
   # pad_sequences; both truncate "pre", so the kept tokens are the same.
   data = data_lib.load_dataset(defaults.load(os.path.join(ROOT, "configs", "imdb_keras_example.py")), None)

@@ -27,9 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
+from tests.keras_reference import ROOT, compare_steps
 from textattn import data as data_lib
 from textattn import defaults
-from tests.keras_reference import ROOT, compare_steps
 
 
 def main():

@@ -6,8 +6,10 @@ McNemar's exact test between neighbours in that order, on their seed-0 test pred
 """
 
 import collections
+import itertools
 import json
 import os
+import pathlib
 import re
 import sys
 
@@ -31,6 +33,7 @@ def parameters(workdir):
     with open(os.path.join(workdir, "ensemble.json")) as f:
       return sum(parameters(m["workdir"]) for m in json.load(f)["members"])
   import jax
+
   import textattn
   params = textattn.load(workdir).params
   return int(sum(np.prod(p.shape) for p in jax.tree_util.tree_leaves(params)))
@@ -48,7 +51,7 @@ def main(runs):
         print(f"(skipped {name}: no test report)", file=sys.stderr)
   times = collections.defaultdict(list)
   if os.path.exists(os.path.join(runs, "times.tsv")):
-    for line in open(os.path.join(runs, "times.tsv")):
+    for line in pathlib.Path(runs, "times.tsv").read_text().splitlines():
       name, seconds = line.split()
       times[re.sub(r"_s\d+$", "", name)].append(float(seconds))
   order = sorted(groups, key=lambda g: np.mean([a for _, a in groups[g].values()]))
@@ -63,7 +66,7 @@ def main(runs):
     print(f"| {group} | {parameters(first):,} | {wall} | {accuracies.mean():.2f} ± {sd:.2f} | "
           f"{','.join(map(str, sorted(runs_of)))} |")
   print("\nMcNemar, seed-0 test predictions, neighbours in the order above:")
-  for a, b in zip(order, order[1:]):
+  for a, b in itertools.pairwise(order):
     if 0 not in groups[a] or 0 not in groups[b]:
       continue
     la, pa = compare.load_predictions(groups[a][0][0])

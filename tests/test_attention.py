@@ -440,13 +440,13 @@ def test_kernels_at_the_backends_default_matmul_precision(impl):
 
 def test_auto_falls_back_with_one_warning_naming_the_reason(monkeypatch, caplog):
   monkeypatch.setattr(jax, "device_count", lambda: 2)  # the native kernel needs one device
-  softmax._warn_fallback.cache_clear()
+  softmax.warn_fallback.cache_clear()
   with caplog.at_level("WARNING"):
     assert attention.get("softmax").resolve("auto", 16) == "fused"
     assert attention.get("softmax").resolve("auto", 16) == "fused"
   warnings = [r.getMessage() for r in caplog.records if "attention_impl='auto'" in r.getMessage()]
   assert len(warnings) == 1 and "2 devices" in warnings[0], warnings
-  softmax._warn_fallback.cache_clear()
+  softmax.warn_fallback.cache_clear()
 
 
 @pytest.mark.parametrize("backend,dtype,want", [
@@ -457,7 +457,7 @@ def test_auto_picks_flash_attention_on_a_gpu_in_bfloat16(monkeypatch, backend, d
   for name in ("softmax", "causal"):
     assert attention.get(name).resolve("auto", 64, dtype) == want
   assert attention.get("additive").resolve("auto", 64, dtype) == "xla"
-  softmax._warn_fallback.cache_clear()
+  softmax.warn_fallback.cache_clear()
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu",

@@ -15,11 +15,19 @@ import numpy as np
 import pytest
 
 import textattn
-from tests.test_train import (REPO, assert_trees_identical, cli_args, final_report, restore_params,
-                              run_main, tiny_config, write_sentiment_jsonl)
+from tests.test_train import (
+  REPO,
+  assert_trees_identical,
+  cli_args,
+  final_report,
+  restore_params,
+  run_main,
+  tiny_config,
+  write_sentiment_jsonl,
+)
 from textattn import baselines, classify, compare, models
-from textattn import data as data_lib
-from textattn.data import ngrams, tokenizer as tokenizer_lib
+from textattn.data import file_source, ngrams
+from textattn.data import tokenizer as tokenizer_lib
 
 TRAIN = ["the film was good and the plot was good", "a dull film", "the plot was dull dull",
          "good acting , good fun !", "bad bad film"]
@@ -200,7 +208,7 @@ def trained(tmp_path_factory):
 def test_baselines_learn_and_predict_reproduces_their_test_report(trained, name):
   workdir, config, report = trained[name]
   assert report["test/accuracy"] > 0.85, report
-  raw = data_lib._FileSource(config).read(config.val_fraction, config.data_seed)
+  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
   loaded = textattn.load(workdir)
   probabilities = loaded.predict_proba(raw.texts["test"])
   labels, expected = compare.load_predictions(workdir)

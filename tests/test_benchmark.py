@@ -296,7 +296,7 @@ def test_decode_step_mode_times_each_causal_variant_and_refuses_a_non_causal_one
       check=False)
   assert result.returncode == 0, result.stdout + result.stderr
   import csv
-  rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
+  rows = list(csv.DictReader((tmp_path / "out" / "results.csv").read_text().splitlines()))
   assert {(r["variant"], int(r["seq_len"])) for r in rows} == {
       (v, n) for v in ("causal", "causal_additive", "causal_additive_recurrent") for n in (8, 32)}
   assert all(r["status"] == "ok" for r in rows)

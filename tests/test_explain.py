@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import textattn
-from textattn import classify, explain, models
 from tests.test_train import NEGATIVE, POSITIVE, REPO, tiny_config, write_sentiment_jsonl
+from textattn import classify, explain, models
 
 SENTIMENT = set(POSITIVE + NEGATIVE)
 

@@ -21,9 +21,18 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.test_train import (REPO, assert_trees_identical, cli_args, eval_rows, final_report,
-                              read_metrics, restore_params, run_main, tiny_config,
-                              write_sentiment_jsonl)
+from tests.test_train import (
+  REPO,
+  assert_trees_identical,
+  cli_args,
+  eval_rows,
+  final_report,
+  read_metrics,
+  restore_params,
+  run_main,
+  tiny_config,
+  write_sentiment_jsonl,
+)
 from textattn import checkpointing, classify, errors
 from textattn import step as step_lib
 from textattn import workdir as workdir_lib
@@ -67,12 +76,12 @@ def data_file(tmp_path):
 def test_sigterm_stops_with_a_checkpoint_and_the_resume_is_bit_identical(tmp_path,
                                                                          data_file):
   # Checkpoints every 7 steps: a stop lands off that grid, so the stop's own save is tested.
-  overrides = dict(num_train_steps=40, checkpoint_every_steps=7, eval_every_steps=7)
+  overrides = {"num_train_steps": 40, "checkpoint_every_steps": 7, "eval_every_steps": 7}
   run = tmp_path / "stopped"
   process = start_main(cli_args(data_file, tmp_path / "cache", **overrides), run)
   assert wait_for(lambda: has_checkpoint(run), process), process.communicate()
   process.send_signal(signal.SIGTERM)
-  out, err = process.communicate(timeout=120)
+  _out, err = process.communicate(timeout=120)
   assert process.returncode == 143, err[-3000:]
   assert "Traceback" not in err, err[-3000:]
   [stopped_at] = [int(m) for m in re.findall(STOP_LINE, err)]
@@ -121,7 +130,7 @@ def test_a_second_run_on_a_busy_workdir_refuses_naming_the_holder_and_ctrl_c_twi
     first.send_signal(signal.SIGINT)
     time.sleep(0.05)
     first.send_signal(signal.SIGINT)
-    out, err = first.communicate(timeout=120)
+    _out, err = first.communicate(timeout=120)
   assert first.returncode == 130 and "Traceback" not in err, err[-3000:]
   assert not (run / ".lock").exists()
   # Nothing half-written is taken for a checkpoint: the newest one restores and verifies.

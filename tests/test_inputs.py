@@ -3,6 +3,7 @@ kernel cache, and the inputs of compare and the benchmark. Each ends in one line
 wrong and what is allowed, with exit code 2 for a usage error, no traceback, and nothing
 created or changed."""
 
+import _ctypes
 import ctypes
 import json
 import os
@@ -11,7 +12,6 @@ import shutil
 import subprocess
 import sys
 
-import _ctypes
 import numpy as np
 import pytest
 
@@ -35,20 +35,20 @@ def one_line(stderr: str) -> str:
 
 @pytest.mark.parametrize("extra, message", [
     (["--config.modle.attention=softmax"],
-     "error: --config.modle.attention=softmax: the config has no field 'modle'; did you mean "
-     "config.model.attention?"),
+     ("error: --config.modle.attention=softmax: the config has no field 'modle'; did you mean "
+     "config.model.attention?")),
     (["--config.batch_size=eight"],
-     "error: --config.batch_size=eight: invalid literal for int() with base 10: 'eight'; "
-     "config.batch_size takes a int"),
+     ("error: --config.batch_size=eight: invalid literal for int() with base 10: 'eight'; "
+     "config.batch_size takes a int")),
     (["--config=configs/no_such_config.py"],
-     "error: --config=configs/no_such_config.py: no such config file; give the path of a config "
-     "file"),
+     ("error: --config=configs/no_such_config.py: no such config file; give the path of a config "
+     "file")),
     (["--config.model.attention=linear"],
-     "error: config.model.attention='linear' is not a known attention; allowed: softmax, causal, "
-     "additive"),
+     ("error: config.model.attention='linear' is not a known attention; allowed: softmax, causal, "
+     "additive")),
     (["--config.xla_flags=--xla_cpu_enable_fast_mat=false"],
-     "error: config.xla_flags='--xla_cpu_enable_fast_mat=false': --xla_cpu_enable_fast_mat is "
-     "not a flag this XLA"),
+     ("error: config.xla_flags='--xla_cpu_enable_fast_mat=false': --xla_cpu_enable_fast_mat is "
+     "not a flag this XLA")),
     (["--config.dataset=.."],
      "error: config.dataset='..' is a directory; give a TFDS name such as 'imdb_reviews'"),
 ], ids=["unknown_field", "wrong_type", "missing_config", "choice", "xla_flag", "dataset_dotdot"])
@@ -154,13 +154,13 @@ def test_cache_keys_are_unchanged_for_labels_the_rules_leave_alone(tmp_path):
 
 @pytest.mark.parametrize("name, content, message", [
     ("nan.csv", "text,label\nok,a\nfine,b\nmeh, NaN \n",
-     r"nan.csv, line 4: the label column 'label' is 'NaN', a missing value; every row needs a "
-     r"label \(a class name or a number\)"),
-    ("empty.csv", "text,label\nok,a\nfine,\n", r"empty.csv, line 3: the label column 'label' is "
-                                                r"empty; every row needs a label"),
+     (r"nan.csv, line 4: the label column 'label' is 'NaN', a missing value; every row needs a "
+     r"label \(a class name or a number\)")),
+    ("empty.csv", "text,label\nok,a\nfine,\n", (r"empty.csv, line 3: the label column 'label' is "
+                                                r"empty; every row needs a label")),
     ("none.jsonl", '{"text": "a", "label": "b"}\n{"text": "c", "label": "None"}\n',
-     r"none.jsonl, line 2: label field 'label' is 'None'; it must be a non-empty string or a "
-     r"number \(not a missing value"),
+     (r"none.jsonl, line 2: label field 'label' is 'None'; it must be a non-empty string or a "
+     r"number \(not a missing value")),
     ("nan.jsonl", '{"text": "a", "label": "b"}\n{"text": "c", "label": NaN}\n',
      r"nan.jsonl, line 2: label field 'label' is nan"),
     ("one_class.csv", "text,label\n" + "".join(f"t{i}, 1.0\n" for i in range(20)),
@@ -208,10 +208,10 @@ def native_cache(tmp_path, monkeypatch):
   directory.mkdir(mode=0o755)
   monkeypatch.setenv("TEXTATTN_NATIVE_CACHE", str(directory))
   native._load_once.cache_clear()
-  softmax._warn_fallback.cache_clear()
+  softmax.warn_fallback.cache_clear()
   yield directory
   native._load_once.cache_clear()  # later tests load the real cache again
-  softmax._warn_fallback.cache_clear()
+  softmax.warn_fallback.cache_clear()
 
 
 def planted_library(directory, recorded_hash=None):

@@ -5,8 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from textattn import defaults
-from textattn import attention, models
+from textattn import attention, defaults, models
 
 VARIANTS = [("softmax", "xla"), ("softmax", "dot_product"),
             ("softmax", "chunked"), ("softmax", "fused"),

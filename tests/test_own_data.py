@@ -121,11 +121,11 @@ def test_cache_is_keyed_by_every_file(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("validation_file", "v.tsv", r"config.validation_file='v.tsv' is invalid; separate split "
-                                 r"files need config.dataset to be a local file"),
+    ("validation_file", "v.tsv", (r"config.validation_file='v.tsv' is invalid; separate split "
+                                 r"files need config.dataset to be a local file")),
     ("test_file", "t.csv", r"config.test_file='t.csv' is invalid; separate split files"),
-    ("columns", "label,text", r"config.columns='label,text' is invalid; it names the columns "
-                              r"of headerless .csv/.tsv files, and config.dataset is a TFDS"),
+    ("columns", "label,text", (r"config.columns='label,text' is invalid; it names the columns "
+                              r"of headerless .csv/.tsv files, and config.dataset is a TFDS")),
 ])
 def test_split_files_and_columns_are_refused_for_a_tfds_dataset(tmp_path, field, value,
                                                                  message):
@@ -149,11 +149,11 @@ def test_a_missing_split_file_and_a_needed_carve_are_one_sentence_each(tmp_path)
 # ---- Headerless CSV/TSV ---------------------------------------------------------------------
 
 AG_NEWS = [  # AG News' train.csv layout: class index, title, description; no header row.
-    '"3","Wall St. Bears Claw Back Into the Black (Reuters)","Reuters - Short-sellers, '
-    'Wall Street\'s dwindling band of ultra-cynics, are seeing green again."',
+    ('"3","Wall St. Bears Claw Back Into the Black (Reuters)","Reuters - Short-sellers, '
+    'Wall Street\'s dwindling band of ultra-cynics, are seeing green again."'),
     '"2","Olympics: Phelps Wins Again","Michael Phelps won his fifth gold medal."',
-    '"4","New Chip Promises Faster Phones","A chip maker said its design, ""twice as fast"", '
-    'ships next year."',
+    ('"4","New Chip Promises Faster Phones","A chip maker said its design, ""twice as fast"", '
+    'ships next year."'),
     '"1","Talks Resume in Capital","Negotiators met again on Tuesday."',
 ]
 
@@ -208,12 +208,12 @@ def test_columns_given_for_a_file_with_a_header_row_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("columns, dataset, message", [
-    ("title,description", "d.csv", r"config.columns='title,description' is invalid; it lacks "
-                                   r"\['text', 'label'\]"),
-    ("text,label,text", "d.csv", r"config.columns='text,label,text' is invalid; each column "
-                                 r"name must differ"),
-    ("text,label", "d.jsonl", r"config.columns='text,label' is invalid for .*d.jsonl: it names "
-                              r"the columns of headerless .csv/.tsv files"),
+    ("title,description", "d.csv", (r"config.columns='title,description' is invalid; it lacks "
+                                   r"\['text', 'label'\]")),
+    ("text,label,text", "d.csv", (r"config.columns='text,label,text' is invalid; each column "
+                                 r"name must differ")),
+    ("text,label", "d.jsonl", (r"config.columns='text,label' is invalid for .*d.jsonl: it names "
+                              r"the columns of headerless .csv/.tsv files")),
 ])
 def test_bad_columns_are_one_sentence(tmp_path, columns, dataset, message):
   path = tmp_path / dataset

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import textattn
-from textattn import classify, compare
-from textattn import data as data_lib
 from tests.test_train import REPO, tiny_config, write_sentiment_jsonl
+from textattn import classify, compare
+from textattn.data import file_source
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def trained(tmp_path_factory):
 
 def test_predictions_are_the_training_runs_test_predictions(trained):
   tmp, config, report = trained
-  raw = data_lib._FileSource(config).read(config.val_fraction, config.data_seed)
+  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
   model = textattn.load(str(tmp / "run"))
   assert model.step == report["test/params_from_step"]  # "best": what the report used
   probabilities = model.predict_proba(raw.texts["test"])

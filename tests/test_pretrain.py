@@ -21,11 +21,12 @@ from tests.test_train import (
   run_two_processes,
   write_sentiment_jsonl,
 )
-from textattn import data as ip
 from textattn import classify, models, optim
+from textattn import data as ip
 from textattn import step as step_lib
-from textattn.recipes import pretrain
+from textattn.data import tfds_source
 from textattn.data import tokenizer as tokenizer_lib
+from textattn.recipes import pretrain
 
 
 def _batch(lengths, length=40, vocab=1000, seed=0):
@@ -172,7 +173,7 @@ def test_pretraining_text_is_train_plus_unlabeled_never_validation_or_test(tmp_p
   config = make_config(tmp_path, val_fraction=0.1)
   with fake_tfds(splits):
     texts, _ = ip.pretraining_texts(config, "unsupervised", "pretrain.unlabeled_split")
-    raw = ip._TfdsSource(config).read(config.val_fraction, config.data_seed)
+    raw = tfds_source.TfdsSource(config).read(config.val_fraction, config.data_seed)
     for split in ("test", "validation_matched", "train"):
       with pytest.raises(ip.DataError, match=re.escape(
           f"config.pretrain.unlabeled_split={split!r} is a labelled split")):

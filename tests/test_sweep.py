@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from textattn import sweep as vs
 from tests.test_train import REPO, write_sentiment_jsonl
+from textattn import sweep as vs
 
 
 def _write(path, rows):

@@ -19,10 +19,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests import recipes_config
-from textattn import defaults
-from textattn import checkpointing, classify, compare, errors, models, optim, platform
-from textattn import step as step_lib
+from textattn import checkpointing, classify, compare, defaults, errors, models, optim, platform
 from textattn import data as data_lib
+from textattn import step as step_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 POSITIVE = ["good", "great", "fine", "superb", "lovely"]
@@ -773,12 +772,13 @@ def test_output_is_one_line_per_window_evaluation_and_checkpoint_libraries_quiet
   quiet = run_main(args, tmp_path / "quiet")
   assert quiet.returncode == 0, quiet.stderr[-2000:]
   assert re.search(r"^step 5/20: loss \d\.\d{4}, accuracy \d\.\d{4}, [\d,]+ examples/s, ETA "
-                   r"\d+s$", quiet.stdout, re.M), quiet.stdout
+                   r"\d+s$", quiet.stdout, re.MULTILINE), quiet.stdout
   assert "step 5: checkpoint saved" in quiet.stdout and "step 5: val" not in quiet.stdout
   assert "step 10: checkpoint saved" in quiet.stdout and "step 10: val accuracy" in quiet.stdout
-  assert not re.search(r"^[IW]\d{4} ", quiet.stderr, re.M), quiet.stderr[-2000:]  # no INFO logs
+  # No INFO logs, no warnings.
+  assert not re.search(r"^[IW]\d{4} ", quiet.stderr, re.MULTILINE), quiet.stderr[-2000:]
   verbose = run_main(args + ["--verbosity=0"], tmp_path / "verbose")
-  assert re.search(r"^I\d{4} ", verbose.stderr, re.M)  # absl's own flag brings them back
+  assert re.search(r"^I\d{4} ", verbose.stderr, re.MULTILINE)  # absl's own flag brings them back
 
 
 def test_a_resume_after_a_skipped_batch_continues_the_skipped_run(tmp_path, data_file,

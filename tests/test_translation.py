@@ -60,17 +60,18 @@ def test_translation_learns_and_reports_bleu(tmp_path, decoder, tokenizer, share
   assert report["test/accuracy"] > 0.8, report
   assert report["test/bleu_greedy"] > 40 and report["test/chrf_beam2"] > 40, report
   assert report["test/bleu_signature"].startswith("nrefs:1")
-  rows = [json.loads(line) for line in open(tmp_path / "run" / "test_translations.jsonl",
-                                            encoding="utf-8")]
+  rows = [json.loads(line) for line in (tmp_path / "run" / "test_translations.jsonl").read_text(
+      encoding="utf-8").splitlines()]
   assert len(rows) == 90 and set(rows[0]) == {"reference", "greedy", "beam2"}
   assert "¿" not in rows[0]["reference"] and "[end]" not in rows[0]["greedy"]
-  saved = [open(tmp_path / "run" / name, encoding="utf-8").read()
+  saved = [(tmp_path / "run" / name).read_text(encoding="utf-8")
            for name in (translation.SOURCE_TOKENIZER, translation.TARGET_TOKENIZER)]
   assert (saved[0] == saved[1]) == shared
 
 
 def test_batches_cut_to_their_width_give_the_same_sums_as_full_width(tmp_path):
   import jax
+
   from textattn import step
   # (no dropout: its masks are drawn per shape, so a cut batch draws other masks)
   config = tiny(write_pairs(tmp_path / "pairs.txt"),
@@ -109,7 +110,8 @@ def test_a_translation_run_resumes_bit_identically_and_runs_from_main(tmp_path):
   report = translation.train_and_evaluate(config, str(tmp_path / "resumed"))
   assert_trees_identical(restore_params(tmp_path / "straight")[1],
                          restore_params(tmp_path / "resumed")[1])
-  straight_rows = [json.loads(l) for l in open(tmp_path / "straight" / "metrics.jsonl")]
+  straight_rows = [json.loads(line) for line in
+                   (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
   untimed = lambda row: {k: v for k, v in row.items() if "seconds" not in k}  # (wall clock)
   assert untimed(straight_rows[-1]) == untimed({"step": 60, **report})
   assert "test/decode_seconds_greedy" in report
@@ -127,6 +129,7 @@ def test_a_translation_run_resumes_bit_identically_and_runs_from_main(tmp_path):
 def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path):
   import subprocess
   import sys
+
   from textattn import translate
   data = write_pairs(tmp_path / "pairs.txt")
   config = tiny(data, num_train_steps=150, beam_size=0)

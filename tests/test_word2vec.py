@@ -14,11 +14,12 @@ import tensorflow_datasets as tfds
 from tests import recipes_config
 from tests.test_data import fake_tfds, make_config, write_csv
 from tests.test_train import cli_args, read_metrics, run_main, write_sentiment_jsonl
-from textattn import data as ip
 from textattn import classify, models, optim
+from textattn import data as ip
 from textattn import step as step_lib
-from textattn.recipes import word2vec
+from textattn.data import file_source
 from textattn.data import tokenizer as tokenizer_lib
+from textattn.recipes import word2vec
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -32,7 +33,7 @@ def test_corpus_is_the_training_split_only_never_validation_or_test(tmp_path):
   write_csv(tmp_path / "data.csv", marker_rows(50))
   texts, cacheable = ip.word2vec_texts(config, "")
   markers = {words[0] for words in texts}
-  raw = ip._FileSource(config).read(config.val_fraction, config.data_seed)
+  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
   held_out = {tokenizer_lib.standardize(t).split()[0]
               for split in ("validation", "test") for t in raw.texts[split]}
   assert len(held_out) == 20 and len(markers) == len(texts) == 30
@@ -208,7 +209,7 @@ def test_an_interrupted_build_resumes_from_its_last_epoch_to_the_same_vectors(tm
   from gensim.models import Word2Vec
   rng = np.random.default_rng(0)
   texts = [[f"w{k}" for k in rng.zipf(1.3, 30) % 300] for _ in range(600)]
-  settings = dict(dim=8, window=3, min_count=1, negative=3, epochs=3, seed=0)
+  settings = {"dim": 8, "window": 3, "min_count": 1, "negative": 3, "epochs": 3, "seed": 0}
   straight = word2vec.train_vectors(texts, settings)
   # gensim's own one-call training: the per-epoch calls reproduce it bit for bit.
   one_call = Word2Vec(texts, vector_size=8, window=3, min_count=1, sg=1, negative=3, epochs=3,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging as std_logging
 import os
 import shutil
 import sys
@@ -40,25 +39,17 @@ _SEPARATOR = "/"
 FAILED_DIR = "checkpoints-failed-verification"
 
 
-class _NoMissingMetricsWarning(std_logging.Filter):
-  """Orbax warns "Requested `tracked_metric`; did not provide metrics." on every save without
-  metrics: a stop's own checkpoint (SIGINT/SIGTERM) and, with final_params="last", those between
-  evaluations. They are meant to have none (only evaluated steps compete for best), so that one
-  warning is dropped."""
-
-  def filter(self, record: std_logging.LogRecord) -> bool:
-    return "did not provide metrics" not in record.getMessage()
-
-
-def _quiet_missing_metrics_warning() -> None:
-  logger = logging.get_absl_logger()
-  if not any(isinstance(f, _NoMissingMetricsWarning) for f in logger.filters):
-    logger.addFilter(_NoMissingMetricsWarning())
+def _hide_missing_metrics_warning(record) -> bool:
+  """A logging filter: Orbax warns "Requested `tracked_metric`; did not provide metrics." on
+  every save without metrics: a stop's own checkpoint (SIGINT/SIGTERM) and, with
+  final_params="last", those between evaluations. They are meant to have none (only evaluated
+  steps compete for best), so that one warning is dropped."""
+  return "did not provide metrics" not in record.getMessage()
 
 
 def checkpoint_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
   """Keeps the latest `keep` checkpoints plus the best by "val/accuracy"."""
-  _quiet_missing_metrics_warning()
+  logging.get_absl_logger().addFilter(_hide_missing_metrics_warning)  # (added once)
   policy = preservation.AnyPreservationPolicy([
       preservation.LatestN(keep),
       preservation.BestN(get_metric_fn=lambda metrics: metrics["val/accuracy"], n=1,
@@ -439,7 +430,7 @@ def restore_verified(manager, meta: dict, abstract_state, state_sharding,
     try:
       step_meta = meta if step == meta["step"] else {**read_meta(manager, step), "step": step}
       restored = restore(manager, step, abstract_state, state_sharding, with_data=with_data)
-    except Exception as e:  # noqa: BLE001 -- an unreadable older candidate: try the next one
+    except Exception as e:  # an unreadable older candidate: try the next one
       if step == meta["step"]:
         raise
       restored, problem = None, f"unreadable: {type(e).__name__}"

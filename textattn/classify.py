@@ -9,6 +9,7 @@ the best-validation (or last) parameters, written to metrics.jsonl and test_pred
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,8 +20,8 @@ import ml_collections
 import numpy as np
 
 from textattn import baselines, checkpointing, compare, loop, models, optim, platform, step
-from textattn import workdir as workdir_lib
 from textattn import data as data_lib
+from textattn import workdir as workdir_lib
 from textattn.defaults import check_choice, check_integer
 from textattn.errors import RunError, Stopped
 from textattn.metrics import MetricWriter, summarize_eval, write_json_atomic
@@ -53,7 +54,8 @@ def validate_config(config: ml_collections.ConfigDict, device_count: int) -> Non
     if config[field] < 0:
       raise ValueError(f"config.{field}={config[field]} must be >= 0.")
   if not isinstance(config.deterministic, bool):
-    raise ValueError(f"config.deterministic={config.deterministic!r} must be True or False.")
+    raise ValueError(  # noqa: TRY004 -- a bad config value is a ValueError, like all the others
+        f"config.deterministic={config.deterministic!r} must be True or False.")
   check_integer("evals_per_epoch", config.get("evals_per_epoch", 1), 1)
   if config.keep_checkpoints < 1:
     raise ValueError(f"config.keep_checkpoints={config.keep_checkpoints} must be >= 1.")
@@ -218,10 +220,8 @@ def _resume_or_start(config, workdir, manager, shapes, contract, machine, abstra
 
 
 def _nonfinite_advice(manager, config) -> str:
-  try:
+  with contextlib.suppress(Exception):  # a failed save: the steps listed below are what exists
     manager.wait_until_finished()
-  except Exception:  # noqa: BLE001 -- a failed save: the steps listed below are what exists
-    pass
   latest = manager.latest_step()
   kept = (f"the last good checkpoint (step {latest}) is kept in {manager.directory}"
           if latest is not None else "there is no checkpoint yet")
@@ -335,10 +335,9 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
       writer.close()
       raise
     except BaseException:
-      try:  # let a save in flight finish; the error being raised is the one to report
+      # Let a save in flight finish; the error being raised is the one to report.
+      with contextlib.suppress(Exception):
         manager.wait_until_finished()
-      except Exception:  # noqa: BLE001
-        pass
       writer.close()
       raise
     checkpointing.finish_saves(manager)

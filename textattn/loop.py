@@ -77,10 +77,8 @@ def stop_on_signals(on_force_exit: Callable[[], None] | None = None):
       os.write(2, f"\nSecond {_SIGNALS.get(signum, signum)}: exiting now; the last checkpoint "
                   f"saved is intact (an unfinished one is ignored on resume).\n".encode())
       if on_force_exit is not None:
-        try:
+        with contextlib.suppress(Exception):  # exiting regardless
           on_force_exit()
-        except Exception:  # noqa: BLE001 -- exiting regardless
-          pass
       os._exit(128 + signum)
     request.signum = signum
     os.write(2, f"\n{_SIGNALS.get(signum, signum)}: finishing this step and saving a checkpoint "
@@ -277,7 +275,7 @@ class _Progress:
 
 
 def _duration(seconds: float) -> str:
-  seconds = int(round(seconds))
+  seconds = round(seconds)
   if seconds < 60:
     return f"{seconds}s"
   minutes, seconds = divmod(seconds, 60)

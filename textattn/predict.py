@@ -61,7 +61,7 @@ class Classifier:
       raise data_lib.DataError(f"{workdir} has no saved vocabulary ({data_lib.DATA_INFO_FILE}).")
     model = models.build_model(self.config, len(self.class_names),
                                vocab_size=self.tokenizer.vocab_size)
-    self.step, self.params = _restore_params(workdir, checkpoint, self.config, model)
+    self.step, self.params = restore_params(workdir, checkpoint, self.config, model)
     self.batch_size = int(self.config.eval_batch_size)
     self.model = model
     self._weights_fn = None
@@ -158,7 +158,7 @@ def load(workdir: str, checkpoint: str = "best", plugins=()) -> Classifier:
   return Classifier(workdir, checkpoint, plugins)
 
 
-def _restore_params(workdir: str, checkpoint: str, config, model, length: int | None = None):
+def restore_params(workdir: str, checkpoint: str, config, model, length: int | None = None):
   """(step, parameters) of the chosen checkpoint, laid out on this machine's first device and
   verified against the checksums recorded when it was saved."""
   import jax

@@ -26,8 +26,13 @@ import jax.numpy as jnp
 from textattn import attention as attention_lib
 from textattn.attention.common import dense_init
 from textattn.attention.softmax import softmax_attention
-from textattn.models import (LAYER_NORM_EPSILON, Dropout, EncoderBlock, _keras_embedding_init,
-                             head_dim_argument)
+from textattn.models import (
+  LAYER_NORM_EPSILON,
+  Dropout,
+  EncoderBlock,
+  _keras_embedding_init,
+  head_dim_argument,
+)
 
 Array = jax.Array
 

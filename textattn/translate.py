@@ -34,7 +34,7 @@ class Translator:
     self.model = translation.build_model(self.config, self.source_tokenizer.vocab_size,
                                          self.target_tokenizer.vocab_size)
     length = self.config.source_len + self.config.target_len + 1
-    self.step, params = predict._restore_params(  # noqa: SLF001
+    self.step, params = predict.restore_params(
         workdir, checkpoint, self.config, translation.Packed(self.model), length)
     self.params = params["model"]
 

@@ -14,7 +14,7 @@ change), so its steps are a lower bound. --matmul_tflops: the CPU's measured flo
 
 import argparse
 import json
-import os
+import pathlib
 
 import numpy as np
 
@@ -27,14 +27,14 @@ def main():
   parser.add_argument("--matmul_tflops", type=float, default=0.21)
   parser.add_argument("--recompute_cross_kv", action="store_true")
   args = parser.parse_args()
-  config = json.load(open(os.path.join(args.workdir, "config.json")))
+  config = json.loads(pathlib.Path(args.workdir, "config.json").read_text())
   m = config["model"]
   d, f, layers = m["embed_dim"], m["ffn_dim"], m["decoder_layers"]
-  rows = [json.loads(line) for line in open(os.path.join(args.workdir, "test_translations.jsonl"),
-                                            encoding="utf-8")]
-  report = [json.loads(line) for line in open(os.path.join(args.workdir, "metrics.jsonl"))
-            if "test/accuracy" in line][-1]
-  tokenizer = json.load(open(os.path.join(args.workdir, "target_tokenizer.json")))
+  rows = [json.loads(line) for line in pathlib.Path(
+      args.workdir, "test_translations.jsonl").read_text(encoding="utf-8").splitlines()]
+  metrics = pathlib.Path(args.workdir, "metrics.jsonl").read_text().splitlines()
+  report = [json.loads(line) for line in metrics if "test/accuracy" in line][-1]
+  tokenizer = json.loads(pathlib.Path(args.workdir, "target_tokenizer.json").read_text())
   vocab = len(tokenizer["model"]["vocab"])
   s, t = config["source_len"], config["target_len"]
   head = (m.get("head_dim") or d // m["num_heads"]) * m["num_heads"]

@@ -6,7 +6,7 @@ checks the translations equal the run's own test_translations.jsonl.
 
 import argparse
 import json
-import os
+import pathlib
 import time
 
 from textattn import translate, translation
@@ -25,8 +25,8 @@ def main():
   sources = model.source_tokenizer.encode(
       [pairs_lib.standardize_source(pairs.sources[i]) for i in test], config.source_len, "post",
       standardized=True)
-  saved = [json.loads(line) for line in open(os.path.join(args.workdir, "test_translations.jsonl"),
-                                             encoding="utf-8")]
+  saved = [json.loads(line) for line in pathlib.Path(
+      args.workdir, "test_translations.jsonl").read_text(encoding="utf-8").splitlines()]
   for name, beam in (("greedy", 0), (f"beam{args.beam}", args.beam)):
     started = time.perf_counter()
     out = translation.translate_ids(model.model, model.params, sources, model.target_tokenizer,

@@ -75,12 +75,12 @@ def main():
     writer.writerows(rows)
   lengths = sorted({r["L"] for r in rows})
   table = {(r["variant"], r["cached"], r["L"]): r["median_s"] for r in rows}
-  lines = [f"# Greedy decoding, cached vs uncached\n",
+  lines = ["# Greedy decoding, cached vs uncached\n",
            f"`python experiments/translation/greedy_cache.py --out_dir={args.out_dir}`\n",
-           f"batch {args.batch}, embed {args.embed}, {args.heads} heads, {args.layers} decoder "
+           (f"batch {args.batch}, embed {args.embed}, {args.heads} heads, {args.layers} decoder "
            f"layers, vocabulary {args.vocab}, float32, median of {args.repeats} after a "
            f"compiling call; {platform.processor() or platform.machine()}, "
-           f"jax {jax.__version__}, {jax.devices()[0].platform}.\n",
+           f"jax {jax.__version__}, {jax.devices()[0].platform}.\n"),
            "| L | " + " | ".join(f"{v} cached | {v} uncached | speed-up" for v in VARIANTS)
            + " |", "|---:|" + "---:|---:|---:|" * len(VARIANTS)]
   for length in lengths:

@@ -22,11 +22,10 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from keras import layers, ops  # noqa: E402
-
-from keras_seed import EpochTimer  # noqa: E402
+import keras
+import numpy as np
+from keras import layers, ops
+from keras_seed import EpochTimer
 
 VOCAB, LENGTH, EMBED, FFN, HEADS, BATCH = 15000, 20, 256, 2048, 8, 64
 CHAPTER_PARAMETERS = 19_960_216

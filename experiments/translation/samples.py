@@ -7,7 +7,7 @@ sources re-derived from the run's config: same file, same split).
 
 import argparse
 import json
-import os
+import pathlib
 
 import numpy as np
 
@@ -17,13 +17,13 @@ from textattn.data import pairs as pairs_lib
 def load_test(workdir, dataset=""):
   """(pairs, test pair indices, test_translations.jsonl rows) of a finished run, the sources
   re-derived from its config (same file, same split)."""
-  config = json.load(open(os.path.join(workdir, "config.json")))
+  config = json.loads(pathlib.Path(workdir, "config.json").read_text())
   pairs = pairs_lib.read_pairs(dataset or config["dataset"], config["source_field"],
                                config["target_field"])
   test = pairs_lib.split_indices(pairs, config["data_seed"],
                                  config["split_by"] == "source")["test"]
-  rows = [json.loads(line) for line in open(os.path.join(workdir, "test_translations.jsonl"),
-                                            encoding="utf-8")]
+  rows = [json.loads(line) for line in pathlib.Path(
+      workdir, "test_translations.jsonl").read_text(encoding="utf-8").splitlines()]
   assert len(rows) == len(test), "test_translations.jsonl does not match the split"
   return pairs, test, rows
 

@@ -8,6 +8,7 @@ as a Markdown table, plus each run's wall time from its run_timed.py log (DIR.lo
 import collections
 import json
 import os
+import pathlib
 import re
 import sys
 
@@ -25,7 +26,7 @@ def run_row(workdir):
       out[key.split("/", 1)[1]] = value
   log = workdir.rstrip("/") + ".log"
   if os.path.exists(log):
-    total = re.findall(r"total (\d+) s", open(log, encoding="utf-8").read())
+    total = re.findall(r"total (\d+) s", pathlib.Path(log).read_text(encoding="utf-8"))
     if total:
       out["wall s"] = float(total[-1])
   return out

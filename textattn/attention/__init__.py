@@ -10,7 +10,7 @@ registry. Importing this package registers the built-in variants.
 """
 
 # Registration order is the order names() lists them in.
-from textattn.attention import softmax  # noqa: I001 -- they register on import
+from textattn.attention import softmax  # noqa: F401, I001 -- they register on import
 from textattn.attention import causal  # noqa: F401
 from textattn.attention import additive  # noqa: F401
 from textattn.attention import causal_additive  # noqa: F401

@@ -129,7 +129,7 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
   if softmax.native_runs_here():
     return "native"
   if jax.default_backend() == "cpu":  # (elsewhere 'xla' is the platform's best: no warning)
-    softmax._warn_fallback("additive", "xla")  # noqa: SLF001 -- the shared once-only warning
+    softmax.warn_fallback("additive", "xla")
   return "xla"
 
 

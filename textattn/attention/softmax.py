@@ -28,8 +28,14 @@ import jax.numpy as jnp
 from absl import logging
 
 from textattn.attention import registry
-from textattn.attention.common import (MASK_VALUE, Array, dense_init, key_visibility,
-                                       rows_with_a_key, usable_cores)
+from textattn.attention.common import (
+  MASK_VALUE,
+  Array,
+  dense_init,
+  key_visibility,
+  rows_with_a_key,
+  usable_cores,
+)
 
 IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn")
 
@@ -246,7 +252,7 @@ def native_runs_here() -> bool:
 
 
 @functools.cache
-def _warn_fallback(variant: str, fallback: str, reason: str | None = None) -> None:
+def warn_fallback(variant: str, fallback: str, reason: str | None = None) -> None:
   """Once per (variant, kernel, reason): why 'auto' did not pick the platform's fastest kernel."""
   from textattn.attention import native
   if reason is None:
@@ -278,15 +284,15 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
   if backend == "cpu":
     if native_runs_here():
       return "native"
-    _warn_fallback(variant, "fused")
+    warn_fallback(variant, "fused")
     return "fused"
   if backend == "gpu":
     if str(dtype) in FLASH_DTYPES:
       return "cudnn"
-    _warn_fallback(variant, "dot_product", f"model.dtype={str(dtype)!r}: cuDNN flash attention "
+    warn_fallback(variant, "dot_product", f"model.dtype={str(dtype)!r}: cuDNN flash attention "
                    f"needs bfloat16 or float16")
     return "dot_product"
-  _warn_fallback(variant, "dot_product", f"no flash kernel is used on the {backend} backend")
+  warn_fallback(variant, "dot_product", f"no flash kernel is used on the {backend} backend")
   return "dot_product"
 
 

@@ -34,16 +34,32 @@ config checks, workdir files) and `batches`.
 
 from textattn.data.batches import TrainIterator, eval_batches
 from textattn.data.cache import atomic_write, content_digest, read_cache
-from textattn.data.dataset import (DATA_INFO_FILE, TOKENIZER_FILE, load_dataset, load_tokenizer,
-                                   validate_config)
-from textattn.data.file_source import FileSource as _FileSource
+from textattn.data.dataset import (
+                                   DATA_INFO_FILE,
+                                   TOKENIZER_FILE,
+                                   load_dataset,
+                                   load_tokenizer,
+                                   validate_config,
+)
 from textattn.data.file_source import is_local_file
-from textattn.data.sources import source as _source
-from textattn.data.sources import (check_unlabeled_split, pretraining_texts, source_cache_path,
-                                   word2vec_texts)
-from textattn.data.splits import (PADDINGS, SPLITS, DataError, Dataset, Split, pad_before,
-                                  pads_before)
-from textattn.data.tfds_source import TfdsSource as _TfdsSource
-# Importable for old callers; patching it here changes nothing: patch
-# textattn.data.tfds_source.network_available instead.
-from textattn.data.tfds_source import network_available as _network_available
+from textattn.data.sources import (
+                                   check_unlabeled_split,
+                                   pretraining_texts,
+                                   source_cache_path,
+                                   word2vec_texts,
+)
+from textattn.data.splits import (
+                                   PADDINGS,
+                                   SPLITS,
+                                   DataError,
+                                   Dataset,
+                                   Split,
+                                   pad_before,
+                                   pads_before,
+)
+
+__all__ = ["DATA_INFO_FILE", "PADDINGS", "SPLITS", "TOKENIZER_FILE", "DataError", "Dataset",
+           "Split", "TrainIterator", "atomic_write", "check_unlabeled_split", "content_digest",
+           "eval_batches", "is_local_file", "load_dataset", "load_tokenizer", "pad_before",
+           "pads_before", "pretraining_texts", "read_cache", "source_cache_path",
+           "validate_config", "word2vec_texts"]

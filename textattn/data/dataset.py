@@ -19,11 +19,23 @@ from textattn.data import raw as raw_lib
 from textattn.data import tfds_source
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.cache import Cache, atomic_write
-from textattn.data.file_source import (LOCAL_FORMATS, FileSource, column_names, is_local_file,
-                                       split_files)
+from textattn.data.file_source import (
+  LOCAL_FORMATS,
+  FileSource,
+  column_names,
+  is_local_file,
+  split_files,
+)
 from textattn.data.sources import source
-from textattn.data.splits import (PADDINGS, SPLITS, DataError, Dataset, Split, pad_before,
-                                  pads_before)
+from textattn.data.splits import (
+  PADDINGS,
+  SPLITS,
+  DataError,
+  Dataset,
+  Split,
+  pad_before,
+  pads_before,
+)
 
 TOKENIZER_FILE = "tokenizer.json"
 DATA_INFO_FILE = "data_info.json"

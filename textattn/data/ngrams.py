@@ -39,7 +39,7 @@ _MAX_WORDS = (1 << _WORD_BITS) - 1 - tokenizer_lib.NUM_RESERVED
 def _word_ids(words: tokenizer_lib.WordTokenizer, texts: Sequence[str],
               standardized: bool) -> tuple[np.ndarray, np.ndarray]:
   """(flat int64 word ids of all texts, int64 offsets [N + 1])."""
-  lookup = words._ids.get  # noqa: SLF001 -- the same package's tokenizer
+  lookup = words.ids.get
   rows, lengths = [], np.zeros(len(texts), np.int64)
   for i, text in enumerate(texts):
     tokens = (text if standardized else tokenizer_lib.standardize(text)).split()
@@ -128,7 +128,7 @@ class NgramTokenizer:
              standardized: bool = False) -> np.ndarray:
     """int32 [N, max_len]: each text's feature ids, ascending, padded with 0. `truncation` is
     accepted for the common tokenizer signature; a row over max_len drops its highest ids."""
-    tokenizer_lib._check_truncation(max_len, truncation)  # noqa: SLF001
+    tokenizer_lib.check_truncation(max_len, truncation)
     row, ids, rank = self._features(texts, standardized)
     keep = rank < max_len
     out = np.zeros((len(texts), max_len), np.int32)

@@ -158,7 +158,7 @@ def concatenate(splits: dict[str, Pairs], seed: int) -> tuple[Pairs, dict[str, n
     begin += len(part.sources)
   if "validation" not in rows:
     train = np.random.default_rng(seed).permutation(rows["train"])
-    cut = int(round(len(train) * FRACTIONS[1] / (FRACTIONS[0] + FRACTIONS[1])))
+    cut = round(len(train) * FRACTIONS[1] / (FRACTIONS[0] + FRACTIONS[1]))
     rows["validation"], rows["train"] = np.sort(train[:cut]), np.sort(train[cut:])
   return pairs, rows
 

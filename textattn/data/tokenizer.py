@@ -63,7 +63,7 @@ def standardize(text: str) -> str:
   return _LINE_BREAK.sub(" ", text.lower()).translate(_DELETE_PUNCTUATION)
 
 
-def _check_truncation(max_len: int, truncation: str) -> None:
+def check_truncation(max_len: int, truncation: str) -> None:
   if truncation not in TRUNCATIONS:
     raise ValueError(f"truncation={truncation!r} is invalid; allowed: 'pre', 'post'.")
   if max_len < 1:
@@ -71,14 +71,15 @@ def _check_truncation(max_len: int, truncation: str) -> None:
 
 
 class WordTokenizer:
-  """Word-level vocabulary: ids 0 = padding, 1 = out-of-vocabulary, 2.. = `words`."""
+  """Word-level vocabulary: ids 0 = padding, 1 = out-of-vocabulary, 2.. = `words`; `ids` maps
+  each word to its id (read it, never change it: the fingerprint hashes `words`)."""
 
   kind = "word"
 
   def __init__(self, words: Sequence[str]):
     self.words = list(words)
-    self._ids = {word: i + NUM_RESERVED for i, word in enumerate(self.words)}
-    if len(self._ids) != len(self.words):
+    self.ids = {word: i + NUM_RESERVED for i, word in enumerate(self.words)}
+    if len(self.ids) != len(self.words):
       raise ValueError("The vocabulary contains duplicate words.")
 
   @classmethod
@@ -108,9 +109,9 @@ class WordTokenizer:
 
   def encode(self, texts: Sequence[str], max_len: int, truncation: str, *,
              standardized: bool = False) -> np.ndarray:
-    _check_truncation(max_len, truncation)
+    check_truncation(max_len, truncation)
     out = np.zeros((len(texts), max_len), np.int32)
-    lookup = self._ids.get
+    lookup = self.ids.get
     keep_end = truncation == "pre"
     for row, text in enumerate(texts):
       tokens = (text if standardized else standardize(text)).split()
@@ -120,7 +121,7 @@ class WordTokenizer:
     return out
 
   def token_id(self, token: str) -> int:
-    return self._ids.get(token, OOV_ID)
+    return self.ids.get(token, OOV_ID)
 
   def decode(self, ids: Sequence[int]) -> str:
     """Words of the ids (0 skipped, 1 as [UNK])."""
@@ -131,7 +132,7 @@ class WordTokenizer:
     """The equivalent Hugging Face `tokenizers.Tokenizer`."""
     from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
     from tokenizers.models import WordLevel
-    vocab = {PAD_TOKEN: PAD_ID, OOV_TOKEN: OOV_ID, **self._ids}
+    vocab = {PAD_TOKEN: PAD_ID, OOV_TOKEN: OOV_ID, **self.ids}
     hf = Tokenizer(WordLevel(vocab=vocab, unk_token=OOV_TOKEN))
     hf.normalizer = normalizers.Sequence([
         normalizers.Lowercase(), normalizers.Replace(Regex(_HF_LINE_BREAK), " "),
@@ -199,7 +200,7 @@ class BpeTokenizer:
 
   def encode(self, texts: Sequence[str], max_len: int, truncation: str, *,
              standardized: bool = False) -> np.ndarray:
-    _check_truncation(max_len, truncation)
+    check_truncation(max_len, truncation)
     out = np.zeros((len(texts), max_len), np.int32)
     texts = [t if standardized else standardize(t) for t in texts]
     for row, encoding in enumerate(self.hf.encode_batch(texts, add_special_tokens=False)):
@@ -238,7 +239,7 @@ class ByteTokenizer:
   def encode(self, texts: Sequence[str], max_len: int, truncation: str, *,
              standardized: bool = False) -> np.ndarray:
     del standardized  # Bytes are never standardised.
-    _check_truncation(max_len, truncation)
+    check_truncation(max_len, truncation)
     out = np.zeros((len(texts), max_len), np.int32)
     keep_end = truncation == "pre"
     for row, text in enumerate(texts):

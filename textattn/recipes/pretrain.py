@@ -37,11 +37,11 @@ import numpy as np
 import optax
 from absl import logging
 
-from textattn import loop, models, optim, platform, step
 from textattn import data as data_lib
+from textattn import loop, models, optim, platform, step
 from textattn.checkpointing import flatten, transfer, unflatten  # noqa: F401 -- transfer: API
-from textattn.defaults import check_integer
 from textattn.data import tokenizer as tokenizer_lib
+from textattn.defaults import check_integer
 
 OBJECTIVES = ("", "mlm")
 MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # of the predicted tokens; the rest are kept

@@ -28,14 +28,13 @@ import os
 import time
 from typing import Any
 
+import ml_collections
 import numpy as np
 from absl import logging
 
-import ml_collections
-
 from textattn import data as data_lib
-from textattn.defaults import check_integer
 from textattn.data import tokenizer as tokenizer_lib
+from textattn.defaults import check_integer
 
 EMBEDDING_INITS = ("random", "word2vec")
 SCALES = ("init", "raw")
