@@ -231,7 +231,7 @@ def test_a_corrupted_latest_checkpoint_is_reported_and_the_previous_good_one_use
                           abstract)
   with pytest.raises(errors.RunError, match=r"best checkpoint \(step 20\) .* failed verification "
                                            r"\(array params/logits/bias .*no test report"):
-    classify._restore_for_report(manager, 20, abstract, sharding)
+    classify.restore_for_report(manager, 20, abstract, sharding)
 
 
 def test_flipped_or_truncated_array_files_are_refused_or_replaced_never_restored(tmp_path,

@@ -145,7 +145,7 @@ def _fresh_state(config, init, rng, data, state_sharding, workdir, is_main):
   return jax.jit(init, out_shardings=state_sharding)(rng, pretrained_tokens, pretrained_params)
 
 
-def _write_config(workdir: str, config, start_step: int) -> None:
+def write_config(workdir: str, config, start_step: int) -> None:
   """workdir/config.json; on a resume, one that differs is kept aside, never overwritten."""
   path = os.path.join(workdir, "config.json")
   current = json.loads(config.to_json_best_effort())
@@ -198,7 +198,7 @@ def in_workdir(workdir: str, body):
     lock.release()
 
 
-def _resume_or_start(config, workdir, manager, shapes, contract, machine, abstract_state,
+def resume_or_start(config, workdir, manager, shapes, contract, machine, abstract_state,
                      state_sharding, attach, train_iter, fresh):
   """(state, start step, meta or None, skipped batches' steps): the newest checkpoint that passes
   the resume checks and verifies (the data iterator positioned after it), or `fresh()`."""
@@ -219,7 +219,7 @@ def _resume_or_start(config, workdir, manager, shapes, contract, machine, abstra
   return attach(restored["state"]), meta["step"], meta, list(restored["data"].get("skipped", []))
 
 
-def _nonfinite_advice(manager, config) -> str:
+def nonfinite_advice(manager, config) -> str:
   with contextlib.suppress(Exception):  # a failed save: the steps listed below are what exists
     manager.wait_until_finished()
   latest = manager.latest_step()
@@ -232,7 +232,7 @@ def _nonfinite_advice(manager, config) -> str:
           f"{config.optimizer.grad_clip_norm}).")
 
 
-def _recovery(manager, train_iter, writer, model, tx, abstract_state, state_sharding, fresh):
+def recovery(manager, train_iter, writer, model, tx, abstract_state, state_sharding, fresh):
   """recover(bad_step) for loop.fit: the state of the newest checkpoint before `bad_step` (or
   `fresh()`), the batches positioned after it and the metrics rows after it dropped."""
 
@@ -286,7 +286,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
           + models.parameter_table(abstract_state.params), flush=True)
 
   manager = checkpointing.open_manager(workdir, config.keep_checkpoints)
-  state, start_step, meta, skipped = _resume_or_start(
+  state, start_step, meta, skipped = resume_or_start(
       config, workdir, manager, shapes, contract, machine, abstract_state, state_sharding,
       lambda restored: restored.replace(apply_fn=model.apply, tx=tx), train_iter,
       lambda: _fresh_state(config, init, rng, data, state_sharding, workdir, is_main))
@@ -294,7 +294,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   writer = MetricWriter(workdir, is_main, start_step, fresh=meta is None)
   writer.drop_after(start_step if meta is not None else None)
   if is_main:
-    _write_config(workdir, config, start_step)
+    write_config(workdir, config, start_step)
 
   options = platform.step_compiler_options(config)
   evaluator = make_evaluator(state_sharding, len(data.class_names), config.eval_batch_size,
@@ -317,7 +317,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
     if is_main:
       print(f"step {done}: checkpoint saved", flush=True)
 
-  recover = _recovery(manager, train_iter, writer, model, tx, abstract_state, state_sharding,
+  recover = recovery(manager, train_iter, writer, model, tx, abstract_state, state_sharding,
                       lambda: _fresh_state(config, init, rng, data, state_sharding, workdir,
                                            is_main))
 
@@ -328,7 +328,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
                         batch_size=config.batch_size, start_step=start_step,
                         steps_per_epoch=train_iter.steps_per_epoch, evaluate=evaluate,
                         save=save, writer=writer, compiler_options=options,
-                        nonfinite_advice=lambda: _nonfinite_advice(manager, config),
+                        nonfinite_advice=lambda: nonfinite_advice(manager, config),
                         stop=stop, recover=recover, skipped=skipped)
     except Stopped:
       checkpointing.finish_saves(manager)  # the stop's checkpoint is complete before exit
@@ -356,7 +356,7 @@ def _test_report(config, state, manager, abstract_state, state_sharding, model, 
   if config.final_params == "best" and manager.best_step() is not None:
     report_step = manager.best_step()
     if report_step != total_steps:
-      state = _restore_for_report(manager, report_step, abstract_state, state_sharding)
+      state = restore_for_report(manager, report_step, abstract_state, state_sharding)
       state = state.replace(apply_fn=model.apply, tx=tx)
   if config.eval_split == "test" and last_eval.get("step") == report_step:
     test_metrics, test_probabilities = last_eval["metrics"], last_eval["probabilities"]
@@ -373,7 +373,7 @@ def _test_report(config, state, manager, abstract_state, state_sharding, model, 
   return test_metrics
 
 
-def _restore_for_report(manager, report_step, abstract_state, state_sharding):
+def restore_for_report(manager, report_step, abstract_state, state_sharding):
   """The best checkpoint's state, verified: a report is never computed from parameters whose
   bytes changed after they were saved (the previous report, if any, is then kept)."""
   try:

@@ -224,7 +224,7 @@ def render_html(rows: list[dict], title: str = "", separator: str = " ") -> str:
            f"<style>{_CSS}</style></head><body>",
            f"<h1>{html.escape(title or 'textattn explanations')}</h1>",
            (f'<p class="note">Method: <b>{html.escape(described)}</b>. Each token is shaded by '
-           f"its weight, scaled to the text's largest |weight|; hover a token for its value.</p>"),
+            f"its weight, scaled to the text's largest |weight|; hover a token for its value.</p>"),
            '<p class="note legend">'
            + ('<span style="background: rgba(220, 40, 40, 0.6)">towards the predicted label'
               "</span>" if signed else

@@ -33,7 +33,7 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 LAYER_NORM_EPSILON = 1e-6
 
 
-def _keras_embedding_init(key, shape, dtype=jnp.float32):
+def keras_embedding_init(key, shape, dtype=jnp.float32):
   # Keras Embedding's default: uniform in [-0.05, 0.05], as in the seed notebooks.
   return jax.random.uniform(key, shape, dtype, -0.05, 0.05)
 
@@ -122,7 +122,7 @@ class Embedding(nn.Module):
       raise ValueError(f"config.max_len={self.max_len} is smaller than the input length "
                        f"{length}; inputs must have at most max_len tokens.")
     if token_embeddings is None:
-      x = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=_keras_embedding_init,
+      x = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=keras_embedding_init,
                    dtype=self.dtype, name="token")(tokens)
     else:  # rows looked up by the caller (the lazy embedding update differentiates w.r.t. them)
       x = token_embeddings.astype(self.dtype)
@@ -136,10 +136,10 @@ class Embedding(nn.Module):
     if token_drop is not None:
       x = jnp.where(token_drop[..., None], jnp.zeros_like(x), x)
     if mask_input is not None:
-      mask = self.param("mask", _keras_embedding_init, (self.embed_dim,))
+      mask = self.param("mask", keras_embedding_init, (self.embed_dim,))
       x = jnp.where(mask_input[..., None], mask.astype(self.dtype), x)
     if self.position == "learned":
-      table = self.param("position", _keras_embedding_init, (self.max_len, self.embed_dim))
+      table = self.param("position", keras_embedding_init, (self.max_len, self.embed_dim))
     else:
       table = jnp.asarray(sinusoidal_positions(self.max_len, self.embed_dim))
     return x + table[None, :length].astype(self.dtype)

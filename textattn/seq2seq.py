@@ -30,15 +30,15 @@ from textattn.models import (
   LAYER_NORM_EPSILON,
   Dropout,
   EncoderBlock,
-  _keras_embedding_init,
   head_dim_argument,
+  keras_embedding_init,
 )
 
 Array = jax.Array
 
 
 def token_table(vocab_size: int, embed_dim: int, dtype: Any, name: str | None = None) -> nn.Embed:
-  return nn.Embed(vocab_size, embed_dim, embedding_init=_keras_embedding_init, dtype=dtype,
+  return nn.Embed(vocab_size, embed_dim, embedding_init=keras_embedding_init, dtype=dtype,
                   name=name)
 
 
@@ -57,7 +57,7 @@ class Embed(nn.Module):
     table = (self.tokens if self.tokens is not None
              else token_table(self.vocab_size, self.embed_dim, self.dtype, "token"))
     x = table(tokens)
-    table = self.param("position", _keras_embedding_init, (self.max_len, self.embed_dim))
+    table = self.param("position", keras_embedding_init, (self.max_len, self.embed_dim))
     if decode and self.has_variable("cache", "position"):
       position = self.variable("cache", "position")
       positions = jax.lax.dynamic_slice_in_dim(table, position.value, 1)

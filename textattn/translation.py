@@ -340,13 +340,13 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
   shapes = checkpointing.state_shapes(abstract_state)
   fresh = lambda: jax.jit(init, out_shardings=state_sharding)(rng)
   manager = checkpointing.open_manager(workdir, config.keep_checkpoints)
-  state, start_step, meta, skipped = classify._resume_or_start(
+  state, start_step, meta, skipped = classify.resume_or_start(
       config, workdir, manager, shapes, contract, machine, abstract_state, state_sharding,
       lambda restored: restored.replace(apply_fn=packed.apply, tx=tx), train_iter, fresh)
   writer = MetricWriter(workdir, is_main, start_step, fresh=meta is None)
   writer.drop_after(start_step if meta is not None else None)
   if is_main:
-    classify._write_config(workdir, config, start_step)
+    classify.write_config(workdir, config, start_step)
     print(f"Model: {config.model.encoder_attention} encoder, {config.model.decoder_attention} "
           f"decoder, {sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(abstract_state.params)):,} "
           f"parameters; {len(data.train):,} / {len(data.validation):,} / {len(data.test):,} "
@@ -366,7 +366,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
     if is_main:
       print(f"step {done}: checkpoint saved", flush=True)
 
-  recover = classify._recovery(manager, train_iter, writer, packed, tx,
+  recover = classify.recovery(manager, train_iter, writer, packed, tx,
                                abstract_state, state_sharding, fresh)
   progress["training"] = True
   with loop.stop_on_signals(on_force_exit=lock.release) as stop:
@@ -375,7 +375,7 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
                         start_step=start_step, steps_per_epoch=train_iter.steps_per_epoch,
                         evaluate=evaluate, save=save, writer=writer,
                         compiler_options=platform.step_compiler_options(config),
-                        nonfinite_advice=lambda: classify._nonfinite_advice(
+                        nonfinite_advice=lambda: classify.nonfinite_advice(
                             manager, config), stop=stop, recover=recover, skipped=skipped)
     finally:
       checkpointing.finish_saves(manager)
@@ -394,7 +394,7 @@ def _test_report(config, state, manager, abstract_state, state_sharding, packed,
   report_step = total_steps
   if config.final_params == "best" and manager.best_step() not in (None, report_step):
     report_step = manager.best_step()
-    state = classify._restore_for_report(
+    state = classify.restore_for_report(
         manager, report_step, abstract_state, state_sharding).replace(apply_fn=packed.apply,
                                                                         tx=tx)
   report = evaluator(state, data.test, "test")

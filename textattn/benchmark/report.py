@@ -134,7 +134,7 @@ def write_markdown(rows: Sequence[dict], path: str, command: str, sweep_settings
         f"| {_format(row['max_abs_diff'], 'diff')} | {row.get('load_1m', '')} | {message} |")
   lines += ["", "## Utilisation (formulas: textattn/benchmark/utilization.py)", "",
             ("| variant | L | kernel | attention TFLOP/s | % of peak | TB/s moved | % of bandwidth "
-            "| model TFLOP/s | MFU % | peak TFLOP/s |"),
+             "| model TFLOP/s | MFU % | peak TFLOP/s |"),
             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
   for row in rows:
     if row["status"] == "ok":

@@ -35,27 +35,27 @@ config checks, workdir files) and `batches`.
 from textattn.data.batches import TrainIterator, eval_batches
 from textattn.data.cache import atomic_write, content_digest, read_cache
 from textattn.data.dataset import (
-                                   DATA_INFO_FILE,
-                                   TOKENIZER_FILE,
-                                   load_dataset,
-                                   load_tokenizer,
-                                   validate_config,
+  DATA_INFO_FILE,
+  TOKENIZER_FILE,
+  load_dataset,
+  load_tokenizer,
+  validate_config,
 )
 from textattn.data.file_source import is_local_file
 from textattn.data.sources import (
-                                   check_unlabeled_split,
-                                   pretraining_texts,
-                                   source_cache_path,
-                                   word2vec_texts,
+  check_unlabeled_split,
+  pretraining_texts,
+  source_cache_path,
+  word2vec_texts,
 )
 from textattn.data.splits import (
-                                   PADDINGS,
-                                   SPLITS,
-                                   DataError,
-                                   Dataset,
-                                   Split,
-                                   pad_before,
-                                   pads_before,
+  PADDINGS,
+  SPLITS,
+  DataError,
+  Dataset,
+  Split,
+  pad_before,
+  pads_before,
 )
 
 __all__ = ["DATA_INFO_FILE", "PADDINGS", "SPLITS", "TOKENIZER_FILE", "DataError", "Dataset",
