@@ -25,7 +25,8 @@ from tests.test_train import (
   tiny_config,
   write_sentiment_jsonl,
 )
-from textattn import baselines, classify, compare, models
+from textattn import baselines, compare, models
+from textattn import run as runner
 from textattn.data import file_source, ngrams
 from textattn.data import tokenizer as tokenizer_lib
 
@@ -139,7 +140,7 @@ def test_frozen_weights_never_change_in_training(tmp_path):
     config = baseline_tiny(data, tmp_path / "cache", "bag", bag_weighting=weighting)
     config.keep_checkpoints = 5
     workdir = str(tmp_path / weighting)
-    classify.train_and_evaluate(config, workdir)
+    runner.train_and_evaluate(config, workdir)
     _, first = restore_params(workdir, 10)
     _, last = restore_params(workdir)
     name = "frozen_idf" if weighting == "tfidf" else "frozen_nb_ratio"
@@ -200,7 +201,7 @@ def trained(tmp_path_factory):
     config = baseline_tiny(data, tmp / "cache", architecture, **model)
     config.num_train_steps = 100
     runs[name] = (str(tmp / name), config,
-                  classify.train_and_evaluate(config, str(tmp / name)))
+                  runner.train_and_evaluate(config, str(tmp / name)))
   return runs
 
 

@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from textattn import classify, defaults, models
+from textattn import data as data_lib
+from textattn import defaults, models
+from textattn import run as runner
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
 CONFIGS = sorted(p.stem for p in CONFIG_DIR.glob("*.py"))
@@ -18,13 +20,14 @@ CONFIGS = sorted(p.stem for p in CONFIG_DIR.glob("*.py"))
 def test_config_is_valid_and_documents_its_run_command(name, tmp_path):
   path = CONFIG_DIR / f"{name}.py"
   config = defaults.load(str(path))
-  if config.get("task") == "translation":
-    from textattn import translation
+  if config.task == "translation":
     config.dataset = str(tmp_path / "pairs.txt")  # (the user's file; this one exists)
     (tmp_path / "pairs.txt").write_text("Hi.\tHola.\n")
-    translation.validate_config(config, device_count=max(1, config.num_cpu_devices))
-  else:
-    classify.validate_config(config, device_count=max(1, config.num_cpu_devices))
+  elif data_lib.is_local_file(config.dataset):  # (the user's file; this one exists)
+    config.dataset = str(tmp_path / ("data" + os.path.splitext(config.dataset)[1]))
+    pathlib.Path(config.dataset).write_text("text,label\nfine,a\n")
+  runner.validate(config, max(1, config.num_cpu_devices))
+  if config.task == "classification":
     models.build_model(config, num_classes=2)
   docstring = ast.get_docstring(ast.parse(path.read_text()))
   assert f"python -m textattn.main --config=configs/{name}.py" in docstring
@@ -44,3 +47,20 @@ def test_the_seed_configs_share_the_seed_model():
   fast = defaults.load(str(CONFIG_DIR / "imdb_keras_fast.py"))
   assert fast.model.to_dict() == seed.model.to_dict()
   assert (fast.vocab_size, fast.max_len, fast.batch_size) == (seed.vocab_size, seed.max_len, 32)
+
+
+def test_a_shipped_config_is_found_by_name_from_any_directory(tmp_path):
+  # --config=NAME reads the config the installed package ships (textattn/configs/NAME.py), so
+  # the README's commands work outside the checkout; a path still works, and a missing one is
+  # one line with exit 2 (the summary command used to end in a traceback).
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  command = [sys.executable, "-m", "textattn.summary"]
+  by_name = subprocess.run(command + ["--config=imdb_keras_example"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, check=False)
+  assert by_name.returncode == 0, by_name.stderr[-2000:]
+  assert "653,566" in by_name.stdout  # the seed model's parameter count
+  missing = subprocess.run(command + ["--config=missing.py"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, check=False)
+  assert missing.returncode == 2
+  assert missing.stderr.startswith("error: --config=missing.py: no such config file")
+  assert len(missing.stderr.strip().splitlines()) == 1 and "Traceback" not in missing.stderr

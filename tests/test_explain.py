@@ -11,7 +11,8 @@ import pytest
 
 import textattn
 from tests.test_train import NEGATIVE, POSITIVE, REPO, tiny_config, write_sentiment_jsonl
-from textattn import classify, explain, models
+from textattn import explain, models
+from textattn import run as runner
 
 SENTIMENT = set(POSITIVE + NEGATIVE)
 
@@ -20,7 +21,7 @@ def _train(tmp, name, **overrides):
   data = write_sentiment_jsonl(tmp / "reviews.jsonl")
   config = tiny_config(data, tmp / "cache", num_train_steps=60, eval_every_steps=30,
                        checkpoint_every_steps=30, **overrides)
-  classify.train_and_evaluate(config, str(tmp / name))
+  runner.train_and_evaluate(config, str(tmp / name))
   return textattn.load(str(tmp / name))
 
 

@@ -33,7 +33,8 @@ from tests.test_train import (
   tiny_config,
   write_sentiment_jsonl,
 )
-from textattn import checkpointing, classify, errors
+from textattn import checkpointing, errors
+from textattn import run as runner
 from textattn import step as step_lib
 from textattn import workdir as workdir_lib
 
@@ -94,8 +95,8 @@ def test_sigterm_stops_with_a_checkpoint_and_the_resume_is_bit_identical(tmp_pat
   # (In-process from here: the same computation as the command, without its start-up time.)
   config = tiny_config(data_file, tmp_path / "cache", **overrides)
   straight = tmp_path / "straight"
-  report = classify.train_and_evaluate(config, str(straight))
-  assert classify.train_and_evaluate(config, str(run)) == report
+  report = runner.train_and_evaluate(config, str(straight))
+  assert runner.train_and_evaluate(config, str(run)) == report
   step_a, params_a = restore_params(straight)
   step_b, params_b = restore_params(run)
   assert step_a == step_b == 40
@@ -160,7 +161,7 @@ def test_a_stale_lock_is_taken_over_and_a_nan_names_the_steps_and_no_checkpoint_
   monkeypatch.setattr(step_lib, "train_step", step_that_breaks_after_3)
   config = tiny_config(data_file, tmp_path / "c", num_train_steps=20)
   with pytest.raises(errors.NonFiniteLossError) as raised:
-    classify.train_and_evaluate(config, str(run))
+    runner.train_and_evaluate(config, str(run))
   message = str(raised.value)
   assert "between steps 1 and 5" in message and "there is no checkpoint yet" in message
   assert "None" not in message and "replays the same NaN" in message
@@ -187,12 +188,12 @@ def test_a_corrupted_latest_checkpoint_is_reported_and_the_previous_good_one_use
     tmp_path, data_file, capsys):
   run = tmp_path / "run"
   config = tiny_config(data_file, tmp_path / "c", num_train_steps=20)
-  classify.train_and_evaluate(config, str(run))
+  runner.train_and_evaluate(config, str(run))
   params_at_20, report = restore_params(run, 20)[1], final_report(run)
   target = "params/logits/bias"
   _rewrite_state(run, 20, lambda name, a: a + 1e-3 if name == target else a)
   capsys.readouterr()
-  assert classify.train_and_evaluate(config, str(run)) == {
+  assert runner.train_and_evaluate(config, str(run)) == {
       k: v for k, v in report.items() if k != "step"}
   out = capsys.readouterr().out
   assert (f"the checkpoint at step 20 in {run / 'checkpoints'} failed verification (array "
@@ -209,7 +210,7 @@ def test_a_corrupted_latest_checkpoint_is_reported_and_the_previous_good_one_use
   meta = json.loads(meta_path.read_text())
   del meta["checksums"]
   meta_path.write_text(json.dumps(meta))
-  classify.train_and_evaluate(config, str(older))
+  runner.train_and_evaluate(config, str(older))
   out = capsys.readouterr().out
   assert "checkpoint at step 20 in" in out and "without checksums" in out, out[-2000:]
 
@@ -219,7 +220,7 @@ def test_a_corrupted_latest_checkpoint_is_reported_and_the_previous_good_one_use
   rows, listing = read_metrics(run), sorted(os.listdir(run / "checkpoints"))
   with pytest.raises(errors.RunError, match=r"No checkpoint in .* passed verification \(step 20: "
                                            r"array params/logits/bias; step 10: array"):
-    classify.train_and_evaluate(config, str(run))
+    runner.train_and_evaluate(config, str(run))
   assert read_metrics(run) == rows and sorted(os.listdir(run / "checkpoints")) == listing
 
   # The best-checkpoint restore of the test report verifies too.
@@ -231,7 +232,7 @@ def test_a_corrupted_latest_checkpoint_is_reported_and_the_previous_good_one_use
                           abstract)
   with pytest.raises(errors.RunError, match=r"best checkpoint \(step 20\) .* failed verification "
                                            r"\(array params/logits/bias .*no test report"):
-    classify.restore_for_report(manager, 20, abstract, sharding)
+    runner.restore_for_report(manager, 20, abstract, sharding)
 
 
 def test_flipped_or_truncated_array_files_are_refused_or_replaced_never_restored(tmp_path,
@@ -240,7 +241,7 @@ def test_flipped_or_truncated_array_files_are_refused_or_replaced_never_restored
   checkpoint at seeded random places. Every restore is refused (one line) or returns exactly
   the arrays of the (older) step it names: none returns wrong values."""
   base = tmp_path / "base"
-  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20),
+  runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20),
                               str(base))
   originals = {step: restore_params(base, step)[1] for step in (10, 20)}
   files = sorted(p for p in glob.glob(str(base / "checkpoints" / "20" / "state" / "**" / "*"),
@@ -303,20 +304,20 @@ def test_a_failed_save_stops_training_in_one_line_and_earlier_ones_stay_resumabl
   with pytest.raises(errors.RunError, match=(
       rf"Saving the checkpoint at step 10 to {run / 'checkpoints' / '10'} failed \(OSError: No "
       rf"space left on device\); training stopped and no earlier checkpoint exists")):
-    classify.train_and_evaluate(config, str(run))
+    runner.train_and_evaluate(config, str(run))
   assert not has_checkpoint(run) and not (run / ".lock").exists()
   full_at["step"] = 20
   with pytest.raises(errors.RunError, match=r"step 20 .* No space left on device\); training "
                                            r"stopped and the checkpoints saved before \(latest: "
                                            r"step 10\) are intact: free disk space"):
-    classify.train_and_evaluate(config, str(run))
+    runner.train_and_evaluate(config, str(run))
   rows = read_metrics(run)
   assert [r["step"] for r in rows if "train/compile_s" in r] == [0]
   assert len(glob.glob(str(run / "events.out.tfevents.*"))) == 1
   assert not any("test/params_from_step" in r for r in rows)
   full_at["step"] = None
   capsys.readouterr()
-  classify.train_and_evaluate(config, str(run))
+  runner.train_and_evaluate(config, str(run))
   assert "Resuming from checkpoint at step 10." in capsys.readouterr().out
   assert restore_params(run)[0] == 20
 
@@ -324,11 +325,11 @@ def test_a_failed_save_stops_training_in_one_line_and_earlier_ones_stay_resumabl
 def test_a_run_refused_before_training_leaves_no_workdir_it_created(tmp_path, data_file):
   config = tiny_config(data_file, tmp_path / "c", val_fraction=0.0)
   with pytest.raises(ValueError, match=r"val_fraction=0.0 is invalid"):
-    classify.train_and_evaluate(config, str(tmp_path / "new"))
+    runner.train_and_evaluate(config, str(tmp_path / "new"))
   assert not (tmp_path / "new").exists()
   (tmp_path / "existing").mkdir()
   with pytest.raises(ValueError, match=r"val_fraction=0.0 is invalid"):
-    classify.train_and_evaluate(config, str(tmp_path / "existing"))
+    runner.train_and_evaluate(config, str(tmp_path / "existing"))
   assert (tmp_path / "existing").is_dir()
 
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from tests.test_train import final_report, run_main
-from textattn import classify, defaults
 from textattn import data as ip
+from textattn import defaults
+from textattn import run as runner
 from textattn.data import file_source
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -236,7 +237,7 @@ def test_headerless_cache_entries_differ_from_a_header_reading_of_the_same_bytes
 
 
 def intervals(config, steps_per_epoch):
-  schedule = classify.intervals(config, steps_per_epoch)
+  schedule = runner.schedule(config, steps_per_epoch)
   return schedule.total_steps, schedule.eval_every, schedule.checkpoint_every
 
 
@@ -315,7 +316,7 @@ def test_news_category_config_trains_end_to_end_on_a_fixture_in_that_format(tmp_
   path = CONFIG_DIR / "news_category_fastformer.py"
   config = defaults.load(str(path))
   config.update(dataset=str(NEWS_FIXTURE), cache_dir=str(tmp_path / "cache"))
-  classify.validate_config(config, device_count=1)
+  runner.validate(config, 1)
   ip.validate_config(config)
   data = ip.load_dataset(config, None)
   assert data.class_names == categories

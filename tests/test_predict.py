@@ -9,7 +9,8 @@ import pytest
 
 import textattn
 from tests.test_train import REPO, tiny_config, write_sentiment_jsonl
-from textattn import classify, compare
+from textattn import compare
+from textattn import run as runner
 from textattn.data import file_source
 
 
@@ -19,7 +20,7 @@ def trained(tmp_path_factory):
   data = write_sentiment_jsonl(tmp / "reviews.jsonl")
   config = tiny_config(data, tmp / "cache", num_train_steps=60, eval_every_steps=20,
                        checkpoint_every_steps=20)
-  report = classify.train_and_evaluate(config, str(tmp / "run"))
+  report = runner.train_and_evaluate(config, str(tmp / "run"))
   return tmp, config, report
 
 

@@ -21,8 +21,9 @@ from tests.test_train import (
   run_two_processes,
   write_sentiment_jsonl,
 )
-from textattn import classify, models, optim
 from textattn import data as ip
+from textattn import models, optim
+from textattn import run as runner
 from textattn import step as step_lib
 from textattn.data import tfds_source
 from textattn.data import tokenizer as tokenizer_lib
@@ -209,7 +210,7 @@ def test_bad_pretraining_settings_are_one_clear_sentence(field, value, message):
   section, _, name = field.rpartition(".")
   (config[section] if section else config)[name] = value
   with pytest.raises(ValueError, match=re.escape(message)):
-    classify.validate_config(config, 1)
+    runner.validate(config, 1)
 
 
 def test_a_pretrained_run_fine_tunes_from_the_cache_and_a_resume_never_pretrains(tmp_path,

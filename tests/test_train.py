@@ -19,8 +19,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests import recipes_config
-from textattn import checkpointing, classify, compare, defaults, errors, models, optim, platform
+from textattn import checkpointing, compare, defaults, errors, models, optim, platform
 from textattn import data as data_lib
+from textattn import run as runner
 from textattn import step as step_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -245,7 +246,7 @@ def test_keras_adam_refuses_clipping_and_weight_decay():
     config.optimizer[field] = value
     with pytest.raises(ValueError, match=r"optimizer\.name='keras_adam' is the seed's plain Keras "
                                          r"Adam: it needs grad_clip_norm=0 and weight_decay=0"):
-      classify.validate_config(config, 1)
+      runner.validate(config, 1)
 
 
 def _batch(ids):
@@ -261,8 +262,9 @@ def test_label_smoothing_trains_on_the_smoothed_cross_entropy():
   batch = _batch(np.random.default_rng(0).integers(1, 16, 48).reshape(4, 12))
   losses = {}
   for smoothing in (0.0, 0.2):
-    state = step_lib.init_train_state(model, optax.sgd(0.1), jax.random.key(0), 12,
-                                   {"label_smoothing": smoothing})
+    optimizer = defaults.optimizer()
+    optimizer.label_smoothing = smoothing
+    state = step_lib.init_train_state(model, optax.sgd(0.1), jax.random.key(0), 12, optimizer)
     logits = np.asarray(model.apply({"params": state.params}, batch["inputs"]), np.float64)
     _, metrics = jax.jit(step_lib.train_step)(state, batch)
     losses[smoothing] = float(metrics["loss_sum"])
@@ -282,7 +284,7 @@ def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
   config = tiny_config(data_file, tmp_path / "cache", num_train_steps=120, eval_every_steps=40,
                        checkpoint_every_steps=40, log_every_steps=20,
                        eval_batch_size=20)  # 48 test examples: the last batch is padded
-  report = classify.train_and_evaluate(config, str(tmp_path / "run"))
+  report = runner.train_and_evaluate(config, str(tmp_path / "run"))
   rows = read_metrics(tmp_path / "run")
   losses = [r["train/loss"] for r in rows if "train/loss" in r]
   assert losses[-1] < 0.5 * losses[0], losses
@@ -325,9 +327,9 @@ def test_best_checkpoint_is_kept_and_found_across_restarts(tmp_path):
 
 def test_rerun_of_a_finished_run_resumes_and_does_not_duplicate_rows(tmp_path, data_file):
   config = tiny_config(data_file, tmp_path / "cache", num_train_steps=10)
-  first = classify.train_and_evaluate(config, str(tmp_path / "run"))
+  first = runner.train_and_evaluate(config, str(tmp_path / "run"))
   rows_before = read_metrics(tmp_path / "run")
-  second = classify.train_and_evaluate(config, str(tmp_path / "run"))
+  second = runner.train_and_evaluate(config, str(tmp_path / "run"))
   assert first == second
   assert read_metrics(tmp_path / "run") == rows_before
 
@@ -363,12 +365,12 @@ def test_sigkill_then_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, 
 
 
 def test_changed_model_shape_under_an_existing_workdir_is_a_clear_error(tmp_path, data_file):
-  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+  runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
                            str(tmp_path / "run"))
   params_before = restore_params(tmp_path / "run")[1]
   bigger = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **{"model.embed_dim": 32})
   with pytest.raises(ValueError, match=r"does not match this config: state entry .* has shape"):
-    classify.train_and_evaluate(bigger, str(tmp_path / "run"))
+    runner.train_and_evaluate(bigger, str(tmp_path / "run"))
   assert_trees_identical(params_before, restore_params(tmp_path / "run")[1])
 
 
@@ -386,7 +388,7 @@ def test_nan_guard_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_file,
   config = tiny_config(data_file, tmp_path / "c", num_train_steps=40, checkpoint_every_steps=5,
                        eval_every_steps=5, log_every_steps=5)
   with pytest.raises(errors.NonFiniteLossError, match=r"between steps 11 and 15"):
-    classify.train_and_evaluate(config, str(tmp_path / "run"))
+    runner.train_and_evaluate(config, str(tmp_path / "run"))
   manager = ocp.CheckpointManager(os.path.join(tmp_path, "run", "checkpoints"))
   assert manager.all_steps() and max(manager.all_steps()) == 10
   for step in manager.all_steps():
@@ -423,7 +425,7 @@ def test_a_batch_that_makes_the_loss_nan_is_skipped_deterministically(tmp_path, 
   # the skip is recorded, and a second run gives bit-identical parameters (a resume replays the
   # same skip).
   config = poison_batch_of_step_13(data_file, tmp_path, monkeypatch)
-  reports = [classify.train_and_evaluate(config, str(tmp_path / run)) for run in ("a", "b")]
+  reports = [runner.train_and_evaluate(config, str(tmp_path / run)) for run in ("a", "b")]
   assert "step 13: the loss or parameters became NaN/Inf; resumed from step 10" in (
       capsys.readouterr().out)
   rows = read_metrics(tmp_path / "a")
@@ -436,19 +438,19 @@ def test_a_batch_that_makes_the_loss_nan_is_skipped_deterministically(tmp_path, 
 
 
 def test_changed_optimizer_under_an_existing_workdir_is_a_clear_error(tmp_path, data_file):
-  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+  runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
                            str(tmp_path / "run"))
   clipped = tiny_config(data_file, tmp_path / "c", num_train_steps=20,
                         **{"optimizer.grad_clip_norm": 1.0})
   with pytest.raises(ValueError, match=r"does not match this config: state entry 'opt_state"):
-    classify.train_and_evaluate(clipped, str(tmp_path / "run"))
+    runner.train_and_evaluate(clipped, str(tmp_path / "run"))
 
 
 def test_a_resume_with_other_training_settings_is_refused_and_changes_nothing(tmp_path,
                                                                               data_file):
   # Same shapes, other training: without the run contract these resumed silently.
   run = tmp_path / "run"
-  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10), str(run))
+  runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10), str(run))
   params_before, metrics_before = restore_params(run)[1], read_metrics(run)
   checkpoints_before = sorted(os.listdir(run / "checkpoints"))
   refused = [
@@ -465,11 +467,11 @@ def test_a_resume_with_other_training_settings_is_refused_and_changes_nothing(tm
   for overrides, message in refused:
     config = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **overrides)
     with pytest.raises(errors.RunError, match=message):
-      classify.train_and_evaluate(config, str(run))
+      runner.train_and_evaluate(config, str(run))
   # Other data under the same settings (the file rewritten in place: same path, same config).
   write_sentiment_jsonl(data_file, seed=1)
   with pytest.raises(errors.RunError, match=r"was trained on other data than this command loads"):
-    classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20), str(run))
+    runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=20), str(run))
   assert_trees_identical(params_before, restore_params(run)[1])
   assert read_metrics(run) == metrics_before
   assert sorted(os.listdir(run / "checkpoints")) == checkpoints_before
@@ -479,29 +481,29 @@ def test_only_a_constant_schedule_may_be_extended_on_resume(tmp_path, data_file,
                                                              capsys):
   # (A constant one extends exactly: test_ema_survives_a_resume_bit_for_bit resumes 10 -> 20.)
   cosine = {"optimizer.schedule": "cosine", "optimizer.warmup_steps": 2}
-  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10, **cosine),
+  runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10, **cosine),
                            str(tmp_path / "run"))
   longer = tiny_config(data_file, tmp_path / "c", num_train_steps=20, **cosine)
   with pytest.raises(errors.RunError, match=r"started to last 10 steps and this command asks "
                                            r"for 20; with optimizer.schedule='cosine'"):
-    classify.train_and_evaluate(longer, str(tmp_path / "run"))
+    runner.train_and_evaluate(longer, str(tmp_path / "run"))
   # Settings a resume may change (where data and caches live, how often to log) are accepted.
   same = tiny_config(data_file, tmp_path / "c", num_train_steps=10, log_every_steps=3,
                      eval_batch_size=8, **cosine)
   # On other hardware the resume goes on, saying exactness is no longer promised.
   real = platform.machine_signature
-  monkeypatch.setattr(platform, "machine_signature", lambda c: {**real(c), "cpu_cores": 96})
+  monkeypatch.setattr(platform, "machine_signature", lambda c, i: {**real(c, i), "cpu_cores": 96})
   capsys.readouterr()
   # (Another matmul precision is such a setting too; a CPU computes float32 products anyway.)
   with jax.default_matmul_precision("tensorfloat32"):
-    assert classify.train_and_evaluate(same, str(tmp_path / "run"))["test/params_from_step"] > 0
+    assert runner.train_and_evaluate(same, str(tmp_path / "run"))["test/params_from_step"] > 0
   out = capsys.readouterr().out
   assert re.search(r"Warning: resuming with other hardware .*\(matmul_precision: .* -> "
                    r"'tensorfloat32', cpu_cores: \d+ -> 96\)", out), out[-2000:]
   # Shorter than the checkpoints already there: refused (checked before the schedule).
   with pytest.raises(errors.RunError, match=r"checkpoint at step 10 and this command asks for "
                                            r"5 steps in all; a run cannot be shortened"):
-    classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=5,
+    runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=5,
                                          **cosine), str(tmp_path / "run"))
 
 
@@ -509,11 +511,11 @@ def test_a_constant_run_is_extended_only_from_an_end_on_its_evaluation_grid(tmp_
                                                                              data_file):
   # Ended at 15 with evaluations every 10: the longer run would evaluate and keep step 15,
   # which an uninterrupted 30-step run never does, so its report could differ.
-  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=15),
+  runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=15),
                            str(tmp_path / "run"))
   with pytest.raises(errors.RunError, match=r"ended at step 15, which is off its "
                                            r"evaluation/checkpoint grid \(every 10 / 10 steps\)"):
-    classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=30),
+    runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=30),
                              str(tmp_path / "run"))
 
 
@@ -521,7 +523,7 @@ def test_an_unreadable_latest_checkpoint_is_one_sentence_naming_the_older_one(tm
                                                                                data_file):
   run = tmp_path / "run"
   config = tiny_config(data_file, tmp_path / "c", num_train_steps=20)
-  classify.train_and_evaluate(config, str(run))
+  runner.train_and_evaluate(config, str(run))
   params_at_20 = restore_params(run, 20)[1]
   # The arrays (the bulk of a checkpoint, what a full disk or a bad copy truncates).
   damaged = [p for p in (run / "checkpoints" / "20" / "state").rglob("*") if p.is_file()]
@@ -531,11 +533,11 @@ def test_an_unreadable_latest_checkpoint_is_one_sentence_naming_the_older_one(tm
   with pytest.raises(errors.RunError, match=r"checkpoint at step 20 .* cannot be read .*; if its "
                                            r"files are damaged, move .*20 out of the way to "
                                            r"resume from step 10"):
-    classify.train_and_evaluate(config, str(run))
+    runner.train_and_evaluate(config, str(run))
   assert (run / "checkpoints" / "10").is_dir()  # nothing deleted
   # The advice works: with it moved aside the run resumes at 10 and redoes 20 exactly.
   (run / "checkpoints" / "20").rename(tmp_path / "aside")
-  classify.train_and_evaluate(config, str(run))
+  runner.train_and_evaluate(config, str(run))
   assert_trees_identical(params_at_20, restore_params(run, 20)[1])
   # Damage Orbax reads on opening the directory (the saved metrics) is one sentence too.
   metrics_files = [p for p in (run / "checkpoints" / "20" / "metrics").rglob("*") if p.is_file()]
@@ -544,14 +546,14 @@ def test_an_unreadable_latest_checkpoint_is_one_sentence_naming_the_older_one(tm
     path.write_bytes(b"\0garbage")
   with pytest.raises(errors.RunError, match=r"checkpoints in .* cannot be read .*if a step's "
                                            r"files are damaged, move that step directory out"):
-    classify.train_and_evaluate(config, str(run))
+    runner.train_and_evaluate(config, str(run))
 
 
 def test_workdir_problems_exit_one_with_one_sentence(tmp_path, data_file):
   # main's handling of RunError: a resume with other settings, a workdir that is a file, and a
   # damaged metrics file, each one line on stderr, exit 1, no traceback, nothing changed.
   run = tmp_path / "run"
-  classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10), str(run))
+  runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10), str(run))
   metrics_path = run / "metrics.jsonl"
   other_lr = run_main(cli_args(data_file, tmp_path / "c", num_train_steps=10,
                                **{"optimizer.learning_rate": 0.01}), run)
@@ -560,12 +562,12 @@ def test_workdir_problems_exit_one_with_one_sentence(tmp_path, data_file):
   a_file = tmp_path / "not-a-dir"
   a_file.write_text("keep me")
   with pytest.raises(errors.RunError, match=r"is a file, not a directory"):
-    classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c"), str(a_file))
+    runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c"), str(a_file))
   assert a_file.read_text() == "keep me"
   rows = metrics_path.read_text().splitlines(keepends=True)
   metrics_path.write_text("".join([rows[0], "{not json\n"] + rows[1:]))
   with pytest.raises(errors.RunError, match=r"metrics.jsonl line 2 is not JSON; fix or remove"):
-    classify.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
+    runner.train_and_evaluate(tiny_config(data_file, tmp_path / "c", num_train_steps=10),
                              str(run))
 
 
@@ -681,7 +683,7 @@ def test_bad_config_values_are_one_clear_sentence(field, value, message):
   section, _, name = field.rpartition(".")
   (config[section] if section else config)[name] = value
   with pytest.raises(ValueError, match=re.escape(message)):
-    classify.validate_config(config, 1)
+    runner.validate(config, 1)
 
 
 def test_bad_cpu_device_count_is_refused_before_jax_starts():
@@ -697,7 +699,7 @@ def test_bad_optimizer_extras_are_one_clear_sentence(field, value):
   config = defaults.classification()
   config.optimizer[field] = value
   with pytest.raises(ValueError, match=rf"config\.optimizer\.{field}={value} must be in \[0, 1\)"):
-    classify.validate_config(config, 1)
+    runner.validate(config, 1)
 
 
 def test_process_flags_without_coordinator_are_refused(tmp_path, data_file):
@@ -756,7 +758,7 @@ def test_bfloat16_compute_trains_like_float32(tmp_path, data_file):
   for dtype in ("float32", "bfloat16"):
     config = tiny_config(data_file, tmp_path / "cache", num_train_steps=120, eval_every_steps=60,
                          checkpoint_every_steps=60, **{"model.dtype": dtype})
-    reports[dtype] = classify.train_and_evaluate(config, str(tmp_path / dtype))
+    reports[dtype] = runner.train_and_evaluate(config, str(tmp_path / dtype))
   assert reports["bfloat16"]["test/accuracy"] >= 0.85, reports
   assert abs(reports["bfloat16"]["test/accuracy"] - reports["float32"]["test/accuracy"]) <= 0.05
   _, params = restore_params(tmp_path / "bfloat16")
@@ -787,17 +789,17 @@ def test_a_resume_after_a_skipped_batch_continues_the_skipped_run(tmp_path, data
   # grid): the same parameters and rows as the straight 30-step run; the skip is recorded once,
   # and the list of skipped steps travels with the checkpoints.
   config = poison_batch_of_step_13(data_file, tmp_path, monkeypatch)
-  straight = classify.train_and_evaluate(config, str(tmp_path / "straight"))
+  straight = runner.train_and_evaluate(config, str(tmp_path / "straight"))
   short = tiny_config(data_file, tmp_path / "c", num_train_steps=20, checkpoint_every_steps=5,
                       eval_every_steps=5, log_every_steps=5)
-  classify.train_and_evaluate(short, str(tmp_path / "resumed"))
-  resumed = classify.train_and_evaluate(config, str(tmp_path / "resumed"))
+  runner.train_and_evaluate(short, str(tmp_path / "resumed"))
+  resumed = runner.train_and_evaluate(config, str(tmp_path / "resumed"))
   assert resumed == straight
   assert_trees_identical(restore_params(tmp_path / "straight")[1],
                          restore_params(tmp_path / "resumed")[1])
-  for run in ("straight", "resumed"):
-    skips = [r["step"] for r in read_metrics(tmp_path / run) if "train/skipped_batch_of_step" in r]
-    assert skips == [13], (run, skips)
+  for name in ("straight", "resumed"):
+    skips = [r["step"] for r in read_metrics(tmp_path / name) if "train/skipped_batch_of_step" in r]
+    assert skips == [13], (name, skips)
   manager = ocp.CheckpointManager(os.path.join(tmp_path, "resumed", "checkpoints"))
   data_item = manager.restore(30, args=ocp.args.Composite(data=ocp.args.JsonRestore()))["data"]
   assert data_item["skipped"] == [13]

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from tests.test_train import assert_trees_identical, restore_params, run_main
-from textattn import defaults, translation
+from textattn import defaults
+from textattn import run as runner
 from textattn.data.splits import DataError
+from textattn.tasks import translation
 
 WORDS = ["red", "blue", "green", "cat", "dog", "big", "small", "runs", "sleeps", "eats"]
 SPANISH = {"red": "rojo", "blue": "azul", "green": "verde", "cat": "gato", "dog": "perro",
@@ -56,7 +58,7 @@ def test_translation_learns_and_reports_bleu(tmp_path, decoder, tokenizer, share
   if shared:  # one vocabulary, one token table for both sides and the output layer
     config.shared_vocab = True
     config.model.update(share_embeddings=True, tie_output=True)
-  report = translation.train_and_evaluate(config, str(tmp_path / "run"))
+  report = runner.train_and_evaluate(config, str(tmp_path / "run"))
   assert report["test/accuracy"] > 0.8, report
   assert report["test/bleu_greedy"] > 40 and report["test/chrf_beam2"] > 40, report
   assert report["test/bleu_signature"].startswith("nrefs:1")
@@ -103,11 +105,11 @@ def test_a_translation_run_resumes_bit_identically_and_runs_from_main(tmp_path):
   data = write_pairs(tmp_path / "pairs.txt")
   config = tiny(data, num_train_steps=60, eval_every_steps=20, checkpoint_every_steps=20,
                 keep_checkpoints=5, beam_size=0)
-  translation.train_and_evaluate(config, str(tmp_path / "straight"))
+  runner.train_and_evaluate(config, str(tmp_path / "straight"))
   shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
   for step in ("40", "60"):
     shutil.rmtree(tmp_path / "resumed" / "checkpoints" / step)
-  report = translation.train_and_evaluate(config, str(tmp_path / "resumed"))
+  report = runner.train_and_evaluate(config, str(tmp_path / "resumed"))
   assert_trees_identical(restore_params(tmp_path / "straight")[1],
                          restore_params(tmp_path / "resumed")[1])
   straight_rows = [json.loads(line) for line in
@@ -133,7 +135,7 @@ def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path):
   from textattn import translate
   data = write_pairs(tmp_path / "pairs.txt")
   config = tiny(data, num_train_steps=150, beam_size=0)
-  translation.train_and_evaluate(config, str(tmp_path / "run"))
+  runner.train_and_evaluate(config, str(tmp_path / "run"))
   translator = translate.load(str(tmp_path / "run"))
   assert translator.translate(["Red cat runs."]) == ["rojo gato corre"]
   (tmp_path / "in.txt").write_text("Big dog eats.\n\nSmall cat sleeps.\n", encoding="utf-8")
@@ -168,15 +170,15 @@ def test_a_head_size_or_shared_table_the_model_cannot_have_is_refused_in_one_sen
                 **{"model.head_dim": 16, "model.encoder_attention": "additive"})
   with pytest.raises(ValueError, match=r"head_dim=16 needs softmax attention; "
                                        r"config.model.encoder_attention='additive'"):
-    translation.validate_config(config, 1)
+    runner.validate(config, 1)
   config = tiny(write_pairs(tmp_path / "pairs.txt"), **{"model.share_embeddings": True})
   with pytest.raises(ValueError, match=r"share_embeddings=True needs one vocabulary for both "
                                        r"sides: set config.shared_vocab=True"):
-    translation.validate_config(config, 1)
+    runner.validate(config, 1)
   config.update(shared_vocab=True, source_vocab=30)
   with pytest.raises(ValueError, match=r"shared_vocab=True builds one vocabulary for both sides: "
                                        r"give source_vocab and target_vocab one size \(now 30 and 40\)"):
-    translation.validate_config(config, 1)
+    runner.validate(config, 1)
 
 
 def test_bpe_tokenizers_round_trip_standardised_text_and_keep_start_end_whole(tmp_path):
@@ -210,7 +212,7 @@ def test_a_tfds_translation_set_is_read_with_its_own_splits(tmp_path):
     return tf.data.Dataset.from_tensor_slices({"pt": texts, "en": [t.upper() for t in texts]})
 
   config = tiny("tfds:ted_hrlr_translate/pt_to_en", source_field="pt", target_field="en")
-  translation.validate_config(config, 1)
+  runner.validate(config, 1)
   with tfds.testing.mock_data(as_dataset_fn=as_dataset):
     data, _, _, references = translation.load_data(config, str(tmp_path))
     assert (len(data.train), len(data.validation), len(data.test)) == (30, 6, 8)

@@ -14,8 +14,9 @@ import tensorflow_datasets as tfds
 from tests import recipes_config
 from tests.test_data import fake_tfds, make_config, write_csv
 from tests.test_train import cli_args, read_metrics, run_main, write_sentiment_jsonl
-from textattn import classify, models, optim
 from textattn import data as ip
+from textattn import models, optim
+from textattn import run as runner
 from textattn import step as step_lib
 from textattn.data import file_source
 from textattn.data import tokenizer as tokenizer_lib
@@ -149,7 +150,7 @@ def test_bad_word2vec_settings_are_one_clear_sentence(field, value, message):
   section, _, name = field.rpartition(".")
   (config[section] if section else config)[name] = value
   with pytest.raises(ValueError, match=re.escape(message)):
-    classify.validate_config(config, 1)
+    runner.validate(config, 1)
 
 
 def test_a_word2vec_run_trains_and_a_resume_does_not_rebuild_or_reapply_the_vectors(tmp_path):

@@ -1,11 +1,16 @@
-"""textattn: text classifiers with interchangeable attention, in JAX/Flax.
+"""textattn: text models with interchangeable attention, in JAX/Flax.
 
-`textattn.load(workdir)` returns a trained workdir's classifier (textattn/predict.py); the
-command-line entry points are textattn.main, .predict, .benchmark, .sweep, .compare, .summary.
+`textattn.load(workdir)` returns what a trained workdir's task offers (a classifier's
+`.predict`/`.explain`, a translator's `.translate`); the command-line entry points are
+textattn.main, .predict, .translate, .benchmark, .sweep, .compare, .ensemble, .summary.
 """
 
 
 def load(workdir: str, checkpoint: str = "best", plugins=()):
-  """The classifier a training workdir holds: `.predict(texts)`, `.evaluate(path)`."""
-  from textattn import predict  # (kept lazy: `import textattn` stays instant)
-  return predict.load(workdir, checkpoint, plugins)
+  """What the task of a training workdir offers for it (textattn/tasks/<task>.py's `load`):
+  a classifier (`.predict(texts)`, `.explain(texts)`, `.evaluate(path)`), a translator
+  (`.translate(texts)`), or a plugin task's own; `plugins`: the modules the run was trained
+  with --plugin."""
+  from textattn import defaults, tasks  # (kept lazy: `import textattn` stays instant)
+  config = defaults.read_workdir_config(workdir, plugins)
+  return tasks.get(config.task).load(workdir, checkpoint, config)

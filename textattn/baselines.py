@@ -134,7 +134,7 @@ def is_frozen(path) -> bool:
 
 def has_frozen(config) -> bool:
   m = config.model
-  return m.get("architecture", "transformer") == "bag" and m.bag_weighting != "none"
+  return m.architecture == "bag" and m.bag_weighting != "none"
 
 
 def frozen_parameters(config, train_inputs: np.ndarray, train_labels: np.ndarray,

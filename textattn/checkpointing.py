@@ -32,6 +32,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 
+from textattn import defaults
 from textattn.errors import RunError
 from textattn.errors import one_line as errors_one_line
 
@@ -77,7 +78,8 @@ def checkpoint_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
 RESUMABLE_CHANGES = frozenset({
     "dataset", "data_dir", "cache_dir", "text_fields", "label_field", "eval_batch_size",
     "log_every_steps", "keep_checkpoints", "num_cpu_devices", "xla_flags", "deterministic",
-    "model.attention_impl", "num_epochs", "num_train_steps"})
+    "model.attention_impl", "num_epochs", "num_train_steps",
+    "config_version"})  # (the format, not the training: older contracts are migrated)
 
 
 def data_fingerprint(data) -> str:
@@ -102,10 +104,10 @@ def flatten(tree, prefix: str = "", separator: str = _SEPARATOR) -> dict:
   return out
 
 
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict, separator: str = _SEPARATOR) -> dict:
   tree: dict = {}
   for name, value in flat.items():
-    *parents, leaf = name.split(_SEPARATOR)
+    *parents, leaf = name.split(separator)
     node = tree
     for part in parents:
       node = node.setdefault(part, {})
@@ -140,15 +142,24 @@ def _same(a, b) -> bool:
 
 
 def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: str,
-                   latest_step: int) -> None:
+                   latest_step: int, base: ml_collections.ConfigDict | None = None) -> None:
   """RunError unless `current` (run_contract of this command) continues the run `saved` was
-  written by. Fields one side lacks (added to textattn later) are not compared."""
+  written by. With `base` (the task's default config) the saved contract is first migrated to
+  today's fields (defaults.migrate), and every field either side has is compared; without it,
+  only the fields both have."""
   if saved is None:
     logging.warning("The checkpoints in %s predate run contracts; the resume is not checked.",
                     workdir)
     return
   before, now = saved["config"], current["config"]
-  differing = sorted(k for k in set(before) & set(now) if not _same(before[k], now[k]))
+  if base is not None:
+    before = {k: v for k, v in flatten(defaults.migrate(unflatten(before, "."), base),
+                                       separator=".").items() if k not in RESUMABLE_CHANGES}
+    before = {k: before.get(k, "(absent)") for k in set(before) | set(now)}
+    now = {k: now.get(k, "(absent)") for k in before}
+    differing = sorted(k for k in before if not _same(before[k], now[k]))
+  else:
+    differing = sorted(k for k in set(before) & set(now) if not _same(before[k], now[k]))
   if differing:
     first = differing[0]
     more = f" (and {len(differing) - 1} more: {', '.join(differing[1:4])}" + (
@@ -292,7 +303,7 @@ def open_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
 
 
 def check_resume(manager, workdir: str, shapes: dict, contract: dict, schedule: str,
-                 other_checks=()) -> dict | None:
+                 other_checks=(), base: ml_collections.ConfigDict | None = None) -> dict | None:
   """The newest checkpoint's meta item if there is one and this run may resume from it, else
   None for a fresh run. Every check that can stop a resume runs here, before any collective,
   and the processes agree on the verdict (one of them may see a damaged file the others do
@@ -307,7 +318,7 @@ def check_resume(manager, workdir: str, shapes: dict, contract: dict, schedule: 
     if problem is None:
       try:
         _check_same_model(meta["param_shapes"], shapes, workdir)
-        check_same_run(meta.get("run"), contract, schedule, workdir, latest)
+        check_same_run(meta.get("run"), contract, schedule, workdir, latest, base)
       except RunError as e:
         problem = e
   for check in other_checks:

@@ -14,9 +14,55 @@ from typing import Any
 
 import ml_collections
 
+from textattn.errors import UsageError
+
+CONFIG_VERSION = 2  # of config.json and the run contract; migrate() brings older ones here
+
+
+def run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The runner's fields, the same for every task (textattn/run.py, textattn/loop.py)."""
+  config.config_version = CONFIG_VERSION  # what migrate() reads; set here, never by a user
+  config.seed = 0  # parameters, dropout and batch order
+  config.batch_size = 32  # global; a multiple of the device count
+  config.eval_batch_size = 256
+  config.num_epochs = 2
+  config.num_train_steps = -1  # > 0 overrides num_epochs
+  config.log_every_steps = 100
+  config.eval_every_steps = 0  # 0 = automatic: evals_per_epoch times per epoch
+  config.checkpoint_every_steps = 0  # 0 = at each automatic evaluation (and always at the end)
+  config.evals_per_epoch = 4  # for the 0s above (1 = once per epoch, as before there was this)
+  # The data set the two intervals above were chosen for ("" = any): on another they are
+  # automatic (imdb_softmax.py's 350 steps would not fit a small file's run).
+  config.intervals_dataset = ""
+  config.final_params = "best"  # test report from the best-validation checkpoint, or "last"
+  config.keep_checkpoints = 2  # the latest K are kept, plus the best by validation accuracy
+  config.num_cpu_devices = 0  # CPU only: split the CPU into this many devices; 0 = JAX's default
+  config.xla_flags = ""  # extra XLA flags for the train/eval steps ("--xla_name=value ...")
+  config.deterministic = True  # bit-reproducible steps (--xla_gpu_deterministic_ops on GPUs)
+  return config
+
+
+def optimizer() -> ml_collections.ConfigDict:
+  """The optimizer's fields (textattn/optim.py)."""
+  config = ml_collections.ConfigDict()
+  # adam | adamw | rmsprop (Keras') | keras_adam (Adam exactly as the seed Keras model computes it)
+  config.name = "adam"
+  config.learning_rate = 1e-3
+  config.schedule = "constant"  # constant | cosine, both after linear warm-up
+  config.warmup_steps = 0
+  config.weight_decay = 0.0  # decoupled for adamw, L2 on the gradient otherwise
+  config.grad_clip_norm = 0.0  # global-norm clipping; 0 = none
+  config.b1 = 0.9
+  config.b2 = 0.999
+  config.eps = 1e-7  # Keras Adam's default, as in the seed
+  config.label_smoothing = 0.0  # of the training loss; evaluation loss is plain
+  return config
+
 
 def classification() -> ml_collections.ConfigDict:
+  """The classification task's defaults (textattn/tasks/classification.py)."""
   config = ml_collections.ConfigDict()
+  config.task = "classification"  # a registered task (textattn/tasks/)
 
   # ---- Data ---------------------------------------------------------------------------------
   config.dataset = "imdb_reviews"  # a TFDS name, or the path of a .csv / .tsv / .jsonl file
@@ -65,35 +111,8 @@ def classification() -> ml_collections.ConfigDict:
   config.model.dtype = "float32"  # compute dtype: float32 | bfloat16 (parameters stay float32)
   config.model.embedding_init = "random"  # random (Keras' uniform) | word2vec (recipe)
 
-  # ---- Optimiser ----------------------------------------------------------------------------
-  config.optimizer = ml_collections.ConfigDict()
-  # adam | adamw | rmsprop (Keras') | keras_adam (Adam exactly as the seed Keras model computes it)
-  config.optimizer.name = "adam"
-  config.optimizer.learning_rate = 1e-3
-  config.optimizer.schedule = "constant"  # constant | cosine, both after linear warm-up
-  config.optimizer.warmup_steps = 0
-  config.optimizer.weight_decay = 0.0  # decoupled for adamw, L2 on the gradient otherwise
-  config.optimizer.grad_clip_norm = 0.0  # global-norm clipping; 0 = none
-  config.optimizer.b1 = 0.9
-  config.optimizer.b2 = 0.999
-  config.optimizer.eps = 1e-7  # Keras Adam's default, as in the seed
-  config.optimizer.label_smoothing = 0.0  # of the training loss; evaluation loss is plain
-
-  # ---- Loop ---------------------------------------------------------------------------------
-  config.seed = 0  # parameters, dropout and batch order
-  config.batch_size = 32  # global; a multiple of the device count
-  config.eval_batch_size = 256
-  config.num_epochs = 2
-  config.num_train_steps = -1  # > 0 overrides num_epochs
-  config.log_every_steps = 100
-  config.eval_every_steps = 0  # 0 = automatic: evals_per_epoch times per epoch
-  config.checkpoint_every_steps = 0  # 0 = at each automatic evaluation (and always at the end)
-  config.evals_per_epoch = 4  # for the 0s above (1 = once per epoch, as before there was this)
-  config.final_params = "best"  # test report from the best-validation checkpoint, or "last"
-  config.keep_checkpoints = 2  # the latest K are kept, plus the best by validation accuracy
-  config.num_cpu_devices = 0  # CPU only: split the CPU into this many devices; 0 = JAX's default
-  config.xla_flags = ""  # extra XLA flags for the train/eval steps ("--xla_name=value ...")
-  config.deterministic = True  # bit-reproducible steps (--xla_gpu_deterministic_ops on GPUs)
+  config.optimizer = optimizer()
+  run_fields(config)
   return config
 
 
@@ -103,7 +122,7 @@ def translation() -> ml_collections.ConfigDict:
   with warm-up and cosine decay, light dropout, length-grouped batches);
   configs/spa_eng_chapter.py restores the chapter's every setting."""
   config = ml_collections.ConfigDict()
-  config.task = "translation"
+  config.task = "translation"  # a registered task (textattn/tasks/)
   # ---- Data (textattn/data/pairs.py) --------------------------------------------------------
   config.dataset = ""  # a pairs file: .txt/.tsv (source<TAB>target), .csv, .jsonl; or "tfds:NAME"
   config.data_dir = ""  # TFDS: its data dir (else $TFDS_DATA_DIR)
@@ -133,16 +152,10 @@ def translation() -> ml_collections.ConfigDict:
   config.model.share_embeddings = False  # one token table for both sides (needs shared_vocab)
   config.model.tie_output = False  # output layer = the target token table, transposed, + bias
   config.model.dtype = "float32"
-  # ---- Optimiser, loop: as classification ---------------------------------------------------
-  base = classification()
-  config.optimizer = base.optimizer
+  config.optimizer = optimizer()
   config.optimizer.update(name="adam", learning_rate=1e-3, b2=0.98, schedule="cosine",
                           warmup_steps=1000)  # (the chapter: RMSprop 1e-3, constant)
-  for field in ("seed", "batch_size", "eval_batch_size", "num_epochs", "num_train_steps",
-                "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
-                "evals_per_epoch", "final_params", "keep_checkpoints", "num_cpu_devices",
-                "xla_flags", "deterministic"):
-    config[field] = base[field]
+  run_fields(config)
   config.batch_size = 64
   config.evals_per_epoch = 1
   # ---- Test report --------------------------------------------------------------------------
@@ -151,10 +164,59 @@ def translation() -> ml_collections.ConfigDict:
   return config
 
 
+# What a version-1 config (written before config versions, until 2026-11-26) meant where it
+# lacks a field that has another default now: the value the code fell back to then.
+_V1_FALLBACKS = {"evals_per_epoch": 1}
+
+
+def migrate(saved: dict, base: ml_collections.ConfigDict) -> dict:
+  """A workdir's config (config.json, or a checkpoint's run contract, as a nested dict) brought
+  to CONFIG_VERSION: every field of `base` (the task's defaults) it lacks is added with the
+  value its version meant (_V1_FALLBACKS for version 1, else the default), so code reads every
+  field directly and a resume compares every field. Fields `base` lacks (a recipe's) are kept."""
+  version = saved.get("config_version", 1)
+  if version > CONFIG_VERSION:
+    from textattn.errors import RunError
+    raise RunError(f"This workdir was written by a newer textattn (config version {version}; "
+                   f"this one reads up to {CONFIG_VERSION}); upgrade textattn to use it.")
+  fallbacks = _V1_FALLBACKS if version == 1 else {}
+
+  def fill(node: dict, defaults: dict, prefix: str) -> dict:
+    out = dict(node)
+    for key, default in defaults.items():
+      name = prefix + key
+      if isinstance(default, dict):
+        out[key] = fill(node.get(key, {}), default, name + ".")
+      elif key not in node:
+        out[key] = fallbacks.get(name, default)
+    return out
+
+  migrated = fill(saved, base.to_dict(), "")
+  migrated["config_version"] = CONFIG_VERSION
+  return migrated
+
+
+def read_workdir_config(workdir: str, plugins=()) -> ml_collections.ConfigDict:
+  """The config a training workdir recorded (config.json), migrated to today's fields."""
+  import json
+
+  from textattn import attention, tasks
+  from textattn.data.splits import DataError
+  attention.load_plugins(plugins)  # a plugin's task or attention variant, as in training
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    raise DataError(f"{workdir} has no config.json: it is not a textattn training workdir (or "
+                    f"its run has not started).")
+  with open(path) as f:
+    saved = json.load(f)
+  task = tasks.get(saved.get("task", "classification"))  # (v1: only translation named it)
+  return ml_collections.ConfigDict(migrate(saved, task.defaults()))
+
+
 def load(path: str) -> ml_collections.ConfigDict:
   """get_config() of the config file at `path`, loaded by path (configs are not a package)."""
   if not os.path.isfile(path):
-    raise ValueError(f"config file {path!r} does not exist.")
+    raise UsageError(f"config file {path!r} does not exist.")
   name = "textattn_config_" + os.path.splitext(os.path.basename(path))[0]
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
@@ -172,7 +234,7 @@ def check_choice(field: str, value: Any, allowed: Iterable) -> None:
   """ValueError naming config.<field>, its value and the allowed values, unless allowed."""
   allowed = tuple(allowed)
   if value not in allowed:
-    raise ValueError(f"config.{field}={value!r} is not allowed; "
+    raise UsageError(f"config.{field}={value!r} is not allowed; "
                      f"allowed: {', '.join(map(str, allowed))}.")
 
 
@@ -180,5 +242,5 @@ def check_integer(field: str, value: Any, low: int) -> int:
   """ValueError naming config.<field> and its value unless it is an integer >= low (not a
   bool); returns it."""
   if not isinstance(value, int) or isinstance(value, bool) or value < low:
-    raise ValueError(f"config.{field}={value!r} is invalid; it must be an integer >= {low}.")
+    raise UsageError(f"config.{field}={value!r} is invalid; it must be an integer >= {low}.")
   return value

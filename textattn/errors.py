@@ -1,8 +1,24 @@
 """Errors a user meets: each message is one sentence naming the problem and what to do.
 
-textattn.main prints these (and textattn.data.DataError, and config ValueErrors) as one line
-with a non-zero exit, never as a traceback.
+Every command prints them as one line, never as a traceback, and exits by their type
+(`exit_code`): UsageError 2 (the command or its config is wrong; nothing was touched), the
+others 1 (the data, the workdir or the run). textattn.data.DataError is one of them.
 """
+
+
+class UsageError(ValueError):
+  """A mistake in the command: a flag, a config file or a config field's value. Raised before
+  the workdir is touched."""
+
+
+class DataError(ValueError):
+  """Bad data or data configuration; the message names the file, row and problem."""
+
+
+class DataConfigError(UsageError, DataError):
+  """A data setting of the config names data that cannot be used (no such file, a split file
+  for a TFDS set, ...): the command is wrong (exit 2), and it is a DataError like every error
+  about data."""
 
 
 class RunError(ValueError):

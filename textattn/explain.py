@@ -32,6 +32,8 @@ import os
 
 import numpy as np
 
+from textattn.errors import UsageError
+
 ATTENTION_POOLING = "attention_pooling"
 GRADIENT_X_INPUT = "gradient_x_input"
 METHOD_DESCRIPTIONS = {
@@ -43,9 +45,9 @@ METHOD_DESCRIPTIONS = {
 
 def method_for(config) -> str:
   """The config's explanation method; a ValueError for a model whose inputs are not tokens."""
-  architecture = config.model.get("architecture", "transformer")
+  architecture = config.model.architecture
   if architecture == "bag":
-    raise ValueError("--explain needs a model over tokens (transformer or bilstm); a bag model's "
+    raise UsageError("--explain needs a model over tokens (transformer or bilstm); a bag model's "
                      "inputs are n-gram features, not the text's tokens.")
   if architecture == "transformer" and config.model.pooling == "attention":
     return ATTENTION_POOLING

@@ -43,11 +43,50 @@ from textattn.metrics import MetricWriter, sum_steps
 
 @dataclasses.dataclass
 class Schedule:
-  """When things happen, in steps (0 = never); the last step always logs, evaluates and saves."""
+  """When things happen, in steps (0 = never); the last step always logs, evaluates and saves.
+  And how the steps are run and reported: examples per step and steps per epoch (for the
+  logged examples/s and epoch), the metric prefix, and the step's XLA compiler options."""
   total_steps: int
   log_every: int = 100
   eval_every: int = 0
   checkpoint_every: int = 0
+  batch_size: int = 1
+  steps_per_epoch: int | None = None
+  prefix: str = "train"
+  compiler_options: dict | None = None
+
+
+@dataclasses.dataclass
+class Recovery:
+  """NaN/Inf recovery: recover(bad_step) -> (state, step) restores the newest checkpoint before
+  the step whose loss or parameters went NaN/Inf; the replay then gives that step the next
+  batch (at most MAX_SKIPPED_BATCHES; a step failing again stops the run). `skipped`: those
+  steps, updated in place (the caller checkpoints them). advice() -> what to tell the user when
+  the run stops on a NaN."""
+  recover: Callable[[int], tuple[Any, int]] | None = None
+  skipped: list[int] = dataclasses.field(default_factory=list)
+  advice: Callable[[], str] = lambda: ""
+
+
+@dataclasses.dataclass
+class Hooks:
+  """The loop's periodic actions, each optional.
+
+  evaluate(state, step, is_last) -> metrics to log (None: nothing), every schedule.eval_every
+    steps and at the end.
+  save(step, state, eval_metrics) every schedule.checkpoint_every steps, at the end, and on a
+    signal stop.
+  writer: where logged rows go (metrics.jsonl, TensorBoard); rows are also returned.
+  stop: from stop_on_signals(); once set, fit saves at the current step and raises Stopped.
+  recovery: what to do when the loss goes NaN/Inf (default: stop with advice).
+  progress: print a line per log window and evaluation (process 0).
+  """
+  evaluate: Callable[[Any, int, bool], dict | None] | None = None
+  save: Callable[[int, Any, dict | None], None] | None = None
+  writer: MetricWriter | None = None
+  stop: StopRequest | None = None
+  recovery: Recovery = dataclasses.field(default_factory=Recovery)
+  progress: bool = True
 
 
 STOP_CHECK_EVERY = 10  # steps between the processes' stop agreements (several processes only)
@@ -111,15 +150,8 @@ class FitResult:
   history: list[dict]  # every logged row, {"step": ..., "<prefix>/loss": ..., ...} in order
 
 
-def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule, *,
-        batch_size: int, start_step: int = 0, steps_per_epoch: int | None = None,
-        evaluate: Callable[[Any, int, bool], dict | None] | None = None,
-        save: Callable[[int, Any, dict | None], None] | None = None,
-        writer: MetricWriter | None = None, compiler_options: dict | None = None,
-        nonfinite_advice: Callable[[], str] = lambda: "", prefix: str = "train",
-        show_progress: bool = True, stop: StopRequest | None = None,
-        recover: Callable[[int], tuple[Any, int]] | None = None,
-        skipped: list[int] | None = None) -> FitResult:
+def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule,
+        hooks: Hooks | None = None, *, start_step: int = 0) -> FitResult:
   """Trains `state` from `start_step` to `schedule.total_steps` and returns the final state and
   the logged rows.
 
@@ -127,15 +159,13 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
     "nonfinite" and optionally "grad_norm_sum" with "steps". Compiled here over the data-parallel
     mesh (batch sharded, state replicated and donated).
   batches: yields this process's rows of each global batch (numpy).
-  evaluate(state, step, is_last) -> metrics to log (None: nothing to log), at every
-    schedule.eval_every steps and at the end.
-  save(step, state, eval_metrics) at every schedule.checkpoint_every steps and at the end.
-  nonfinite_advice() -> what to tell the user when the loss turns NaN/Inf (the run then stops).
-  stop: from stop_on_signals(); once set, fit saves at the current step and raises Stopped.
-  recover(bad_step) -> (state, step): a NaN/Inf then restores the newest checkpoint before it
-    and the replay gives that step the next batch; at most MAX_SKIPPED_BATCHES, a step failing
-    again stops. skipped: those steps, updated in place (saved with checkpoints by the caller).
+  hooks: the periodic actions (Hooks: evaluation, checkpoints, metric log, signal stop, NaN
+    recovery, progress lines); None: none of them.
   """
+  hooks = hooks or Hooks()
+  evaluate, save, writer, stop = hooks.evaluate, hooks.save, hooks.writer, hooks.stop
+  recover, skipped = hooks.recovery.recover, hooks.recovery.skipped
+  nonfinite_advice, prefix = hooks.recovery.advice, schedule.prefix
   is_main = jax.process_index() == 0
   data_sharding, replicated = platform.data_parallel_shardings()
   state_sharding = jax.tree.map(lambda _: replicated, state)
@@ -151,7 +181,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
     return FitResult(state, history)
   jitted = jax.jit(train_step, in_shardings=(state_sharding, data_sharding),
                    out_shardings=(state_sharding, replicated), donate_argnums=0,
-                   compiler_options=compiler_options)
+                   compiler_options=schedule.compiler_options)
   t0 = time.perf_counter()
   batch = platform.to_global(next(batches), data_sharding)
   step_for = _Executables(jitted)
@@ -161,9 +191,8 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   if start_step == 0:  # (a resumed run would add a row the original run lacks)
     log(0, {f"{prefix}/compile_s": compile_s})
 
-  progress = _Progress(total, start_step, is_main and show_progress, prefix)
+  progress = _Progress(total, start_step, is_main and hooks.progress, prefix)
   pending, window_start = [], time.perf_counter()
-  skipped = [] if skipped is None else skipped
   step = start_step
   while step < total:
     if step + 1 in skipped:  # this step's batch made the loss NaN before: take the next one
@@ -193,8 +222,8 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
           continue
       _check_finite(totals, done, len(pending), prefix, lambda: _skips_text(skipped)
                     + nonfinite_advice(), progress)
-      row = _train_row(totals, prefix, len(pending) * batch_size,
-                       time.perf_counter() - window_start, done, steps_per_epoch)
+      row = _train_row(totals, prefix, len(pending) * schedule.batch_size,
+                       time.perf_counter() - window_start, done, schedule.steps_per_epoch)
       log(done, row)
       progress.window(done, row)
       eval_metrics = evaluate(state, done, is_last) if eval_now else None
@@ -206,8 +235,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
       pending, window_start = [], time.perf_counter()
     signum = _agreed_stop(stop, done, boundary)
     if signum:
-      _stop_now(signum, done, state, pending, save if not save_now else None, save is not None,
-                prefix, nonfinite_advice, progress, recover is not None)
+      _stop_now(signum, done, state, pending, hooks, save_now, prefix, progress)
     if not is_last:
       batch = platform.to_global(next(batches), data_sharding)
   progress.close()
@@ -285,11 +313,14 @@ def _duration(seconds: float) -> str:
   return f"{hours}h{minutes:02d}m"
 
 
-def _stop_now(signum, done, state, pending, save, checkpoints: bool, prefix, nonfinite_advice,
-              progress, recoverable: bool = False):
+def _stop_now(signum: int, done: int, state, pending: list, hooks: Hooks, just_saved: bool,
+              prefix: str, progress) -> None:
   """A signal stop: save at this step (unless a checkpoint was just saved, or the window went
   NaN: never saved; with recovery the rerun replays from the last checkpoint and skips the bad
   batch, as the uninterrupted run would) and raise Stopped with the one line."""
+  checkpoints = hooks.save is not None
+  save = hooks.save if not just_saved else None
+  nonfinite_advice, recoverable = hooks.recovery.advice, hooks.recovery.recover is not None
   saved = "checkpoint saved" if checkpoints else "nothing saved (no checkpoints)"
   if save is not None:
     if pending and sum_steps(pending)["nonfinite"] and recoverable:

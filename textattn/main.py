@@ -10,6 +10,7 @@ start one process per host with --coordinator_address=HOST:PORT --num_processes=
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -19,6 +20,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from textattn import command_line
+from textattn.errors import DataError, NonFiniteLossError, RunError, Stopped, UsageError
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Training configuration file (configs/*.py).", lock_config=True)
@@ -38,29 +40,18 @@ _PLUGINS = flags.DEFINE_multi_string(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def _usage_error(message: str) -> None:
-  """A mistake in the command (flags, config): one line, exit code 2."""
-  print(f"error: {message}", file=sys.stderr)
-  sys.exit(2)
-
-
-def _remove_if_created_empty(workdir: str, existed: bool) -> None:
-  """A rejected run leaves no workdir behind: removed if this run created it and it is empty."""
-  if not existed:
-    try:
-      os.rmdir(workdir)
-    except OSError:  # not empty (or never created): kept
-      pass
+def _fail(error: Exception) -> None:
+  """A user's mistake or a failed run: its one sentence, and the exit code of its type."""
+  print(f"error: {error}", file=sys.stderr)
+  sys.exit(2 if isinstance(error, UsageError) else 1)
 
 
 def main(argv):
   if len(argv) > 1:
-    _usage_error(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value).")
+    _fail(UsageError(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value)."))
   import jax  # after flag parsing, so --help and flag errors are instant
 
-  from textattn import attention, classify, platform
-  from textattn import data as data_lib
-  from textattn.errors import NonFiniteLossError, RunError, Stopped
+  from textattn import attention, platform, run, tasks
 
   if not flags.FLAGS["verbosity"].present:
     # Quiet by default: the run's own lines only; absl's --verbosity=0 (INFO) or 1 shows the
@@ -70,17 +61,15 @@ def main(argv):
   try:
     # Everything a run's config and flags can get wrong is checked before JAX starts or the
     # workdir is touched: exit 2, one line, nothing created.
-    task = config.get("task", "classification")
-    if task != "translation":
-      data_lib.validate_config(config)
+    attention.load_plugins(_PLUGINS.value)  # (first: a plugin may register the config's task)
+    task = tasks.get(config.task)
+    task.validate(config, None)
     platform.request_cpu_devices(config)  # before any JAX operation
-    attention.load_plugins(_PLUGINS.value)
-  except ValueError as error:
-    _usage_error(str(error))
-
-  if not _COORDINATOR.value and (_NUM_PROCESSES.value or _PROCESS_ID.value is not None):
-    _usage_error("--num_processes/--process_id (or JAX_NUM_PROCESSES/JAX_PROCESS_ID) need "
-                 "--coordinator_address=HOST:PORT (or JAX_COORDINATOR_ADDRESS) too.")
+    if not _COORDINATOR.value and (_NUM_PROCESSES.value or _PROCESS_ID.value is not None):
+      raise UsageError("--num_processes/--process_id (or JAX_NUM_PROCESSES/JAX_PROCESS_ID) "
+                       "need --coordinator_address=HOST:PORT (or JAX_COORDINATOR_ADDRESS) too.")
+  except (UsageError, DataError) as error:
+    _fail(error)
   if _COORDINATOR.value:
     # Only affects CPU collectives; must be set before any backend starts.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -88,31 +77,22 @@ def main(argv):
   print(f"JAX process {jax.process_index()}/{jax.process_count()}, {jax.local_device_count()} "
         f"local / {jax.device_count()} global devices ({jax.default_backend()}).", flush=True)
   try:
-    if task == "translation":
-      from textattn import translation
-      translation.validate_config(config, jax.device_count())
-    else:
-      classify.validate_config(config, jax.device_count())
+    task.validate(config, jax.device_count())  # the checks that ask the devices
     platform.check_xla_flags(config)
-  except ValueError as error:
-    _usage_error(str(error))
+  except UsageError as error:
+    _fail(error)
 
   existed = os.path.exists(workdir)
   try:
-    if task == "translation":
-      translation.train_and_evaluate(config, workdir)
-    else:
-      classify.train_and_evaluate(config, workdir)
-  except (ValueError, NonFiniteLossError) as error:
+    run.train_and_evaluate(config, workdir)
+  except (UsageError, DataError, RunError, NonFiniteLossError) as error:
     # A user's mistake (bad config, bad data, a workdir of another run) or a diverged run:
-    # one clear sentence; exit 2 for the config (a usage error), 1 for the data or the run.
-    # Other ValueErrors are bugs: their traceback is kept.
-    usage = str(error).startswith(("config.", "--"))
-    if usage or isinstance(error, (data_lib.DataError, RunError, NonFiniteLossError)):
-      _remove_if_created_empty(workdir, existed)
-      print(f"error: {error}", file=sys.stderr)
-      sys.exit(2 if usage else 1)
-    raise
+    # one clear sentence, and a workdir this command created is not left behind empty. Other
+    # errors are bugs: their traceback is kept.
+    if not existed:
+      with contextlib.suppress(OSError):  # not empty (or never created): kept
+        os.rmdir(workdir)
+    _fail(error)
   except Stopped as error:  # SIGINT/SIGTERM: "stopped at step N, checkpoint saved; ..."
     print(error.args[0], file=sys.stderr)
     sys.exit(error.exit_code)

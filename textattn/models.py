@@ -23,6 +23,7 @@ from textattn import attention as attention_lib
 from textattn import baselines
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.defaults import check_choice, check_integer
+from textattn.errors import UsageError
 
 Array = jax.Array
 
@@ -119,7 +120,7 @@ class Embedding(nn.Module):
     textattn/recipes/pretrain.py; the parameter "mask" exists only in the pretraining model)."""
     length = tokens.shape[1]
     if length > self.max_len:
-      raise ValueError(f"config.max_len={self.max_len} is smaller than the input length "
+      raise UsageError(f"config.max_len={self.max_len} is smaller than the input length "
                        f"{length}; inputs must have at most max_len tokens.")
     if token_embeddings is None:
       x = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=keras_embedding_init,
@@ -318,7 +319,7 @@ class Classifier(nn.Module):
 def validate_model_config(config: ml_collections.ConfigDict) -> None:
   """Raise ValueError naming the first bad model field, its value and what is allowed."""
   m = config.model
-  architecture = m.get("architecture", "transformer")
+  architecture = m.architecture
   check_choice("model.architecture", architecture, baselines.ARCHITECTURES)
   if architecture != "transformer":
     _validate_baseline(config)
@@ -334,14 +335,14 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
     check_integer(field, value, 1)
   variant.validate(m.attention_impl, m.embed_dim, m.num_heads, m.dtype)
   if variant.causal and m.pooling == "cls":
-    raise ValueError(f"config.model.pooling='cls' cannot be used with config.model.attention="
+    raise UsageError(f"config.model.pooling='cls' cannot be used with config.model.attention="
                      f"{m.attention!r}: the CLS token comes first, so the look-ahead mask lets it "
                      f"see no token; use pooling 'last' (or mean, max, attention).")
   check_integer("model.bigram_buckets", m.bigram_buckets, 0)
   check_integer("model.mlp_dim", m.mlp_dim, 0)
   for field in ("dropout_rate", "token_dropout_rate"):
     if not 0.0 <= m[field] < 1.0:
-      raise ValueError(f"config.model.{field}={m[field]} must be in [0, 1).")
+      raise UsageError(f"config.model.{field}={m[field]} must be in [0, 1).")
 
 
 def _validate_baseline(config: ml_collections.ConfigDict) -> None:
@@ -350,19 +351,19 @@ def _validate_baseline(config: ml_collections.ConfigDict) -> None:
   check_integer("model.mlp_dim", m.mlp_dim, 0)
   check_integer("vocab_size", config.vocab_size, 1)
   if not 0.0 <= m.dropout_rate < 1.0:
-    raise ValueError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
+    raise UsageError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
   if m.architecture == "bilstm":
     check_integer("model.embed_dim", m.embed_dim, 1)
     check_integer("model.rnn_dim", m.rnn_dim, 1)
-  elif m.bag_weighting != "none" and config.get("tokenizer") == "byte":
-    raise ValueError("config.model.bag_weighting needs word or n-gram features, not bytes "
+  elif m.bag_weighting != "none" and config.tokenizer == "byte":
+    raise UsageError("config.model.bag_weighting needs word or n-gram features, not bytes "
                      "(config.tokenizer='byte').")
   for field, allowed in (("optimizer.name", "adam, adamw or rmsprop"),
                          ("model.embedding_init", "'random'")):
     section, name = field.split(".")
     value = config[section][name]
     if value in ("keras_adam", "word2vec"):
-      raise ValueError(f"config.{field}={value!r} is for the transformer; the "
+      raise UsageError(f"config.{field}={value!r} is for the transformer; the "
                        f"{m.architecture} model takes {allowed}.")
 
 
@@ -373,11 +374,11 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
   validate_model_config(config)
   m = config.model
   vocab_size = vocab_size or tokenizer_lib.vocab_size_for(config)
-  if m.get("architecture", "transformer") == "bag":
+  if m.architecture == "bag":
     return baselines.BagOfNgrams(num_classes=num_classes, vocab_size=vocab_size,
                                  weighting=m.bag_weighting, mlp_dim=m.mlp_dim,
                                  dropout_rate=m.dropout_rate)
-  if m.get("architecture", "transformer") == "bilstm":
+  if m.architecture == "bilstm":
     return baselines.BiLSTM(num_classes=num_classes, vocab_size=vocab_size,
                             embed_dim=m.embed_dim, rnn_dim=m.rnn_dim, mlp_dim=m.mlp_dim,
                             dropout_rate=m.dropout_rate, dtype=DTYPES[m.dtype])
@@ -393,14 +394,14 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
       dropout_rate=m.dropout_rate, token_dropout_rate=m.token_dropout_rate,
       attention=m.attention, attention_impl=impl, position=m.position, norm=m.norm,
       pooling=m.pooling, dtype=DTYPES[m.dtype],
-      mask_padding=config.get("padding", "after_masked") != "before_as_token",
+      mask_padding=config.padding != "before_as_token",
       bigram_buckets=m.bigram_buckets)
 
 
 def describe(config: ml_collections.ConfigDict) -> str:
   """One line naming the config's model, e.g. "additive attention, attention pooling"."""
   m = config.model
-  architecture = m.get("architecture", "transformer")
+  architecture = m.architecture
   if architecture == "bag":
     features = (f"{config.ngram_order}-gram" if config.tokenizer == "ngram"
                 else f"{config.tokenizer}")

@@ -11,6 +11,7 @@ import ml_collections
 import optax
 
 from textattn.defaults import check_choice
+from textattn.errors import UsageError
 
 OPTIMIZERS = ("adam", "adamw", "rmsprop", "keras_adam")
 SCHEDULES = ("constant", "cosine")
@@ -21,16 +22,16 @@ def validate_config(opt: ml_collections.ConfigDict) -> None:
   check_choice("optimizer.name", opt.name, OPTIMIZERS)
   check_choice("optimizer.schedule", opt.schedule, SCHEDULES)
   if opt.name == "keras_adam" and (opt.grad_clip_norm or opt.weight_decay):
-    raise ValueError("config.optimizer.name='keras_adam' is the seed's plain Keras Adam: it needs "
+    raise UsageError("config.optimizer.name='keras_adam' is the seed's plain Keras Adam: it needs "
                      f"grad_clip_norm=0 and weight_decay=0 (got {opt.grad_clip_norm}, "
                      f"{opt.weight_decay}).")
   if not opt.learning_rate > 0:
-    raise ValueError(f"config.optimizer.learning_rate={opt.learning_rate} must be > 0.")
+    raise UsageError(f"config.optimizer.learning_rate={opt.learning_rate} must be > 0.")
   for field in ("warmup_steps", "weight_decay", "grad_clip_norm"):
     if opt[field] < 0:
-      raise ValueError(f"config.optimizer.{field}={opt[field]} must be >= 0.")
+      raise UsageError(f"config.optimizer.{field}={opt[field]} must be >= 0.")
   if not 0.0 <= opt.label_smoothing < 1.0:
-    raise ValueError(f"config.optimizer.label_smoothing={opt.label_smoothing} must be in [0, 1).")
+    raise UsageError(f"config.optimizer.label_smoothing={opt.label_smoothing} must be in [0, 1).")
 
 
 def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int,

@@ -9,6 +9,8 @@ import os
 import jax
 import ml_collections
 
+from textattn.errors import UsageError
+
 
 def data_parallel_shardings() -> tuple[jax.NamedSharding, jax.NamedSharding]:
   """(batch sharded along a "data" axis over all devices, replicated) shardings."""
@@ -42,10 +44,10 @@ def xla_compiler_options(config: ml_collections.ConfigDict) -> dict[str, XlaOpti
   """config.xla_flags ("--xla_name=value ...") as `jax.jit(compiler_options=...)`: XLA reads
   $XLA_FLAGS when jax is imported, too early for a config, so the flags go to the compilations
   of the train and eval steps instead."""
-  flags = config.get("xla_flags", "")
+  flags = config.xla_flags
   tokens = flags.split() if isinstance(flags, str) else [None]
   if any(not (t and t.startswith("--xla_") and "=" in t) for t in tokens):
-    raise ValueError(f"config.xla_flags={flags!r} must be a space-separated list of XLA flags "
+    raise UsageError(f"config.xla_flags={flags!r} must be a space-separated list of XLA flags "
                      f"of the form --xla_name=value (e.g. '--xla_cpu_experimental_ynn_fusion_"
                      f"type='), or empty.")
   return {name: _xla_option_value(value)
@@ -70,13 +72,13 @@ def check_xla_flags(config: ml_collections.ConfigDict) -> None:
     text = " ".join(str(error).split())
     unknown = re.search(r"No such compile option: '([^']+)'", text)
     if unknown is None:
-      raise ValueError(f"config.xla_flags={config.xla_flags!r} is refused by XLA ({text}); "
+      raise UsageError(f"config.xla_flags={config.xla_flags!r} is refused by XLA ({text}); "
                        f"give flags of the form --xla_name=value with values of the flag's "
                        f"type (true/false, a number or a string).") from None
     name = unknown.group(1)
     known = _known_xla_options()
     close = difflib.get_close_matches(name, known, n=1)
-    raise ValueError(
+    raise UsageError(
         f"config.xla_flags={config.xla_flags!r}: --{name} is not a flag this XLA (jaxlib "
         f"{_jaxlib_version()}) knows; "
         + (f"did you mean --{close[0]}? " if close else "")
@@ -105,7 +107,7 @@ def step_compiler_options(
   GPU ops when config.deterministic (the default) and the run is on a GPU. Call after JAX has
   started (it asks for the backend); an explicit --xla_gpu_deterministic_ops in xla_flags wins."""
   options = xla_compiler_options(config)
-  if config.get("deterministic", True) and jax.default_backend() == "gpu":
+  if config.deterministic and jax.default_backend() == "gpu":
     options.setdefault("xla_gpu_deterministic_ops", True)
   return options or None
 
@@ -114,20 +116,20 @@ def request_cpu_devices(config: ml_collections.ConfigDict) -> None:
   """Apply config.num_cpu_devices (and check config.xla_flags); call before any JAX operation
   (the backend reads the device count once)."""
   xla_compiler_options(config)
-  n = config.get("num_cpu_devices", 0)
+  n = config.num_cpu_devices
   if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-    raise ValueError(f"config.num_cpu_devices={n!r} must be an integer >= 0 (0 = JAX's "
+    raise UsageError(f"config.num_cpu_devices={n!r} must be an integer >= 0 (0 = JAX's "
                      f"default: one CPU device).")
   if n == 0:
     return
   if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-    raise ValueError(f"config.num_cpu_devices={n} and XLA_FLAGS' "
+    raise UsageError(f"config.num_cpu_devices={n} and XLA_FLAGS' "
                      f"--xla_force_host_platform_device_count both set the CPU device count; "
                      f"set only one.")
   jax.config.update("jax_num_cpu_devices", n)
 
 
-def machine_signature(config: ml_collections.ConfigDict) -> dict:
+def machine_signature(config: ml_collections.ConfigDict, attention_impl: str) -> dict:
   """What a step's float rounding may depend on: the backend and devices, JAX's version, the
   kernel and XLA settings, and on a CPU the cores this process may use (XLA's and the native
   kernels' thread counts follow them) and a hash of its feature flags (what -march=native and
@@ -136,7 +138,7 @@ def machine_signature(config: ml_collections.ConfigDict) -> dict:
   signature = {"backend": jax.default_backend(), "devices": jax.device_count(),
                "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
                "jaxlib": jaxlib.__version__,
-               "attention_impl": config.model.get("attention_impl", "xla"),
+               "attention_impl": attention_impl,
                "xla_flags": config.xla_flags, "deterministic": config.deterministic,
                # None: JAX's default (TF32 products on recent NVIDIA GPUs, float32 on CPUs).
                "matmul_precision": jax.config.jax_default_matmul_precision}

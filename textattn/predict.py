@@ -42,26 +42,22 @@ import numpy as np
 class Classifier:
   """A trained workdir's classifier: encode, predict, evaluate (see the module docstring)."""
 
-  def __init__(self, workdir: str, checkpoint: str = "best", plugins=()):
+  def __init__(self, workdir: str, checkpoint: str = "best", plugins=(), config=None):
     import jax
-    import ml_collections
 
-    from textattn import attention, models
     from textattn import data as data_lib
-    attention.load_plugins(plugins)  # variants registered outside textattn, as in training
+    from textattn import defaults, models
     self.workdir = workdir
-    config_path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(config_path):
-      raise data_lib.DataError(f"{workdir} has no config.json: it is not a textattn training "
-                               f"workdir (or its run has not started).")
-    with open(config_path) as f:
-      self.config = ml_collections.ConfigDict(json.load(f))
+    # The recorded config, migrated to today's fields (plugins loaded first, as in training).
+    self.config = config if config is not None else defaults.read_workdir_config(workdir, plugins)
     self.tokenizer, self.class_names = data_lib.load_tokenizer(workdir)
     if self.tokenizer is None:
       raise data_lib.DataError(f"{workdir} has no saved vocabulary ({data_lib.DATA_INFO_FILE}).")
     model = models.build_model(self.config, len(self.class_names),
                                vocab_size=self.tokenizer.vocab_size)
-    self.step, self.params = restore_params(workdir, checkpoint, self.config, model)
+    from textattn import baselines, run
+    self.step, self.params = run.restore_params(workdir, checkpoint, self.config, model,
+                                                frozen=baselines.has_frozen(self.config))
     self.batch_size = int(self.config.eval_batch_size)
     self.model = model
     self._weights_fn = None
@@ -158,58 +154,6 @@ def load(workdir: str, checkpoint: str = "best", plugins=()) -> Classifier:
   return Classifier(workdir, checkpoint, plugins)
 
 
-def restore_params(workdir: str, checkpoint: str, config, model, length: int | None = None):
-  """(step, parameters) of the chosen checkpoint, laid out on this machine's first device and
-  verified against the checksums recorded when it was saved."""
-  import jax
-
-  from textattn import baselines, checkpointing, optim, step
-  from textattn.errors import RunError
-  manager = checkpointing.open_manager(workdir, int(config.keep_checkpoints))
-  try:
-    steps = sorted(manager.all_steps())
-    if not steps:
-      raise RunError(f"{workdir} has no checkpoint yet; train first (or wait for the first "
-                     f"checkpoint).")
-    if checkpoint == "best":
-      best = manager.best_step() if config.final_params == "best" else None
-      chosen = best if best is not None else steps[-1]
-    elif checkpoint == "last":
-      chosen = steps[-1]
-    elif checkpoint.isdigit() and int(checkpoint) in steps:
-      chosen = int(checkpoint)
-    else:
-      raise RunError(f"--checkpoint={checkpoint!r} is not available in {workdir}; allowed: "
-                     f"best, last, or a step of {', '.join(map(str, steps))}.")
-    # The saved state's structure, placed on this machine's device (a GPU-trained workdir
-    # restores on a CPU): the optimizer's state is restored too, as the checksums cover it.
-    tx = optim.make_optimizer(config.optimizer, max(1, int(config.num_train_steps)),
-                              frozen=baselines.has_frozen(config))
-    abstract = jax.eval_shape(lambda rng: step.init_train_state(
-        model, tx, rng, length or config.max_len, config.optimizer), jax.random.key(0))
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    sharding = jax.tree.map(lambda _: device, abstract)
-    try:
-      restored = checkpointing.restore(manager, chosen, abstract, sharding)
-      meta = checkpointing.read_meta(manager, chosen)
-    except RunError:
-      raise
-    except Exception as e:  # noqa: BLE001 -- any unreadable checkpoint: one sentence
-      raise RunError(f"The checkpoint at step {chosen} in {manager.directory} cannot be read "
-                     f"({type(e).__name__}: {checkpointing.one_line(e)}).") from None
-    problem = checkpointing.verify(restored, meta)
-    if problem == "unverified":
-      print(f"Warning: the checkpoint at step {chosen} was written without checksums (an older "
-            f"textattn); its parameters are used unverified.", file=sys.stderr)
-    elif problem is not None:
-      raise RunError(f"The checkpoint at step {chosen} in {manager.directory} failed "
-                     f"verification ({problem} changed since it was saved); choose another with "
-                     f"--checkpoint.")
-    return chosen, restored["state"].params
-  finally:
-    manager.close()
-
-
 def read_texts(path: str, config, with_labels: bool = False):
   """Texts (and label strings) of a .txt (one text per line), .csv, .tsv or .jsonl file, the
   latter with the training run's text_fields (joined by a space) and label_field."""
@@ -230,7 +174,7 @@ def read_texts(path: str, config, with_labels: bool = False):
     if with_labels:
       raise DataError(f"{path}: a .txt file has no labels; evaluate a .csv/.tsv/.jsonl file.")
     return [line.rstrip("\r") for line in text.split("\n")[:-1 if text.endswith("\n") else None]]
-  records = _records(path, text, extension, str(config.get("columns", "")))
+  records = _records(path, text, extension, str(config.columns))
   wanted = fields + ([config.label_field] if with_labels else [])
   for number, record in records:
     missing = [f for f in wanted if f not in record]

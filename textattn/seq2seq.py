@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from textattn import attention as attention_lib
 from textattn.attention.common import dense_init
 from textattn.attention.softmax import softmax_attention
+from textattn.errors import UsageError
 from textattn.models import (
   LAYER_NORM_EPSILON,
   Dropout,
@@ -146,7 +147,7 @@ class Seq2Seq(nn.Module):
   def setup(self):
     variant = attention_lib.get(self.decoder_attention)
     if not variant.causal:
-      raise ValueError(f"config.model.decoder_attention={self.decoder_attention!r} is not a "
+      raise UsageError(f"config.model.decoder_attention={self.decoder_attention!r} is not a "
                        f"causal variant; allowed: "
                        f"{', '.join(n for n in attention_lib.names() if attention_lib.get(n).causal)}.")
     if self.share_embeddings and self.source_vocab != self.target_vocab:

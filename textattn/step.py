@@ -40,7 +40,9 @@ def init_train_state(model, tx: optax.GradientTransformation, rng: jax.Array, le
   `pretrained_params`: embedding and encoder parameters from the MLM pretraining recipe; they
   replace the fresh ones (same paths and shapes), the classifier's head keeps its initialisation.
   """
-  optimizer = optimizer or {}
+  if optimizer is None:
+    from textattn import defaults
+    optimizer = defaults.optimizer()
   params_rng, dropout_rng = jax.random.split(rng)
   params = model.init({"params": params_rng}, jnp.ones((1, length), jnp.int32))["params"]
   if pretrained_tokens is not None:
@@ -56,8 +58,8 @@ def init_train_state(model, tx: optax.GradientTransformation, rng: jax.Array, le
     params = checkpointing.transfer(params, pretrained_params)
   return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                            dropout_key=jax.random.key_data(dropout_rng),
-                           label_smoothing=float(optimizer.get("label_smoothing", 0.0)),
-                           table_squares=optimizer.get("name") == "keras_adam")
+                           label_smoothing=float(optimizer.label_smoothing),
+                           table_squares=optimizer.name == "keras_adam")
 
 
 def _token_table(params) -> jax.Array:

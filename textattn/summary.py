@@ -1,6 +1,6 @@
 """Print a config's model as a per-module parameter table and its total.
 
-    python -m textattn.summary --config=configs/imdb_keras_example.py [--num_classes=2]
+    python -m textattn.summary --config=imdb_keras_example [--num_classes=2]
 """
 
 from __future__ import annotations
@@ -8,16 +8,17 @@ from __future__ import annotations
 from absl import app, flags
 from ml_collections import config_flags
 
-from textattn import models
+from textattn import command_line
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 2, "Number of output classes (IMDB: 2).")
 _PLUGINS = flags.DEFINE_multi_string("plugin", [], "Module that registers attention variants.")
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file or name.",
+                                          lock_config=True)
 
 
 def main(argv):
   del argv
-  from textattn import attention
+  from textattn import attention, models
   attention.load_plugins(_PLUGINS.value)
   config = _CONFIG.value
   model = models.build_model(config, _NUM_CLASSES.value)
@@ -25,4 +26,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=command_line.flags_parser("config"))

@@ -282,8 +282,9 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
   optimizer, evaluating on validation every eval_every_steps; returns the validation curve."""
   import jax
 
-  from textattn import baselines, classify, loop, models, optim, platform, step
+  from textattn import baselines, loop, models, optim, platform, run, step
   from textattn import data as data_lib
+  from textattn.tasks import classification
 
   config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
   if jax.default_backend() != "cpu":
@@ -292,7 +293,8 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
     jax.config.update("jax_default_matmul_precision", "highest")
   raw, splits = _load_export(data_path, config)
   class_names = [str(c) for c in raw["class_names"]]
-  classify.validate_config(config, jax.device_count())
+  classification.validate(config, None)
+  classification.validate(config, jax.device_count())
   pretrained_tokens, pretrained_params = _pretrained_starts(raw, config, encoder_path)
   if baselines.has_frozen(config):
     pretrained_params = baselines.frozen_parameters(
@@ -313,7 +315,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
                                                       pretrained_tokens, pretrained_params)
   # As the trainer compiles them: config.xla_flags, and deterministic ops on a GPU.
   options = platform.step_compiler_options(config)
-  evaluator = classify.make_evaluator(state_sharding, len(class_names), config.eval_batch_size,
+  evaluator = classification.make_evaluator(state_sharding, len(class_names), config.eval_batch_size,
                                       class_names, options)
   curve = []
 
@@ -321,11 +323,10 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
     curve.append((done, evaluator(state, splits["val"], "val")[0]["val/accuracy"]))
 
   t0 = time.perf_counter()
-  loop.fit(state, step.train_step, train_iter,
-           loop.Schedule(total_steps, 0,
-                         classify.intervals(config, train_iter.steps_per_epoch).eval_every),
-           batch_size=config.batch_size, evaluate=evaluate, compiler_options=options,
-           show_progress=False)
+  schedule = loop.Schedule(total_steps, 0, run.schedule(config, train_iter.steps_per_epoch).eval_every,
+                           batch_size=config.batch_size, compiler_options=options)
+  loop.fit(state, step.train_step, train_iter, schedule,
+           loop.Hooks(evaluate=evaluate, progress=False))
   best_step, best = max(curve, key=lambda c: c[1])  # first best, as the checkpoint manager
   return {"val_best": best, "val_best_step": best_step, "val_last": curve[-1][1],
           "curve": curve, "seconds": time.perf_counter() - t0, "device": str(jax.devices()[0]),

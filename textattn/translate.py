@@ -16,40 +16,15 @@ import os
 import sys
 
 
-class Translator:
-  def __init__(self, workdir: str, checkpoint: str = "best"):
-    import ml_collections
-
-    from textattn import predict, translation
-    from textattn.data import DataError
-    path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(path):
-      raise DataError(f"{workdir} has no config.json: it is not a textattn training workdir.")
-    with open(path) as f:
-      self.config = ml_collections.ConfigDict(json.load(f))
-    if self.config.get("task") != "translation":
-      raise DataError(f"{workdir} is not a translation run (its config has no "
-                      f"task='translation'); use python -m textattn.predict for classifiers.")
-    self.source_tokenizer, self.target_tokenizer = translation.load_tokenizers(workdir)
-    self.model = translation.build_model(self.config, self.source_tokenizer.vocab_size,
-                                         self.target_tokenizer.vocab_size)
-    length = self.config.source_len + self.config.target_len + 1
-    self.step, params = predict.restore_params(
-        workdir, checkpoint, self.config, translation.Packed(self.model), length)
-    self.params = params["model"]
-
-  def translate(self, texts: list[str], beam: int = 0) -> list[str]:
-    from textattn import translation
-    from textattn.data import pairs
-    sources = self.source_tokenizer.encode([pairs.standardize_source(t) for t in texts],
-                                           self.config.source_len, "post", standardized=True)
-    return translation.translate_ids(self.model, self.params, sources, self.target_tokenizer,
-                                     int(self.config.eval_batch_size), beam,
-                                     float(self.config.length_penalty))
-
-
-def load(workdir: str, checkpoint: str = "best") -> Translator:
-  return Translator(workdir, checkpoint)
+def load(workdir: str, checkpoint: str = "best"):
+  """The translator of a translation workdir (textattn/tasks/translation.py's Translator)."""
+  import textattn
+  from textattn.data import DataError
+  translator = textattn.load(workdir, checkpoint)
+  if not hasattr(translator, "translate"):
+    raise DataError(f"{workdir} is not a translation run (its task offers no translation); use "
+                    f"python -m textattn.predict for classifiers.")
+  return translator
 
 
 def main(argv) -> None:

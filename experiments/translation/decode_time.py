@@ -9,8 +9,9 @@ import json
 import pathlib
 import time
 
-from textattn import translate, translation
+from textattn import translate
 from textattn.data import pairs as pairs_lib
+from textattn.tasks import translation
 
 
 def main():

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from textattn.attention import registry, softmax
 from textattn.attention.common import Array, dense_init, masked_softmax_over_tokens, usable_cores
+from textattn.errors import UsageError
 
 IMPLEMENTATIONS = ("auto", "xla", "native")
 
@@ -139,7 +140,7 @@ def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "flo
   registry.check_heads(embed_dim, num_heads)
   if implementation == "native":
     if (embed_dim // num_heads) % 8:
-      raise ValueError(f"config.model.attention_impl='native' with additive attention needs a "
+      raise UsageError(f"config.model.attention_impl='native' with additive attention needs a "
                        f"head size (embed_dim / num_heads = {embed_dim // num_heads}) that is a "
                        f"multiple of 8; use 'auto' (falls back to XLA) or 'xla'.")
     softmax.check_native_here()

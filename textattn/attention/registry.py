@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 import flax.linen as nn
 
 from textattn.defaults import check_choice
+from textattn.errors import UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +86,7 @@ def names() -> tuple[str, ...]:
 
 def get(name: str) -> Variant:
   if name not in _VARIANTS:
-    raise ValueError(f"config.model.attention={name!r} is not a known attention; allowed: "
+    raise UsageError(f"config.model.attention={name!r} is not a known attention; allowed: "
                      f"{', '.join(_VARIANTS)} (a module that registers more can be loaded "
                      f"with --plugin=MODULE).")
   return _VARIANTS[name]
@@ -99,11 +100,11 @@ def load_plugins(modules: Iterable[str]) -> None:
     try:
       importlib.import_module(module)
     except ImportError as e:
-      raise ValueError(f"--plugin={module!r} cannot be imported ({e}); give the dotted name of "
+      raise UsageError(f"--plugin={module!r} cannot be imported ({e}); give the dotted name of "
                        f"a module on the Python path that registers attention variants.") from e
 
 
 def check_heads(embed_dim: int, num_heads: int) -> None:
   if not isinstance(num_heads, int) or num_heads < 1 or embed_dim % num_heads:
-    raise ValueError(f"config.model.num_heads={num_heads} must be a positive divisor of "
+    raise UsageError(f"config.model.num_heads={num_heads} must be a positive divisor of "
                      f"config.model.embed_dim={embed_dim}.")

@@ -36,6 +36,7 @@ from textattn.attention.common import (
   rows_with_a_key,
   usable_cores,
 )
+from textattn.errors import UsageError
 
 IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn")
 
@@ -301,7 +302,7 @@ def check_native_devices() -> None:
   devices in one process, XLA's in-process all-reduce was seen to hang around it (one run in
   about ten here; XLA then aborts the process), so it is refused rather than risked."""
   if jax.device_count() > 1:
-    raise ValueError(f"config.model.attention_impl='native' needs a single device, and this "
+    raise UsageError(f"config.model.attention_impl='native' needs a single device, and this "
                      f"run has {jax.device_count()}; use num_cpu_devices=0 or 1 (the kernel "
                      f"uses every core itself), or attention_impl 'auto' or 'fused'.")
 
@@ -309,12 +310,12 @@ def check_native_devices() -> None:
 def check_native_here() -> None:
   """ValueError unless an explicit attention_impl='native' can run in this process."""
   if jax.default_backend() != "cpu":
-    raise ValueError(f"config.model.attention_impl='native' runs on a CPU only (here: "
+    raise UsageError(f"config.model.attention_impl='native' runs on a CPU only (here: "
                      f"{jax.default_backend()}); use 'auto' or 'fused'.")
   check_native_devices()
   from textattn.attention import native
   if (reason := native.unavailable_reason()) is not None:
-    raise ValueError(f"config.model.attention_impl='native' is not available: {reason}")
+    raise UsageError(f"config.model.attention_impl='native' is not available: {reason}")
 
 
 def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "float32") -> None:
@@ -324,7 +325,7 @@ def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "flo
   if implementation == "native":
     check_native_here()
   if implementation == "cudnn" and (dtype != "bfloat16" or jax.default_backend() != "gpu"):
-    raise ValueError(f"config.model.attention_impl='cudnn' needs a GPU and "
+    raise UsageError(f"config.model.attention_impl='cudnn' needs a GPU and "
                      f"config.model.dtype='bfloat16' (here: {jax.default_backend()}, "
                      f"{dtype!r}); use 'fused' or 'dot_product' otherwise.")
 

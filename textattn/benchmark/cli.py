@@ -17,6 +17,7 @@ from ml_collections import config_flags
 
 from textattn.benchmark import plan, report, sweep
 from textattn.benchmark.plan import DTYPES, INJECTABLE_FAILURES, LENGTHS, MODES, SYNTHETIC_DEFAULTS
+from textattn.errors import UsageError
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py). train_step mode: the model, batch, max_len and "
@@ -104,11 +105,11 @@ def _default_config():
 
 def _check_out_dir(out_dir: str) -> None:
   if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-    raise ValueError(f"--out_dir={out_dir} exists and is not a directory; give a new "
+    raise UsageError(f"--out_dir={out_dir} exists and is not a directory; give a new "
                      f"or an existing directory.")
   existing = [name for name in report.OUTPUTS if os.path.exists(os.path.join(out_dir, name))]
   if existing and not _OVERWRITE.value:
-    raise ValueError(f"--out_dir={out_dir} already holds results ({', '.join(existing)}); "
+    raise UsageError(f"--out_dir={out_dir} already holds results ({', '.join(existing)}); "
                      f"give a new --out_dir, or --overwrite to replace them.")
 
 
@@ -119,7 +120,7 @@ def _plan(config, mode: str) -> list[dict]:
   from textattn import attention, models
   attention.load_plugins(_PLUGINS.value)  # before any variant name is looked up
   if _WARMUP.value < 0 or _REPEATS.value < 1:
-    raise ValueError(f"--warmup={_WARMUP.value} must be >= 0 and --repeats={_REPEATS.value} "
+    raise UsageError(f"--warmup={_WARMUP.value} must be >= 0 and --repeats={_REPEATS.value} "
                      ">= 1.")
   given = {"variants": _VARIANTS.value, "seq_lens": _SEQ_LENS.value,
            "batch_size": _BATCH_SIZE.value, "embed_dim": _EMBED_DIM.value,

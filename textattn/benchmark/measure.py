@@ -12,6 +12,8 @@ import os
 import resource
 import time
 
+from textattn.errors import UsageError
+
 
 def _vm_size_bytes() -> int:
   with open("/proc/self/status") as f:
@@ -116,7 +118,7 @@ def _build_train_step(spec, config, model, tokens, labels, key, short):
   # state replicated.
   data_sharding, replicated = platform.data_parallel_shardings()
   if config.batch_size % jax.device_count():
-    raise ValueError(f"config.batch_size={config.batch_size} must be a multiple of the device "
+    raise UsageError(f"config.batch_size={config.batch_size} must be a multiple of the device "
                      f"count ({jax.device_count()}).")
   state = jax.jit(init, out_shardings=replicated)(key)
   batch = jax.device_put({"inputs": tokens, "labels": labels}, data_sharding)

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from textattn.data.tokenizer import vocab_size_for
+from textattn.errors import UsageError
 
 # decode_step: one cached decoding step of a causal attention layer (one new position against a
 # cache of seq_len positions), the cost per generated token.
@@ -63,7 +64,7 @@ def parse_variant(name: str) -> tuple[str, str]:
     if (name.startswith(attention + "_")
         and implementation in registry.get(attention).implementations):
       return attention, implementation
-  raise ValueError(
+  raise UsageError(
       f"--variants: {name!r} is not a known variant; allowed: "
       f"{', '.join(registry.names())} (each with its reference implementation), or "
       f"{_known_variants(registry)} (--plugin=MODULE registers more).")
@@ -81,16 +82,16 @@ def check_limits(*, point_timeout_s: float, point_time_budget_s: float,
   """ValueError (one sentence naming the flag, its value and what is allowed) for a limit
   that is not a finite number in its range (NaN and infinity included)."""
   if not (point_timeout_s > 0 and math.isfinite(point_timeout_s)):
-    raise ValueError(f"--point_timeout_s={point_timeout_s:g} must be a positive number of "
+    raise UsageError(f"--point_timeout_s={point_timeout_s:g} must be a positive number of "
                      f"seconds (the wall-clock limit of one point's subprocess).")
   if not (point_time_budget_s >= 0 and math.isfinite(point_time_budget_s)):
-    raise ValueError(f"--point_time_budget_s={point_time_budget_s:g} must be a number of "
+    raise UsageError(f"--point_time_budget_s={point_time_budget_s:g} must be a number of "
                      f"seconds >= 0 (0 = no budget: always --warmup + --repeats calls).")
   if not (point_memory_limit_gb >= 0 and math.isfinite(point_memory_limit_gb)):
-    raise ValueError(f"--point_memory_limit_gb={point_memory_limit_gb:g} must be a number of "
+    raise UsageError(f"--point_memory_limit_gb={point_memory_limit_gb:g} must be a number of "
                      f"GiB >= 0 (0 = no limit).")
   if num_classes < 2:
-    raise ValueError(f"--num_classes={num_classes} must be an integer >= 2.")
+    raise UsageError(f"--num_classes={num_classes} must be an integer >= 2.")
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
@@ -99,7 +100,7 @@ def parse_int_list(text: str, flag: str) -> list[int]:
   except ValueError:
     values = []
   if not values or min(values) < 1:
-    raise ValueError(f"--{flag}={text!r} must be a comma list of positive integers.")
+    raise UsageError(f"--{flag}={text!r} must be a comma list of positive integers.")
   return values
 
 
@@ -113,7 +114,7 @@ def parse_injections(text: str) -> dict[tuple[str, int], str]:
     except ValueError:
       kind = None
     if kind not in INJECTABLE_FAILURES:
-      raise ValueError(f"--inject_failure: {item!r} must be variant@seq_len=kind with kind one "
+      raise UsageError(f"--inject_failure: {item!r} must be variant@seq_len=kind with kind one "
                        f"of {', '.join(INJECTABLE_FAILURES)}.")
     injections[key] = kind
   return injections
@@ -135,19 +136,19 @@ def resolve_settings(config, mode: str, given: dict[str, Any]) -> dict[str, Any]
               for name, default in from_config.items()}
   settings["variants"] = [v.strip() for v in settings["variants"].split(",") if v.strip()]
   if not settings["variants"]:
-    raise ValueError("--variants must name at least one variant.")
+    raise UsageError("--variants must name at least one variant.")
   for variant in settings["variants"]:
     attention, _ = parse_variant(variant)
     if mode == "decode_step" and not _registry().get(attention).causal:
-      raise ValueError(f"--mode=decode_step times causal decoding; {variant!r} is not causal "
+      raise UsageError(f"--mode=decode_step times causal decoding; {variant!r} is not causal "
                        f"(causal variants: "
                        f"{', '.join(n for n in _registry().names() if _registry().get(n).causal)}).")
   settings["seq_lens"] = parse_int_list(settings["seq_lens"], "seq_lens")
   for name in ("batch_size", "embed_dim", "num_heads", "num_layers", "vocab_size"):
     if settings[name] < 1:
-      raise ValueError(f"--{name}={settings[name]} must be a positive integer.")
+      raise UsageError(f"--{name}={settings[name]} must be a positive integer.")
   if settings["embed_dim"] % settings["num_heads"]:
-    raise ValueError(f"--num_heads={settings['num_heads']} must divide "
+    raise UsageError(f"--num_heads={settings['num_heads']} must divide "
                      f"--embed_dim={settings['embed_dim']}.")
   return settings
 

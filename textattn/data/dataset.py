@@ -36,6 +36,7 @@ from textattn.data.splits import (
   pad_before,
   pads_before,
 )
+from textattn.errors import DataConfigError
 
 TOKENIZER_FILE = "tokenizer.json"
 DATA_INFO_FILE = "data_info.json"
@@ -45,7 +46,7 @@ def validate_config(config) -> None:
   """One DataError naming the field, its value and what is allowed, for the first bad field."""
   def check(ok: bool, field: str, allowed: str) -> None:
     if not ok:
-      raise DataError(f"config.{field}={getattr(config, field)!r} is invalid; {allowed}.")
+      raise DataConfigError(f"config.{field}={getattr(config, field)!r} is invalid; {allowed}.")
 
   def is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
@@ -54,7 +55,7 @@ def validate_config(config) -> None:
         "give a TFDS name such as 'imdb_reviews' or the path of a .csv/.tsv/.jsonl file")
   if is_local_file(config.dataset):
     if not os.path.isfile(config.dataset):
-      raise DataError(f"config.dataset={config.dataset}: file does not exist; give the path of "
+      raise DataConfigError(f"config.dataset={config.dataset}: file does not exist; give the path of "
                       f"a .csv/.tsv/.jsonl file or a TFDS name such as 'imdb_reviews'.")
   else:
     tfds_source.check_name(config.dataset,
@@ -62,12 +63,12 @@ def validate_config(config) -> None:
   check(config.tokenizer in ("word", "byte", "ngram"), "tokenizer",
         "allowed: 'word', 'byte', 'ngram'")
   if config.tokenizer == "ngram":
-    order = config.get("ngram_order", 2)
+    order = config.ngram_order
     check(is_int(order) and 1 <= order <= ngrams_lib.MAX_ORDER, "ngram_order",
           f"it must be an integer from 1 to {ngrams_lib.MAX_ORDER}")
   check(config.truncation in tokenizer_lib.TRUNCATIONS, "truncation", "allowed: 'pre', 'post'")
   check(is_int(config.max_len) and config.max_len >= 1, "max_len", "it must be an integer >= 1")
-  check(config.get("padding", PADDINGS[0]) in PADDINGS, "padding",
+  check(config.padding in PADDINGS, "padding",
         "allowed: 'after_masked' (padding after the tokens, masked out), 'before_as_token' "
         "(padding before the tokens and attended and pooled like a token, as the Keras seed)")
   if config.tokenizer in ("word", "ngram"):
@@ -90,10 +91,10 @@ def _check_local_files(config, check) -> None:
   for split, path in given.items():
     field = f"{split}_file"
     if not local:
-      raise DataError(f"config.{field}={path!r} is invalid; separate split files need "
+      raise DataConfigError(f"config.{field}={path!r} is invalid; separate split files need "
                       f"config.dataset to be a local file (a TFDS dataset has its own splits).")
     if os.path.splitext(path)[1].lower() not in LOCAL_FORMATS or not os.path.isfile(path):
-      raise DataError(f"config.{field}={path!r} is invalid; give the path of an existing "
+      raise DataConfigError(f"config.{field}={path!r} is invalid; give the path of an existing "
                       f".csv/.tsv/.jsonl file (or '' to carve the {split} split from "
                       f"config.dataset).")
   carved = [s for s in ("validation", "test") if s not in given]
@@ -104,11 +105,11 @@ def _check_local_files(config, check) -> None:
   columns = column_names(config)
   if columns:
     if not local:
-      raise DataError(f"config.columns={config.columns!r} is invalid; it names the columns of "
+      raise DataConfigError(f"config.columns={config.columns!r} is invalid; it names the columns of "
                       f"headerless .csv/.tsv files, and config.dataset is a TFDS dataset.")
     for path in [config.dataset, *given.values()]:
       if LOCAL_FORMATS.get(os.path.splitext(path)[1].lower()) is None:
-        raise DataError(f"config.columns={config.columns!r} is invalid for {path}: it names "
+        raise DataConfigError(f"config.columns={config.columns!r} is invalid for {path}: it names "
                         f"the columns of headerless .csv/.tsv files; JSON lines name their "
                         f"own fields (set config.columns='').")
     check(len(set(columns)) == len(columns), "columns", "each column name must differ")

@@ -37,13 +37,13 @@ def is_local_file(dataset: str) -> bool:
 def split_files(config) -> dict[str, str]:
   """{"validation": path, "test": path} for the held-out splits the config gives a file of
   (config.validation_file / config.test_file; configs older than them have none)."""
-  return {split: str(config.get(f"{split}_file", "") or "") for split in HELD_OUT
-          if str(config.get(f"{split}_file", "") or "").strip()}
+  return {split: str(config[f"{split}_file"] or "") for split in HELD_OUT
+          if str(config[f"{split}_file"] or "").strip()}
 
 
 def column_names(config) -> list[str]:
   """config.columns as a list: the columns of headerless CSV/TSV files; [] = a header row."""
-  return [name.strip() for name in str(config.get("columns", "") or "").split(",")
+  return [name.strip() for name in str(config.columns or "").split(",")
           if name.strip()]
 
 

@@ -10,6 +10,7 @@ from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.cache import Cache, cache_dir, key, slug
 from textattn.data.file_source import FileSource, is_local_file
 from textattn.data.tfds_source import TfdsSource
+from textattn.errors import UsageError
 
 
 def source(config) -> FileSource | TfdsSource:
@@ -58,5 +59,5 @@ def check_unlabeled_split(config, field: str, purpose: str) -> None:
   section, _, name = field.partition(".")
   split = config[section][name]
   if split and is_local_file(config.dataset):
-    raise ValueError(f"config.{field}={split!r} names a TFDS split, but config.dataset is a "
+    raise UsageError(f"config.{field}={split!r} names a TFDS split, but config.dataset is a "
                      f"local file; set it to '' ({purpose} on the training split's text only).")

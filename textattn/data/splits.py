@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from textattn.errors import DataError  # noqa: F401 -- re-exported: textattn.data.DataError
+
 SPLITS = ("train", "validation", "test")
 
 # config.padding: "after_masked" (textattn's: tokens first, padding after, masked out of
@@ -15,10 +17,6 @@ SPLITS = ("train", "validation", "test")
 # before the tokens and its model never masks it, so id 0 is embedded, attended to and averaged
 # like any token; the model then takes no padding mask, models.Classifier.mask_padding).
 PADDINGS = ("after_masked", "before_as_token")
-
-
-class DataError(ValueError):
-  """Bad data or data configuration; the message names the file, row and problem."""
 
 
 @dataclasses.dataclass
@@ -45,7 +43,7 @@ class Dataset:
 
 def pads_before(config) -> bool:
   """Whether the config asks for the Keras seed's layout (config.padding="before_as_token")."""
-  return config.get("padding", PADDINGS[0]) == "before_as_token"
+  return config.padding == "before_as_token"
 
 
 def pad_before(inputs: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from absl import logging
 from textattn.data import raw as raw_lib
 from textattn.data.cache import cache_dir, content_digest
 from textattn.data.splits import DataError
+from textattn.errors import DataConfigError
 
 _READ_BATCH = 4096
 
@@ -37,9 +38,9 @@ def check_name(name: str, root: str | None = None) -> None:
   own = (root is not None and not os.path.isabs(name)
          and os.path.realpath(name) == os.path.realpath(os.path.join(root, name)))
   if os.path.isdir(name) and not own:
-    raise DataError(f"config.dataset={name!r} is a directory; {allowed}.")
+    raise DataConfigError(f"config.dataset={name!r} is a directory; {allowed}.")
   if not _TFDS_NAME.fullmatch(name):
-    raise DataError(f"config.dataset={name!r} is neither an existing local file nor a TFDS "
+    raise DataConfigError(f"config.dataset={name!r} is neither an existing local file nor a TFDS "
                     f"name; {allowed}.")
 
 
@@ -129,10 +130,10 @@ class TfdsSource:
     import tensorflow_datasets as tfds
     if not re.fullmatch(r"[A-Za-z0-9_]+", split):
       # TFDS would also take "unsupervised+test" or "test[:20%]": held-out text in the corpus.
-      raise DataError(f"config.{field}={split!r} is not a plain split name; name one whole split "
+      raise DataConfigError(f"config.{field}={split!r} is not a plain split name; name one whole split "
                       f"of unlabelled text (letters, digits, '_') such as 'unsupervised', or ''.")
     if split.lower().startswith(_LABELLED_SPLIT_PREFIXES):
-      raise DataError(f"config.{field}={split!r} is a labelled split (its held-out part would "
+      raise DataConfigError(f"config.{field}={split!r} is a labelled split (its held-out part would "
                       f"leak into what is pretrained on it; the training part is used anyway); "
                       f"name a split of unlabelled text such as 'unsupervised', or ''.")
     builder = tfds.builder(self.name, data_dir=self.data_dir)
@@ -140,7 +141,7 @@ class TfdsSource:
     try:
       dataset = builder.as_dataset(split=split, batch_size=_READ_BATCH, shuffle_files=False)
     except Exception as e:  # noqa: BLE001 -- TFDS versions differ on an unknown split: one sentence
-      raise DataError(f"config.{field}={split!r} is not a split of "
+      raise DataConfigError(f"config.{field}={split!r} is not a split of "
                       f"{self.description} (it has {sorted(builder.info.splits)}; "
                       f"{type(e).__name__}); set it to '' to use the training split's text "
                       f"only.") from None
@@ -200,7 +201,7 @@ class TfdsSource:
     except Exception as e:  # noqa: BLE001 -- any TFDS failure here is one sentence for the user
       # (DatasetNotFoundError, registry and config errors differ across TFDS versions).
       first_line = str(e).strip().split("\n")[0]  # TFDS appends every dataset's name.
-      raise DataError(f"config.dataset={self.name!r} is neither an existing local file nor a "
+      raise DataConfigError(f"config.dataset={self.name!r} is neither an existing local file nor a "
                       f"known TFDS dataset ({type(e).__name__}: {first_line}).") from None
 
   def _read_or_prepare(self, tfds, builder) -> dict[str, dict[str, list]]:

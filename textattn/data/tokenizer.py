@@ -55,7 +55,7 @@ _HF_PUNCTUATION = "[" + "".join("\\" + c for c in string.punctuation) + "]"
 
 def vocab_size_for(config) -> int:
   """The ids a config's tokenizer uses at most: BYTE_VOCAB_SIZE for bytes, else vocab_size."""
-  return BYTE_VOCAB_SIZE if config.get("tokenizer", "word") == "byte" else int(config.vocab_size)
+  return BYTE_VOCAB_SIZE if config.tokenizer == "byte" else int(config.vocab_size)
 
 
 def standardize(text: str) -> str:
@@ -147,14 +147,14 @@ class WordTokenizer:
   def from_json(cls, text: str) -> WordTokenizer:
     """Reads `to_json` output (a Hugging Face tokenizer.json with a WordLevel model)."""
     data = json.loads(text)
-    model = data["model"]
+    vocabulary = data["model"]  # (the tokenizer's model: its vocabulary)
     if (data.get("pre_tokenizer") or {}).get("type") == "Sequence":
       # What the removed punctuation="split" option saved: its ids would differ from ours.
       raise ValueError("it keeps punctuation marks as tokens (punctuation='split', an option "
                        "textattn no longer has)")
-    if model.get("type") != "WordLevel":
-      raise ValueError(f"expected a WordLevel model, found {model.get('type')!r}")
-    by_id = sorted(model["vocab"].items(), key=lambda item: item[1])
+    if vocabulary.get("type") != "WordLevel":
+      raise ValueError(f"expected a WordLevel model, found {vocabulary.get('type')!r}")
+    by_id = sorted(vocabulary["vocab"].items(), key=lambda item: item[1])
     ids = [i for _, i in by_id]
     if ids != list(range(len(ids))) or len(ids) < NUM_RESERVED:
       raise ValueError("vocabulary ids are not 0..n-1")

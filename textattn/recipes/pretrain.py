@@ -42,6 +42,7 @@ from textattn import loop, models, optim, platform, step
 from textattn.checkpointing import flatten, transfer, unflatten  # noqa: F401 -- transfer: API
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.defaults import check_integer
+from textattn.errors import UsageError
 
 OBJECTIVES = ("", "mlm")
 MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # of the predicted tokens; the rest are kept
@@ -67,7 +68,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def enabled(config) -> bool:
-  return bool(config.get("pretrain") and config.pretrain.objective)
+  return "pretrain" in config and bool(config.pretrain.objective)
 
 
 def validate_config(config) -> None:
@@ -76,16 +77,16 @@ def validate_config(config) -> None:
     return
   p = config.pretrain
   if p.objective not in OBJECTIVES:
-    raise ValueError(f"config.pretrain.objective={p.objective!r} is invalid; allowed: "
+    raise UsageError(f"config.pretrain.objective={p.objective!r} is invalid; allowed: "
                      f"{', '.join(repr(o) for o in OBJECTIVES)} ('' = no pretraining).")
   if not p.objective:
     return
-  if config.model.get("bigram_buckets", 0):
-    raise ValueError(f"config.pretrain.objective={p.objective!r} cannot be used with "
+  if config.model.bigram_buckets:
+    raise UsageError(f"config.pretrain.objective={p.objective!r} cannot be used with "
                      f"config.model.bigram_buckets={config.model.bigram_buckets}: a masked "
                      "token's bigrams would give it away; set bigram_buckets=0.")
   if data_lib.pads_before(config):
-    raise ValueError(f"config.pretrain.objective={p.objective!r} needs config.padding="
+    raise UsageError(f"config.pretrain.objective={p.objective!r} needs config.padding="
                      f"'after_masked' (got {config.padding!r}): masked-language-model "
                      "pretraining predicts real tokens only.")
 
@@ -93,18 +94,18 @@ def validate_config(config) -> None:
                      ("max_predictions", 1)):
     check_integer(f"pretrain.{field}", p[field], low)
   if p.max_predictions > config.max_len:
-    raise ValueError(f"config.pretrain.max_predictions={p.max_predictions} is invalid; it must "
+    raise UsageError(f"config.pretrain.max_predictions={p.max_predictions} is invalid; it must "
                      f"be at most config.max_len={config.max_len}.")
   if not 0.0 < p.mask_rate < 1.0:
-    raise ValueError(f"config.pretrain.mask_rate={p.mask_rate} is invalid; it must be in (0, 1).")
+    raise UsageError(f"config.pretrain.mask_rate={p.mask_rate} is invalid; it must be in (0, 1).")
   if not p.learning_rate > 0:
-    raise ValueError(f"config.pretrain.learning_rate={p.learning_rate} must be > 0.")
+    raise UsageError(f"config.pretrain.learning_rate={p.learning_rate} must be > 0.")
   if p.batch_size % jax.device_count():
-    raise ValueError(f"config.pretrain.batch_size={p.batch_size} must be a multiple of the "
+    raise UsageError(f"config.pretrain.batch_size={p.batch_size} must be a multiple of the "
                      f"device count ({jax.device_count()}) so every device gets an equal share.")
   data_lib.check_unlabeled_split(config, "pretrain.unlabeled_split", "pretrain")
   if config.model.embedding_init == "word2vec":
-    raise ValueError("config.pretrain.objective='mlm' trains the token embeddings itself; use "
+    raise UsageError("config.pretrain.objective='mlm' trains the token embeddings itself; use "
                      "config.model.embedding_init='random' with it (or no pretraining).")
 
 
@@ -312,12 +313,12 @@ def train_encoder(config, inputs: np.ndarray, vocab_size: int):
                                    jax.process_count())
   train_step = lambda s, b: mlm_train_step(s, b, mask_rate=p.mask_rate, max_predictions=k,
                                            vocab_size=vocab_size)
-  result = loop.fit(
-      state, train_step, batches, loop.Schedule(p.num_steps, config.log_every_steps or 100),
-      batch_size=p.batch_size, compiler_options=platform.step_compiler_options(config),
-      prefix="pretrain", nonfinite_advice=lambda: (
-          "Nothing was cached. Try a lower config.pretrain.learning_rate or "
-          "config.optimizer.grad_clip_norm > 0."))
+  schedule = loop.Schedule(p.num_steps, config.log_every_steps or 100, batch_size=p.batch_size,
+                           prefix="pretrain",
+                           compiler_options=platform.step_compiler_options(config))
+  result = loop.fit(state, train_step, batches, schedule, loop.Hooks(recovery=loop.Recovery(
+      advice=lambda: ("Nothing was cached. Try a lower config.pretrain.learning_rate or "
+                      "config.optimizer.grad_clip_norm > 0."))))
   curve = [row for row in result.history if "pretrain/loss" in row]
   return jax.tree.map(_host, encoder_params(result.state.params)), curve
 

@@ -35,6 +35,7 @@ from absl import logging
 from textattn import data as data_lib
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.defaults import check_integer
+from textattn.errors import UsageError
 
 EMBEDDING_INITS = ("random", "word2vec")
 SCALES = ("init", "raw")
@@ -65,23 +66,23 @@ def validate_config(config) -> None:
   """One sentence for a word2vec setting that cannot work, before any data is read."""
   init = config.model.embedding_init
   if init not in EMBEDDING_INITS:
-    raise ValueError(f"config.model.embedding_init={init!r} is invalid; allowed: "
+    raise UsageError(f"config.model.embedding_init={init!r} is invalid; allowed: "
                      f"{', '.join(repr(i) for i in EMBEDDING_INITS)}.")
   if init != "word2vec":
     return
   if "word2vec" not in config:
-    raise ValueError("config.model.embedding_init='word2vec' needs the recipe's settings: add "
+    raise UsageError("config.model.embedding_init='word2vec' needs the recipe's settings: add "
                      "`config.word2vec = word2vec.default_config()` (textattn/recipes/word2vec.py) "
                      "to the config file.")
   w2v = config.word2vec
   if config.tokenizer != "word":
-    raise ValueError(f"config.model.embedding_init='word2vec' needs config.tokenizer='word' "
+    raise UsageError(f"config.model.embedding_init='word2vec' needs config.tokenizer='word' "
                      f"(word vectors for a word vocabulary), not {config.tokenizer!r}.")
   for field, low in (("epochs", 1), ("window", 1), ("min_count", 1), ("negative", 1),
                      ("seed", 0)):
     check_integer(f"word2vec.{field}", w2v[field], low)
   if w2v.scale not in SCALES:
-    raise ValueError(f"config.word2vec.scale={w2v.scale!r} is invalid; allowed: "
+    raise UsageError(f"config.word2vec.scale={w2v.scale!r} is invalid; allowed: "
                      f"{', '.join(repr(s) for s in SCALES)}.")
   data_lib.check_unlabeled_split(config, "word2vec.unlabeled_split", "train")
 

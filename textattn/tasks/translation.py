@@ -1,12 +1,13 @@
 """The translation task: pairs -> Seq2Seq -> fit -> test report (token accuracy, BLEU, chrF).
 
-`train_and_evaluate(config, workdir)` for a config from `defaults.translation()`: reads the pairs
-(textattn/data/pairs.py), splits them, builds word vocabularies of the training pairs (saved in
-the workdir as source_tokenizer.json / target_tokenizer.json and reused from it), and trains
-`seq2seq.Seq2Seq` with teacher forcing through the classification task's machinery: the one
-loop (`loop.fit`), the same checkpoints, run contract and exact resume, the workdir lock, data
-parallelism. Each example is one packed int32 row [source_len + target_len + 1]: the source
-ids, then [start] w1 ... [end] (so batches, shardings and resume are the classifier's).
+For a config from `defaults.translation()`: reads the pairs (textattn/data/pairs.py), splits
+them, builds word vocabularies of the training pairs (saved in the workdir as
+source_tokenizer.json / target_tokenizer.json and reused from it), and trains
+`seq2seq.Seq2Seq` with teacher forcing on the runner (textattn/run.py: the one loop, the same
+checkpoints, run contract and exact resume, the workdir lock, data parallelism). Each example
+is one packed int32 row [source_len + target_len + 1]: the source ids, then [start] w1 ... [end]
+(so batches, shardings and resume are every task's). `textattn.load(workdir)` gives a
+translate.Translator (.translate).
 
 Metrics (train, validation, test): masked token cross-entropy and next-token accuracy over the
 real target positions (the chapter's 67% is this accuracy on validation). The test report adds
@@ -27,22 +28,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from textattn import (
-  checkpointing,
-  classify,
-  decoding,
-  loop,
-  optim,
-  platform,
-  seq2seq,
-  step,
-)
 from textattn import data as data_lib
+from textattn import decoding, defaults, optim, platform, run, seq2seq, tasks
 from textattn.data import pairs as pairs_lib
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError, Dataset, Split
 from textattn.defaults import check_choice, check_integer
-from textattn.metrics import MetricWriter
+from textattn.errors import DataConfigError, UsageError
 
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "source_tokenizer.json", "target_tokenizer.json"
 
@@ -91,13 +83,20 @@ def build_model(config, source_vocab: int, target_vocab: int) -> seq2seq.Seq2Seq
       ffn_dim=m.ffn_dim, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
       encoder_attention=m.encoder_attention, decoder_attention=m.decoder_attention,
       dropout_rate=m.dropout_rate, output_dropout_rate=m.output_dropout_rate,
-      head_dim=m.head_dim or None, share_embeddings=m.get("share_embeddings", False),
-      tie_output=m.get("tie_output", False),
+      head_dim=m.head_dim or None, share_embeddings=m.share_embeddings,
+      tie_output=m.tie_output,
       dtype={"float32": jnp.float32, "bfloat16": jnp.bfloat16}[m.dtype])
 
 
-def validate_config(config, device_count: int) -> None:
+def validate(config, device_count: int | None) -> None:
+  """UsageError naming the first bad field; the device-count checks when it is given."""
   from textattn import attention
+  if device_count is not None:
+    for field in ("batch_size", "eval_batch_size"):
+      if config[field] % device_count:
+        raise UsageError(f"config.{field}={config[field]!r} must be a positive multiple of the "
+                         f"device count ({device_count}).")
+    return
   check_choice("split_by", config.split_by, ("pair", "source"))
   check_choice("tokenizer", config.tokenizer, pairs_lib.TOKENIZERS)
   for field in ("source_vocab", "target_vocab", "source_len", "target_len"):
@@ -106,7 +105,7 @@ def validate_config(config, device_count: int) -> None:
   check_integer("length_pool", config.length_pool, 0)
   attention.get(config.model.encoder_attention)
   if not attention.get(config.model.decoder_attention).causal:
-    raise ValueError(f"config.model.decoder_attention={config.model.decoder_attention!r} is not "
+    raise UsageError(f"config.model.decoder_attention={config.model.decoder_attention!r} is not "
                      f"a causal variant; allowed: "
                      f"{', '.join(n for n in attention.names() if attention.get(n).causal)}.")
   check_integer("model.num_heads", config.model.num_heads, 1)
@@ -115,29 +114,29 @@ def validate_config(config, device_count: int) -> None:
     from textattn.models import accepts_head_dim
     for field in ("encoder_attention", "decoder_attention"):
       if not accepts_head_dim(config.model[field]):
-        raise ValueError(f"config.model.head_dim={config.model.head_dim} needs softmax "
+        raise UsageError(f"config.model.head_dim={config.model.head_dim} needs softmax "
                          f"attention; config.model.{field}={config.model[field]!r} has no "
                          f"head size option (use head_dim=0).")
   elif config.model.embed_dim % config.model.num_heads:
-    raise ValueError(f"config.model.num_heads={config.model.num_heads} must divide "
+    raise UsageError(f"config.model.num_heads={config.model.num_heads} must divide "
                      f"config.model.embed_dim={config.model.embed_dim}.")
-  if config.get("shared_vocab") and config.source_vocab != config.target_vocab:
-    raise ValueError(f"config.shared_vocab=True builds one vocabulary for both sides: give "
+  if config.shared_vocab and config.source_vocab != config.target_vocab:
+    raise UsageError(f"config.shared_vocab=True builds one vocabulary for both sides: give "
                      f"source_vocab and target_vocab one size (now {config.source_vocab} and "
                      f"{config.target_vocab}).")
-  if config.model.get("share_embeddings") and not config.get("shared_vocab"):
-    raise ValueError("config.model.share_embeddings=True needs one vocabulary for both sides: "
+  if config.model.share_embeddings and not config.shared_vocab:
+    raise UsageError("config.model.share_embeddings=True needs one vocabulary for both sides: "
                      "set config.shared_vocab=True (or share_embeddings=False).")
   optim.validate_config(config.optimizer)
   for field in ("batch_size", "eval_batch_size"):
-    if not isinstance(config[field], int) or config[field] < 1 or config[field] % device_count:
-      raise ValueError(f"config.{field}={config[field]!r} must be a positive multiple of the "
-                       f"device count ({device_count}).")
+    if not isinstance(config[field], int) or isinstance(config[field], bool) or config[field] < 1:
+      raise UsageError(f"config.{field}={config[field]!r} must be a positive multiple of the "
+                       f"device count.")
   if config.dataset.startswith(pairs_lib.TFDS_PREFIX):
     from textattn.data.tfds_source import check_name
     check_name(config.dataset[len(pairs_lib.TFDS_PREFIX):])
   elif not config.dataset or not os.path.isfile(config.dataset):
-    raise DataError(f"config.dataset={config.dataset!r}: give an existing pairs file (.txt/.tsv "
+    raise DataConfigError(f"config.dataset={config.dataset!r}: give an existing pairs file (.txt/.tsv "
                     f"source<TAB>target per line, .csv or .jsonl) or a TFDS translation set "
                     f"as 'tfds:NAME' (e.g. 'tfds:ted_hrlr_translate/pt_to_en' with "
                     f"source_field='pt', target_field='en').")
@@ -172,14 +171,14 @@ def load_data(config, workdir: str, write: bool = True):
       raise DataError(f"{workdir} holds {source_tok.kind} tokenizers, the config asks for "
                       f"config.tokenizer={config.tokenizer!r}; use another --workdir.")
     shared = source_tok.to_json() == target_tok.to_json()
-    if shared != bool(config.get("shared_vocab")):
+    if shared != config.shared_vocab:
       raise DataError(f"{workdir} holds {'one shared' if shared else 'separate'} "
                       f"vocabularies, the config asks for config.shared_vocab="
-                      f"{bool(config.get('shared_vocab'))}; use another --workdir.")
+                      f"{config.shared_vocab}; use another --workdir.")
   else:
     source_tok, target_tok = pairs_lib.train_tokenizers(
         pairs, rows["train"], config.source_vocab, config.target_vocab, config.tokenizer,
-        shared=bool(config.get("shared_vocab")))
+        shared=config.shared_vocab)
     if write:
       for tok, path in zip((source_tok, target_tok), saved):
         data_lib.atomic_write(path, lambda f, t=tok: f.write(t.to_json()))
@@ -308,14 +307,7 @@ def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict:
           "chrf_signature": str(chrf.get_signature())}
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
-  validate_config(config, jax.device_count())
-  return classify.in_workdir(workdir, lambda is_main, lock, progress: _train_and_evaluate(
-      config, workdir, is_main, lock, progress))
-
-
-def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
-  _, replicated = platform.data_parallel_shardings()
+def prepare(config, workdir: str, is_main: bool) -> run.Job:
   data, source_tok, target_tok, references = load_data(config, workdir, write=is_main)
   model = build_model(config, source_tok.vocab_size, target_tok.vocab_size)
   packed = Packed(model)
@@ -323,81 +315,38 @@ def _train_and_evaluate(config, workdir, is_main, lock, progress) -> dict:
       data.train, config.batch_size, config.seed, jax.process_index(), jax.process_count(),
       lengths=lengths(data.train.inputs, config.source_len), length_pool=config.length_pool,
       trim=trimmer(config.source_len, config.target_len))
-  schedule = classify.intervals(config, train_iter.steps_per_epoch)
-  tx = optim.make_optimizer(config.optimizer, schedule.total_steps)
-  contract = checkpointing.run_contract(config, checkpointing.data_fingerprint(data),
-                                        schedule.total_steps, schedule.eval_every,
-                                        schedule.checkpoint_every)
-  machine = platform.machine_signature(config)
-  length = config.source_len + config.target_len + 1
+  evaluator = None
 
-  def init(rng):
-    return step.init_train_state(packed, tx, rng, length, config.optimizer)
+  def evaluate(state, split, prefix):
+    nonlocal evaluator
+    if evaluator is None:
+      _, replicated = platform.data_parallel_shardings()
+      evaluator = make_evaluator(jax.tree.map(lambda _: replicated, state),
+                                 config.eval_batch_size, config.source_len, config.target_len,
+                                 platform.step_compiler_options(config))
+    return evaluator(state, split, prefix), None
 
-  rng = jax.random.key(config.seed)
-  abstract_state = jax.eval_shape(init, rng)
-  state_sharding = jax.tree.map(lambda _: replicated, abstract_state)
-  shapes = checkpointing.state_shapes(abstract_state)
-  fresh = lambda: jax.jit(init, out_shardings=state_sharding)(rng)
-  manager = checkpointing.open_manager(workdir, config.keep_checkpoints)
-  state, start_step, meta, skipped = classify.resume_or_start(
-      config, workdir, manager, shapes, contract, machine, abstract_state, state_sharding,
-      lambda restored: restored.replace(apply_fn=packed.apply, tx=tx), train_iter, fresh)
-  writer = MetricWriter(workdir, is_main, start_step, fresh=meta is None)
-  writer.drop_after(start_step if meta is not None else None)
-  if is_main:
-    classify.write_config(workdir, config, start_step)
-    print(f"Model: {config.model.encoder_attention} encoder, {config.model.decoder_attention} "
-          f"decoder, {sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(abstract_state.params)):,} "
-          f"parameters; {len(data.train):,} / {len(data.validation):,} / {len(data.test):,} "
-          f"pairs", flush=True)
-  evaluator = make_evaluator(state_sharding, config.eval_batch_size, config.source_len,
-                             config.target_len, platform.step_compiler_options(config))
+  def report(state, report_step, reused):
+    del report_step, reused
+    return _test_report(config, state, evaluate, data, model, target_tok, references, workdir,
+                        is_main)
 
-  def evaluate(state, done, is_last):
-    return evaluator(state, data.validation, "val")
+  def describe(params):
+    count = sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(params))
+    return (f"Model: {config.model.encoder_attention} encoder, {config.model.decoder_attention} "
+            f"decoder, {count:,} parameters; {len(data.train):,} / {len(data.validation):,} / "
+            f"{len(data.test):,} pairs")
 
-  def save(done, state, eval_metrics):
-    data_state = {**train_iter.get_state(), **({"skipped": list(skipped)} if skipped else {})}
-    checkpointing.save(manager, done, state, data_state,
-                       {"param_shapes": shapes, "class_names": [], "run": contract,
-                        "machine": machine},
-                       {"val/accuracy": eval_metrics["val/accuracy"]} if eval_metrics else None)
-    if is_main:
-      print(f"step {done}: checkpoint saved", flush=True)
-
-  recover = classify.recovery(manager, train_iter, writer, packed, tx,
-                               abstract_state, state_sharding, fresh)
-  progress["training"] = True
-  with loop.stop_on_signals(on_force_exit=lock.release) as stop:
-    try:
-      result = loop.fit(state, train_step, train_iter, schedule, batch_size=config.batch_size,
-                        start_step=start_step, steps_per_epoch=train_iter.steps_per_epoch,
-                        evaluate=evaluate, save=save, writer=writer,
-                        compiler_options=platform.step_compiler_options(config),
-                        nonfinite_advice=lambda: classify.nonfinite_advice(
-                            manager, config), stop=stop, recover=recover, skipped=skipped)
-    finally:
-      checkpointing.finish_saves(manager)
-  report = _test_report(config, result.state, manager, abstract_state, state_sharding, packed,
-                        tx, schedule.total_steps, evaluator, data, model, target_tok,
-                        references, workdir, writer, is_main)
-  manager.close()
-  writer.close()
-  return report
+  return run.Job(data=data, module=packed, init_length=config.source_len + config.target_len + 1,
+                 train_iter=train_iter, train_step=train_step, evaluate=evaluate, report=report,
+                 describe=describe)
 
 
-def _test_report(config, state, manager, abstract_state, state_sharding, packed, tx, total_steps,
-                 evaluator, data, model, target_tok, references, workdir, writer, is_main):
-  """Test token metrics and BLEU/chrF (greedy, beam) of the best-validation (or last)
-  parameters; writes the report row and test_translations.jsonl."""
-  report_step = total_steps
-  if config.final_params == "best" and manager.best_step() not in (None, report_step):
-    report_step = manager.best_step()
-    state = classify.restore_for_report(
-        manager, report_step, abstract_state, state_sharding).replace(apply_fn=packed.apply,
-                                                                        tx=tx)
-  report = evaluator(state, data.test, "test")
+def _test_report(config, state, evaluate, data, model, target_tok, references, workdir,
+                 is_main) -> dict:
+  """Test token metrics and BLEU/chrF (greedy, beam) of `state`; writes
+  test_translations.jsonl."""
+  report, _ = evaluate(state, data.test, "test")
   sources = data.test.inputs[:, :config.source_len]
   params = jax.device_get(state.params)["model"]
   outputs = {}
@@ -412,14 +361,34 @@ def _test_report(config, state, manager, abstract_state, state_sharding, packed,
     report[f"test/bleu_{name}"], report[f"test/chrf_{name}"] = scores["bleu"], scores["chrf"]
     report["test/bleu_signature"], report["test/chrf_signature"] = (scores["bleu_signature"],
                                                                     scores["chrf_signature"])
-  report["test/params_from_step"] = int(report_step)
   if is_main:
     lines = "".join(json.dumps({"reference": reference, **{k: v[i] for k, v in outputs.items()}},
                                ensure_ascii=False) + "\n" for i, reference in enumerate(references))
     data_lib.atomic_write(os.path.join(workdir, "test_translations.jsonl"),
                           lambda f: f.write(lines))
-    writer.write_report(total_steps, report)
-    print("Test report: " + ", ".join(f"{k.split('/', 1)[1]}={v:.4f}" if isinstance(v, float)
-                                       else f"{k.split('/', 1)[1]}={v}"
-                                       for k, v in report.items()), flush=True)
   return report
+
+
+class Translator:
+  """What textattn.load(workdir) gives for a translation workdir: `.translate(texts, beam)`."""
+
+  def __init__(self, workdir: str, checkpoint: str, config):
+    self.config = config
+    self.source_tokenizer, self.target_tokenizer = load_tokenizers(workdir)
+    self.model = build_model(config, self.source_tokenizer.vocab_size,
+                             self.target_tokenizer.vocab_size)
+    length = config.source_len + config.target_len + 1
+    self.step, params = run.restore_params(workdir, checkpoint, config, Packed(self.model),
+                                               length)
+    self.params = params["model"]
+
+  def translate(self, texts: list[str], beam: int = 0) -> list[str]:
+    sources = self.source_tokenizer.encode([pairs_lib.standardize_source(t) for t in texts],
+                                           self.config.source_len, "post", standardized=True)
+    return translate_ids(self.model, self.params, sources, self.target_tokenizer,
+                         int(self.config.eval_batch_size), beam, float(self.config.length_penalty))
+
+
+tasks.register(tasks.Task(
+    name="translation", defaults=defaults.translation, validate=validate, prepare=prepare,
+    load=Translator, description="sequence-to-sequence translation (textattn/tasks/translation.py)"))

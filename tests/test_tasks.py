@@ -1,0 +1,146 @@
+"""Tasks are plug-ins on one runner: a toy task registered from tests/toy_task.py trains, stops
+on SIGTERM, resumes bit-identically and is loaded, with no edit under textattn/; the package
+keeps its layers (no command names a task, no task imports another, no config read with a
+fallback); and a workdir written before config versions still resumes and predicts."""
+
+import ast
+import inspect
+import pathlib
+import re
+import shutil
+import signal
+
+import numpy as np
+import pytest
+
+import textattn
+from tests.test_failures import STOP_LINE, has_checkpoint, start_main, wait_for
+from tests.test_train import assert_trees_identical, final_report, read_metrics, restore_params
+from textattn import defaults, loop, tasks
+from textattn import run as runner
+from textattn.errors import RunError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "textattn"
+FIXTURES = REPO / "tests" / "fixtures"
+TOY_ARGS = ["--plugin=tests.toy_task", "--config=tests/toy_task_config.py"]
+
+
+def test_a_plugin_task_trains_stops_resumes_bit_identically_and_loads(tmp_path):
+  stopped = tmp_path / "stopped"
+  process = start_main(TOY_ARGS, stopped)
+  assert wait_for(lambda: has_checkpoint(stopped), process), process.communicate()
+  process.send_signal(signal.SIGTERM)
+  _out, err = process.communicate(timeout=120)
+  assert process.returncode == 143, err[-3000:]
+  [stopped_at] = [int(m) for m in re.findall(STOP_LINE, err)]
+  assert 10 <= stopped_at < 60, err[-2000:]
+  resumed = start_main(TOY_ARGS, stopped)
+  out, err = resumed.communicate(timeout=300)
+  assert resumed.returncode == 0, err[-3000:]
+  assert f"Resuming from checkpoint at step {stopped_at}." in out
+
+  from tests import toy_task  # (registered by the import, as --plugin does)
+  config = defaults.load(str(REPO / "tests" / "toy_task_config.py"))
+  straight = tmp_path / "straight"
+  report = runner.train_and_evaluate(config, str(straight))
+  assert final_report(stopped) == final_report(straight)
+  assert_trees_identical(restore_params(stopped)[1], restore_params(straight)[1])
+  assert report["test/accuracy"] > 0.5  # (chance: 1/8) it learnt to reverse
+
+  reverser = textattn.load(str(stopped), plugins=["tests.toy_task"])
+  test = toy_task.make_data(config).test.inputs
+  predicted = reverser.reverse(test[:, :config.length])
+  assert np.mean(predicted == test[:, config.length:]) == pytest.approx(report["test/accuracy"])
+
+
+def _python_files(root):
+  return sorted(p for p in root.rglob("*.py") if "configs" not in p.parts)
+
+
+def test_nothing_outside_the_task_modules_branches_on_a_task():
+  # The commands, the runner and the loop dispatch through textattn.tasks: no comparison with
+  # a task's name outside its own module (defaults.py holds each task's defaults).
+  names = set(tasks.names())
+  offenders = []
+  for path in _python_files(PACKAGE):
+    if path.parent.name == "tasks" or path.name == "defaults.py":
+      continue
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Compare) and any(
+          isinstance(side, ast.Constant) and side.value in names
+          for side in [node.left, *node.comparators]):
+        offenders.append(f"{path.relative_to(REPO)}:{node.lineno} {ast.unparse(node)}")
+  assert not offenders, offenders
+
+
+def test_no_task_module_imports_another():
+  for path in (PACKAGE / "tasks").glob("*.py"):
+    siblings = {p.stem for p in (PACKAGE / "tasks").glob("*.py")} - {path.stem, "__init__"}
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.ImportFrom) and node.module:
+        imported = {node.module.split(".")[-1]} | {alias.name for alias in node.names}
+        assert not (node.module.startswith("textattn.tasks") and imported & siblings), path
+
+
+CONFIG_RECEIVER = re.compile(r"(^|\.|_)(config|cfg|model|optimizer|opt|m)$")
+
+
+def test_no_config_is_read_with_a_fallback():
+  # Every field is declared in textattn/defaults.py and old workdirs are migrated
+  # (defaults.migrate), so `config.get(field, fallback)` would only hide a missing declaration
+  # or restate a default.
+  offenders = []
+  for path in _python_files(PACKAGE):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and node.func.attr == "get"
+          and CONFIG_RECEIVER.search(ast.unparse(node.func.value))):
+        offenders.append(f"{path.relative_to(REPO)}:{node.lineno} {ast.unparse(node)}")
+  assert not offenders, offenders
+
+
+def test_the_loop_takes_its_actions_as_hooks_not_a_long_parameter_list():
+  assert len(inspect.signature(loop.fit).parameters) <= 6
+
+
+# ---- A workdir written before config versions (textattn at 4f22bde) ----------------------
+
+
+def old_workdir(tmp_path):
+  """A copy of tests/fixtures/workdir_v1 and the config (today's defaults) that made it."""
+  workdir = tmp_path / "workdir_v1"
+  shutil.copytree(FIXTURES / "workdir_v1", workdir)
+  config = defaults.load(str(FIXTURES / "workdir_v1_config.py"))
+  config.dataset = str(FIXTURES / "workdir_v1_reviews.csv")
+  config.cache_dir = str(tmp_path / "cache")
+  return workdir, config
+
+
+def test_a_workdir_of_version_1_predicts_and_resumes(tmp_path):
+  workdir, config = old_workdir(tmp_path)
+  assert "config_version" not in (workdir / "config.json").read_text()
+  classifier = textattn.load(str(workdir))
+  assert classifier.config.config_version == defaults.CONFIG_VERSION
+  assert classifier.config.task == "classification"
+  [row] = classifier.predict(["a wonderful superb film"])
+  assert row["label"] in ("pos", "neg") and row["tokens"] == 4
+
+  config.num_train_steps = 12  # (a constant schedule may be extended)
+  report = runner.train_and_evaluate(config, str(workdir))
+  assert report["test/params_from_step"] in (4, 8, 12)
+  steps = [row["step"] for row in read_metrics(workdir) if "train/loss" in row]
+  assert steps == [4, 8, 12]
+  assert (workdir / "config.before-step-8.json").exists()  # the v1 record is kept aside
+
+
+@pytest.mark.parametrize("field, value", [
+    ("model.dropout_rate", 0.2),  # in the old contract
+    ("intervals_dataset", "imdb_reviews"),  # not in it: added by the migration, then compared
+])
+def test_a_changed_field_against_a_migrated_workdir_is_refused(tmp_path, field, value):
+  workdir, config = old_workdir(tmp_path)
+  section, _, name = field.rpartition(".")
+  (config[section] if section else config)[name] = value
+  with pytest.raises(RunError, match=rf"was started with config\.{re.escape(field)}="):
+    runner.train_and_evaluate(config, str(workdir))

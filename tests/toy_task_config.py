@@ -1,0 +1,16 @@
+"""The toy task's config (tests/toy_task.py), a few seconds on a CPU.
+
+    python -m textattn.main --plugin=tests.toy_task --config=tests/toy_task_config.py \
+        --workdir=runs/toy
+"""
+
+from tests import toy_task  # the plugin's own defaults (run from the repository's root)
+
+
+def get_config():
+  config = toy_task.toy_defaults()
+  config.num_train_steps = 60
+  config.eval_every_steps = 10
+  config.checkpoint_every_steps = 10
+  config.log_every_steps = 10
+  return config

@@ -1,0 +1,157 @@
+"""The text-classification task: texts and labels -> a classifier -> test accuracy.
+
+Its data come from TFDS or the user's .csv/.tsv/.jsonl files (textattn/data), its models are the
+attention encoders and baselines of textattn/models.py and textattn/baselines.py, its steps are
+textattn/step.py's (cross-entropy; loss, correct and confusion sums), and its report is the test
+split's accuracy, weighted F1 and per-class precision/recall from the parameters the runner
+chose, with the class probabilities in test_predictions.npz (read by textattn.compare and
+textattn.ensemble). `textattn.load(workdir)` gives a predict.Classifier (.predict/.explain).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from textattn import baselines, compare, defaults, models, optim, platform, run, step, tasks
+from textattn import data as data_lib
+from textattn.defaults import check_choice, check_integer
+from textattn.errors import UsageError
+from textattn.metrics import summarize_eval
+from textattn.recipes import pretrain, word2vec
+
+EVAL_SPLITS = ("validation", "test")
+FINAL_PARAMS = ("best", "last")
+
+
+def validate(config: ml_collections.ConfigDict, device_count: int | None) -> None:
+  """One sentence naming the first bad field, its value and what is allowed. Without a device
+  count, the checks that need no JAX backend (run before JAX starts); with it, those that may
+  ask the backend (which kernels run here) or the device count."""
+  if device_count is not None:
+    models.validate_model_config(config)
+    word2vec.validate_config(config)
+    pretrain.validate_config(config)
+    for field in ("batch_size", "eval_batch_size"):
+      value = config[field]
+      if value % device_count:
+        raise UsageError(f"config.{field}={value!r} must be a positive multiple of the device "
+                         f"count ({device_count}) so every device gets an equal share.")
+    return
+  data_lib.validate_config(config)
+  optim.validate_config(config.optimizer)
+  check_choice("eval_split", config.eval_split, EVAL_SPLITS)
+  check_choice("final_params", config.final_params, FINAL_PARAMS)
+  if config.final_params == "best" and config.eval_split == "test":
+    raise UsageError("config.final_params='best' with config.eval_split='test' would choose the "
+                     "model on the test set; use final_params='last' or eval_split='validation'.")
+  for field in ("batch_size", "eval_batch_size"):
+    value = config[field]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise UsageError(f"config.{field}={value!r} must be a positive multiple of the device "
+                       f"count so every device gets an equal share.")
+  if config.num_train_steps <= 0 and config.num_epochs < 1:
+    raise UsageError(f"config.num_epochs={config.num_epochs} must be >= 1 when "
+                     f"config.num_train_steps={config.num_train_steps} is not > 0.")
+  for field in ("eval_every_steps", "checkpoint_every_steps", "log_every_steps"):
+    if config[field] < 0:
+      raise UsageError(f"config.{field}={config[field]} must be >= 0.")
+  if not isinstance(config.deterministic, bool):
+    raise UsageError(f"config.deterministic={config.deterministic!r} must be True or False.")
+  check_integer("evals_per_epoch", config.evals_per_epoch, 1)
+  if config.keep_checkpoints < 1:
+    raise UsageError(f"config.keep_checkpoints={config.keep_checkpoints} must be >= 1.")
+
+
+def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class_names,
+                   compiler_options=None):
+  """evaluate(state, split, prefix) -> (metrics, class probabilities [N, C] for "test" else
+  None). Eval batches are consecutive examples with weight-0 padding at the end."""
+  data_sharding, replicated = platform.data_parallel_shardings()
+  compiled = {
+      with_probabilities: jax.jit(
+          lambda s, b, p=with_probabilities: step.eval_step(s, b, num_classes, probabilities=p),
+          in_shardings=(state_sharding, data_sharding), out_shardings=replicated,
+          compiler_options=compiler_options)
+      for with_probabilities in (False, True)}
+
+  def evaluate(state, split, prefix):
+    with_probabilities = prefix == "test"
+    totals, probabilities = None, []
+    for batch in data_lib.eval_batches(split, eval_batch_size, jax.process_index(),
+                                       jax.process_count()):
+      sums = compiled[with_probabilities](state, platform.to_global(batch, data_sharding))
+      if with_probabilities:
+        probabilities.append(sums.pop("probabilities"))
+      totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    metrics = summarize_eval(jax.device_get(totals), class_names, prefix)
+    if not with_probabilities:
+      return metrics, None
+    return metrics, np.concatenate(jax.device_get(probabilities))[:len(split)]
+
+  return evaluate
+
+
+def prepare(config, workdir: str, is_main: bool) -> run.Job:
+  data = data_lib.load_dataset(config, workdir, write=is_main)
+  model = models.build_model(config, len(data.class_names), vocab_size=data.vocab_size)
+  train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
+                                      jax.process_index(), jax.process_count())
+  evaluator = None
+
+  def evaluate(state, split, prefix):
+    nonlocal evaluator
+    if evaluator is None:  # (the state's sharding: replicated over the data-parallel mesh)
+      _, replicated = platform.data_parallel_shardings()
+      evaluator = make_evaluator(jax.tree.map(lambda _: replicated, state),
+                                 len(data.class_names), config.eval_batch_size,
+                                 data.class_names, platform.step_compiler_options(config))
+    return evaluator(state, split, prefix)
+
+  def report(state, report_step, reused):
+    metrics, probabilities = reused or evaluate(state, data.test, "test")
+    if is_main:
+      compare.write_predictions(workdir, data.test.labels, probabilities, data.class_names,
+                                report_step)
+    return metrics
+
+  def pretrained():
+    """A new run's start: word vectors, a pretrained encoder or a baseline's frozen statistics
+    if the config asks."""
+    tokens = params = None
+    if config.model.embedding_init == "word2vec":
+      tokens = word2vec.pretrained_token_table(config, data.tokenizer, data.vocab_size,
+                                               write=is_main)
+    if pretrain.enabled(config):
+      # Every process writes its cache (atomically; identical content): caches may be per host.
+      params, curve = pretrain.pretrain(config, data.tokenizer, data.vocab_size)
+      if is_main:
+        pretrain.write_curve(workdir, curve)
+    if baselines.has_frozen(config):  # idf / NB ratios of the training split
+      params = baselines.frozen_parameters(config, data.train.inputs, data.train.labels,
+                                           len(data.class_names), data.vocab_size)
+    return tokens, params
+
+  eval_split = config.eval_split
+  return run.Job(
+      data=data, module=model, init_length=config.max_len, train_iter=train_iter,
+      train_step=step.train_step, evaluate=evaluate, report=report,
+      describe=lambda params: (f"Model: {models.describe(config)}\n"
+                               + models.parameter_table(params)),
+      eval_split=eval_split, eval_prefix="val" if eval_split == "validation" else "test",
+      pretrained=pretrained, frozen=baselines.has_frozen(config),
+      attention_impl=config.model.attention_impl,
+      checkpoint_meta={"class_names": data.class_names})
+
+
+def load(workdir: str, checkpoint: str, config):
+  from textattn import predict
+  return predict.Classifier(workdir, checkpoint, config=config)
+
+
+tasks.register(tasks.Task(
+    name="classification", defaults=defaults.classification, validate=validate,
+    prepare=prepare, load=load,
+    description="text classification (textattn/tasks/classification.py)"))
