@@ -144,3 +144,22 @@ def test_a_changed_field_against_a_migrated_workdir_is_refused(tmp_path, field, 
   (config[section] if section else config)[name] = value
   with pytest.raises(RunError, match=rf"was started with config\.{re.escape(field)}="):
     runner.train_and_evaluate(config, str(workdir))
+
+
+@pytest.mark.parametrize("command, code, message", [
+    (["textattn.sweep", "summarize", "missing.jsonl"], 1, "missing.jsonl: no such sweep file"),
+    (["textattn.summary", "--config=imdb_softmax", "--config.model.attention=nope"], 2,
+     "config.model.attention='nope' is not a known attention"),
+    (["textattn.predict", "--workdir=.", "--text=hi"], 1, ". has no config.json"),
+    (["textattn.main", "--config=imdb_softmax", "--workdir=w", "--config.task=nope"], 2,
+     "config.task='nope' is not a known task"),
+], ids=["sweep", "summary", "predict", "main_task"])
+def test_every_command_ends_a_users_mistake_in_one_line(tmp_path, command, code, message):
+  import subprocess
+  import sys
+  result = subprocess.run([sys.executable, "-m", *command], cwd=tmp_path, capture_output=True,
+                          text=True, check=False, timeout=300)
+  assert result.returncode == code, result.stderr[-2000:]
+  errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+  assert errors == [errors[0]] and errors[0].startswith(f"error: {message}"), result.stderr
+  assert "Traceback" not in result.stderr and not (tmp_path / "w").exists()

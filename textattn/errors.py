@@ -44,3 +44,27 @@ def one_line(text, limit: int | None = None) -> str:
   """`text` with its whitespace runs collapsed to single spaces (and cut at `limit`)."""
   line = " ".join(str(text).split())
   return line if limit is None else line[:limit]
+
+
+USER_ERRORS = (UsageError, DataError, RunError, NonFiniteLossError)
+
+
+def fail(error: Exception) -> None:
+  """Ends a command on a user's mistake or a failed run: its one sentence on stderr and the exit
+  code of its type (2 for a UsageError, 1 for the others)."""
+  import sys
+  print(f"error: {one_line(error)}", file=sys.stderr)
+  sys.exit(2 if isinstance(error, UsageError) else 1)
+
+
+class user_errors:
+  """Within the block, USER_ERRORS end the command through `fail` (one line, no traceback);
+  anything else is a bug and keeps its traceback."""
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, kind, error, traceback):
+    if error is not None and isinstance(error, USER_ERRORS):
+      fail(error)
+    return False

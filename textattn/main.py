@@ -20,7 +20,14 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from textattn import command_line
-from textattn.errors import DataError, NonFiniteLossError, RunError, Stopped, UsageError
+from textattn.errors import (
+  DataError,
+  NonFiniteLossError,
+  RunError,
+  Stopped,
+  UsageError,
+  fail,
+)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Training configuration file (configs/*.py).", lock_config=True)
@@ -40,15 +47,9 @@ _PLUGINS = flags.DEFINE_multi_string(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def _fail(error: Exception) -> None:
-  """A user's mistake or a failed run: its one sentence, and the exit code of its type."""
-  print(f"error: {error}", file=sys.stderr)
-  sys.exit(2 if isinstance(error, UsageError) else 1)
-
-
 def main(argv):
   if len(argv) > 1:
-    _fail(UsageError(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value)."))
+    fail(UsageError(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value)."))
   import jax  # after flag parsing, so --help and flag errors are instant
 
   from textattn import attention, platform, run, tasks
@@ -69,7 +70,7 @@ def main(argv):
       raise UsageError("--num_processes/--process_id (or JAX_NUM_PROCESSES/JAX_PROCESS_ID) "
                        "need --coordinator_address=HOST:PORT (or JAX_COORDINATOR_ADDRESS) too.")
   except (UsageError, DataError) as error:
-    _fail(error)
+    fail(error)
   if _COORDINATOR.value:
     # Only affects CPU collectives; must be set before any backend starts.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -80,7 +81,7 @@ def main(argv):
     task.validate(config, jax.device_count())  # the checks that ask the devices
     platform.check_xla_flags(config)
   except UsageError as error:
-    _fail(error)
+    fail(error)
 
   existed = os.path.exists(workdir)
   try:
@@ -92,7 +93,7 @@ def main(argv):
     if not existed:
       with contextlib.suppress(OSError):  # not empty (or never created): kept
         os.rmdir(workdir)
-    _fail(error)
+    fail(error)
   except Stopped as error:  # SIGINT/SIGTERM: "stopped at step N, checkpoint saved; ..."
     print(error.args[0], file=sys.stderr)
     sys.exit(error.exit_code)

@@ -19,10 +19,13 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file or name."
 def main(argv):
   del argv
   from textattn import attention, models
-  attention.load_plugins(_PLUGINS.value)
-  config = _CONFIG.value
-  model = models.build_model(config, _NUM_CLASSES.value)
-  print(models.parameter_table(models.abstract_params(model, config.max_len)))
+  from textattn.errors import user_errors
+  with user_errors():
+    attention.load_plugins(_PLUGINS.value)
+    config = _CONFIG.value
+    models.validate_model_config(config)
+    model = models.build_model(config, _NUM_CLASSES.value)
+    print(models.parameter_table(models.abstract_params(model, config.max_len)))
 
 
 if __name__ == "__main__":

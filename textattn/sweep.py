@@ -47,6 +47,7 @@ import time
 import numpy as np
 
 from textattn import defaults
+from textattn.errors import DataError
 
 
 def load_config(path: str):
@@ -375,6 +376,8 @@ def read_sweep_lines(paths: list[str]) -> dict[str, dict[int, float]]:
   """{variant: {seed: best validation}} over sweep files; a (variant, seed) twice is an error."""
   table: dict[str, dict[int, float]] = {}
   for path in paths:
+    if not os.path.isfile(path):
+      raise DataError(f"{path}: no such sweep file; give the --out file(s) of a sweep.")
     with open(path) as f:
       for number, line in enumerate(f, 1):
         r = json.loads(line)
@@ -484,6 +487,12 @@ def main() -> None:
   p.add_argument("--overrides", default="{}")
   p.add_argument("--out", required=True)
   args = parser.parse_args()
+  from textattn.errors import user_errors
+  with user_errors():
+    _dispatch(args)
+
+
+def _dispatch(args) -> None:
   if args.command == "export":
     export(args)
   elif args.command == "export-corpus":
