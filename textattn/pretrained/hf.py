@@ -66,13 +66,13 @@ class Transfer:
 
   def summary(self) -> str:
     """Three lines a run prints; a block's parameters are listed once as block_*/..."""
-    return "\n".join([
-        f"pretrained: {len(self.kept)} parameter arrays ({self.kept_values:,} values) start "
-        f"from the checkpoint: {_grouped(self.kept)}",
-        f"pretrained: {len(self.new)} parameter arrays are new (initialised afresh): "
-        f"{_grouped(self.new) or 'none'}",
-        f"pretrained: {len(self.unused)} checkpoint weights are unused: "
-        f"{_grouped(self.unused) or 'none'}"])
+    kept = (f"pretrained: {len(self.kept)} parameter arrays ({self.kept_values:,} values) "
+            f"start from the checkpoint: {_grouped(self.kept)}")
+    new = (f"pretrained: {len(self.new)} parameter arrays are new (initialised afresh): "
+           f"{_grouped(self.new) or 'none'}")
+    unused = (f"pretrained: {len(self.unused)} checkpoint weights are unused: "
+              f"{_grouped(self.unused) or 'none'}")
+    return f"{kept}\n{new}\n{unused}"
 
 
 def _grouped(names: list[str]) -> str:
@@ -105,9 +105,9 @@ def _fetch(repo_id: str, cache_dir: str | None) -> pathlib.Path:
   try:
     path = huggingface_hub.snapshot_download(repo_id, allow_patterns=list(FILES),
                                              cache_dir=cache_dir)
-  except Exception as e:  # noqa: BLE001 -- offline, unknown or gated repo: one advice for all
+  except Exception as e:  # offline, an unknown or a gated repo: the same advice for all
     raise DataError(f"config.model.pretrained='hf:{repo_id}' could not be fetched "
-                    f"({type(e).__name__}: {one_line(e, 200)}); {advice}.") from e
+                    f"({type(e).__name__}); {advice}.") from e
   return pathlib.Path(path)
 
 
@@ -278,7 +278,7 @@ def load(spec: str, cache_dir: str | None = None) -> Pretrained:
   params, sources, ignored = read_weights(directory, config)
   try:
     tokenizer = PretrainedTokenizer.from_file(directory / "tokenizer.json", config.pad_token_id)
-  except Exception as e:  # noqa: BLE001 -- tokenizers raises plain Exception for a bad file
+  except Exception as e:  # tokenizers raises a plain Exception for a file it cannot read
     raise DataError(f"{directory / 'tokenizer.json'} cannot be read by Hugging Face tokenizers "
                     f"({one_line(e, 160)}).") from e
   if tokenizer.vocab_size > config.vocab_size:
