@@ -185,8 +185,10 @@ def test_additive_attention_keeps_every_weight_with_a_place_and_initialises_the_
   for name in expected_kept:
     np.testing.assert_array_equal(flat[name], tiny.params[name.removeprefix("encoder/")])
   summary = report.summary()
-  assert "encoder/block_*/attention/alpha_kernel (x2)" in summary
-  assert "encoder/block_*/attention/value/kernel (x2)" in summary
+  assert ("are new (initialised afresh): encoder/block_*/attention/{alpha_kernel,beta_kernel} "
+          "(x2), logits/{bias,kernel}\n") in summary
+  assert summary.endswith("4 checkpoint weights are unused: "
+                          "encoder/block_*/attention/value/{bias,kernel} (x2)")
   tokens = tiny.tokenizer.encode(["the movie was great", "bad"], 16, "post")
   logits = model.apply({"params": params}, tokens, train=True,
                        rngs={"dropout": jax.random.key(1)})

@@ -76,10 +76,26 @@ class Transfer:
 
 
 def _grouped(names: list[str]) -> str:
-  counts = collections.Counter(re.sub(r"layer\.\d+\.", "layer.*.", re.sub(r"block_\d+/",
-                                                                             "block_*/", n))
-                               for n in names)
-  return ", ".join(f"{n} (x{c})" if c > 1 else n for n, c in counts.items())
+  """Names in a line a person reads: the blocks' as one block_* (or layer.*) entry with their
+  count, a module's parameters in braces, e.g. "block_*/attention/{alpha_kernel,beta_kernel}
+  (x6)"."""
+  modules: dict[str, dict[str, set]] = collections.defaultdict(
+      lambda: collections.defaultdict(set))
+  for name in names:
+    block = re.search(r"block_(\d+)/|layer\.(\d+)\.", name)
+    generic = re.sub(r"block_\d+/", "block_*/", re.sub(r"layer\.\d+\.", "layer.*.", name))
+    separator = "/" if "/" in generic else "."  # the model's names, or the checkpoint's
+    parent, _, leaf = generic.rpartition(separator)
+    modules[parent + separator if parent else ""][leaf].add(block.group(0) if block else "")
+  entries = []
+  for parent, leaves in modules.items():
+    by_blocks = collections.defaultdict(list)
+    for leaf, blocks in leaves.items():
+      by_blocks[len(blocks)].append(leaf)
+    for count, group in by_blocks.items():
+      joined = group[0] if len(group) == 1 else "{" + ",".join(sorted(group)) + "}"
+      entries.append(f"{parent}{joined}" + (f" (x{count})" if count > 1 else ""))
+  return ", ".join(entries)
 
 
 def resolve(spec: str, cache_dir: str | None = None) -> pathlib.Path:
