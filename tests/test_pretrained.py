@@ -202,3 +202,19 @@ def test_mean_pooling_ignores_padding(tiny):
   longer = tiny.tokenizer.encode(["the movie"], 16, "post")  # the same tokens, more padding
   np.testing.assert_allclose(model.apply({"params": params}, short),
                              model.apply({"params": params}, longer), atol=1e-6)
+
+
+def test_looked_up_rows_replace_the_token_lookup(tiny):
+  # step.train_step and explain's gradient x input pass the embedding rows they differentiate:
+  # the rows of other words (same padding) must give those words' logits.
+  model = bert.BertClassifier(tiny.config, num_classes=2, attention_impl="xla")
+  params, _ = hf.init_params(model, tiny, jax.random.key(0), 16)
+  tokens = tiny.tokenizer.encode(["the movie was great", "bad"], 16, "post")
+  other = tiny.tokenizer.encode(["the film was bad", "good"], 16, "post")
+  assert ((tokens != 0) == (other != 0)).all() and (tokens != other).any()
+  table = params
+  for name in bert.TOKEN_TABLE_PATH:
+    table = table[name]
+  from_rows = model.apply({"params": params}, tokens, token_embeddings=np.asarray(table)[other])
+  np.testing.assert_allclose(from_rows, model.apply({"params": params}, other), atol=1e-6)
+  assert np.abs(from_rows - model.apply({"params": params}, tokens)).max() > 1e-3

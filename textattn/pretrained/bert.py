@@ -46,6 +46,8 @@ ACTIVATIONS = {
     "relu": jax.nn.relu,
 }
 POOLINGS = ("cls", "mean")
+# Where BertClassifier keeps the word-embedding table (step.TOKEN_TABLE_PATH's counterpart).
+TOKEN_TABLE_PATH = ("encoder", "embeddings", "word", "embedding")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +81,8 @@ class BertEmbeddings(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, tokens: Array, token_types: Array, *, deterministic: bool) -> Array:
+  def __call__(self, tokens: Array, token_types: Array, token_embeddings: Array | None = None, *,
+               deterministic: bool) -> Array:
     c = self.config
     length = tokens.shape[1]
     if length > c.max_positions:
@@ -91,7 +94,10 @@ class BertEmbeddings(nn.Module):
                               dtype=self.dtype)
     # Summed in transformers' order (word + type, then position): float addition is not
     # associative, and the reference test compares to 1e-5.
-    x = embed(c.vocab_size, name="word")(tokens)
+    word = embed(c.vocab_size, name="word")
+    # token_embeddings: the rows of `tokens` looked up by the caller, which differentiates with
+    # respect to them (step.train_step's keras_adam path, explain's gradient x input).
+    x = word(tokens) if token_embeddings is None else token_embeddings.astype(self.dtype)
     x = x + embed(c.type_vocab_size, name="token_type")(token_types)
     x = x + embed(c.max_positions, name="position")(positions)
     x = _layer_norm(c, self.dtype, "norm")(x)
@@ -122,7 +128,8 @@ class BertEncoder(nn.Module):
   """tokens int [batch, length] -> (hidden [batch, length, hidden], pooled [batch, hidden]).
 
   padding_mask: True for real tokens (default: tokens != config.pad_token_id); token_types:
-  segment ids (default: all 0, a single sentence)."""
+  segment ids (default: all 0, a single sentence); token_embeddings: the word-embedding rows of
+  `tokens` [batch, length, hidden] when the caller looked them up (see BertEmbeddings)."""
   config: BertConfig
   attention: str = "softmax"
   attention_impl: str = "auto"
@@ -130,14 +137,15 @@ class BertEncoder(nn.Module):
 
   @nn.compact
   def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
-               token_types: Array | None = None) -> tuple[Array, Array]:
+               token_types: Array | None = None,
+               token_embeddings: Array | None = None) -> tuple[Array, Array]:
     c = self.config
     if padding_mask is None:
       padding_mask = tokens != c.pad_token_id
     padding_mask = padding_mask.astype(bool)
     if token_types is None:
       token_types = jnp.zeros_like(tokens)
-    x = BertEmbeddings(c, self.dtype, name="embeddings")(tokens, token_types,
+    x = BertEmbeddings(c, self.dtype, name="embeddings")(tokens, token_types, token_embeddings,
                                                          deterministic=not train)
     for i in range(c.num_layers):
       x = BertBlock(c, self.attention, self.attention_impl, self.dtype, name=f"block_{i}")(
@@ -161,15 +169,16 @@ class BertClassifier(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, tokens: Array, *, train: bool = False,
-               padding_mask: Array | None = None) -> Array:
+  def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
+               token_embeddings: Array | None = None) -> Array:
     if self.pooling not in POOLINGS:
       raise ValueError(f"config.model.pooling={self.pooling!r} is not allowed for a pretrained "
                        f"encoder; allowed: {', '.join(POOLINGS)}.")
     if padding_mask is None:
       padding_mask = tokens != self.config.pad_token_id
     hidden, pooled = BertEncoder(self.config, self.attention, self.attention_impl, self.dtype,
-                                 name="encoder")(tokens, train=train, padding_mask=padding_mask)
+                                 name="encoder")(tokens, train=train, padding_mask=padding_mask,
+                                                token_embeddings=token_embeddings)
     x = pooled if self.pooling == "cls" else masked_mean(hidden, padding_mask)
     rate = self.config.hidden_dropout if self.dropout_rate is None else self.dropout_rate
     x = Dropout(rate)(x, deterministic=not train)
