@@ -14,6 +14,7 @@ from safetensors.numpy import load_file, save_file
 
 from textattn.data.splits import DataError
 from textattn.pretrained import bert, hf
+from textattn.pretrained.tokenizer import PretrainedTokenizer
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "tiny_bert"
 TOLERANCE = 1e-5  # float32, as the issue asks; the fixture's outputs are of order 1
@@ -53,6 +54,12 @@ def test_token_ids_equal_transformers_with_our_max_len_not_the_files(tiny, refer
                                 reference["input_ids_keep_end"])
   with pytest.raises(ValueError, match="raw text"):
     tiny.tokenizer.encode(sentences, max_len, "post", standardized=True)
+  # What a workdir keeps reads back to the same ids, with no truncation or padding of its own.
+  saved = json.loads(tiny.tokenizer.to_json())
+  assert saved["truncation"] is None and saved["padding"] is None
+  reread = PretrainedTokenizer.from_json(tiny.tokenizer.to_json(), tiny.config.pad_token_id)
+  np.testing.assert_array_equal(reread.encode(sentences, max_len, "post"), reference["input_ids"])
+  assert reread.fingerprint() == tiny.tokenizer.fingerprint()
 
 
 def test_softmax_encoder_reproduces_transformers_hidden_states_and_pooler(tiny, reference):

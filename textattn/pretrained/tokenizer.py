@@ -40,6 +40,13 @@ class PretrainedTokenizer:
     from tokenizers import Tokenizer
     return cls(Tokenizer.from_file(str(path)), pad_id)
 
+  @classmethod
+  def from_json(cls, text: str, pad_id: int) -> PretrainedTokenizer:
+    """Reads `to_json` output (what a workdir keeps, so a resumed run or predict needs no
+    model directory)."""
+    from tokenizers import Tokenizer
+    return cls(Tokenizer.from_str(text), pad_id)
+
   @property
   def vocab_size(self) -> int:
     return self.hf.get_vocab_size()
