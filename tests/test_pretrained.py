@@ -225,3 +225,10 @@ def test_looked_up_rows_replace_the_token_lookup(tiny):
   from_rows = model.apply({"params": params}, tokens, token_embeddings=np.asarray(table)[other])
   np.testing.assert_allclose(from_rows, model.apply({"params": params}, other), atol=1e-6)
   assert np.abs(from_rows - model.apply({"params": params}, tokens)).max() > 1e-3
+
+
+def test_inputs_longer_than_the_position_table_are_refused(tiny):
+  encoder = bert.BertEncoder(tiny.config, attention_impl="xla")
+  too_long = np.ones((1, tiny.config.max_positions + 1), np.int32)
+  with pytest.raises(ValueError, match=r"positions; use config.max_len <= 32\."):
+    encoder.init(jax.random.key(0), too_long)
