@@ -3,5 +3,5 @@
 bert.py: the BERT-family encoder and classifier (Flax); hf.py: a model directory (config.json,
 model.safetensors, tokenizer.json) or hf:ORG/NAME -> its config, converted weights, tokenizer,
 and which of a model's parameters they fill; tokenizer.py: the model's own tokenizer behind
-textattn's tokenizer interface.
+textattn's tokenizer interface; finetune.py: layer-wise learning-rate decay.
 """
