@@ -152,10 +152,11 @@ def read_config(directory: pathlib.Path) -> BertConfig:
     raise DataError(f"{path} describes a {model_type!r} model; textattn loads only "
                     f"{', '.join(repr(t) for t in MODEL_TYPES)} encoders (BERT, MiniLM and "
                     f"others of BERT's layout).")
-  unsupported = {"position_embedding_type": ("absolute", "absolute"),
-                 "is_decoder": (False, False), "add_cross_attention": (False, False)}
-  for field, (default, wanted) in unsupported.items():
-    if data.get(field, default) != wanted:
+  # What an encoder of BERT's layout (absolute positions, no cross-attention) must say.
+  required = {"position_embedding_type": "absolute", "is_decoder": False,
+              "add_cross_attention": False}
+  for field, wanted in required.items():
+    if data.get(field, wanted) != wanted:
       raise DataError(f"{path} sets {field}={data[field]!r}; textattn's BERT encoder supports "
                       f"only {wanted!r}.")
   if data.get("hidden_act", "gelu") not in ACTIVATIONS:
