@@ -1,0 +1,7 @@
+"""Pretrained encoders from Hugging Face files, with any registered attention variant.
+
+bert.py: the BERT-family encoder and classifier (Flax); hf.py: a model directory (config.json,
+model.safetensors, tokenizer.json) or hf:ORG/NAME -> its config, converted weights, tokenizer,
+and which of a model's parameters they fill; tokenizer.py: the model's own tokenizer behind
+textattn's tokenizer interface; finetune.py: layer-wise learning-rate decay.
+"""

@@ -1,0 +1,88 @@
+"""A pretrained model's own tokenizer (its tokenizer.json, Hugging Face `tokenizers`) behind the
+interface of textattn.data.tokenizer: `encode(texts, max_len, truncation)` -> int32
+[N, max_len], tokens left-aligned, the model's padding id after them.
+
+The ids must be the ones the weights were trained with, so the text is not standardised first
+(the tokenizer's own normaliser does what it needs, e.g. BERT's lowercasing and accent
+stripping), and the special tokens its post-processor adds ([CLS] ... [SEP]) are kept. A
+tokenizer.json that enables its own truncation or padding (all-MiniLM-L6-v2's truncates and
+pads to 128) has both switched off: length is the run's config.max_len, which counts the
+special tokens, and "pre" truncation keeps the end of a text, "post" its start, as for every
+textattn tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from textattn.data.tokenizer import check_truncation
+
+DIRECTIONS = {"pre": "left", "post": "right"}  # textattn's truncation -> tokenizers' direction
+
+
+class PretrainedTokenizer:
+  """A `tokenizers.Tokenizer` with no truncation or padding of its own; `pad_id` fills rows."""
+
+  kind = "pretrained"
+
+  def __init__(self, hf, pad_id: int):
+    hf.no_truncation()
+    hf.no_padding()
+    self.hf = hf
+    self.pad_id = int(pad_id)
+    self._json = hf.to_str(pretty=True)  # before encode() sets a truncation on it
+
+  @classmethod
+  def from_file(cls, path, pad_id: int) -> PretrainedTokenizer:
+    from tokenizers import Tokenizer
+    return cls(Tokenizer.from_file(str(path)), pad_id)
+
+  @classmethod
+  def from_json(cls, text: str, pad_id: int) -> PretrainedTokenizer:
+    """Reads `to_json` output (what a workdir keeps, so a resumed run or predict needs no
+    model directory)."""
+    from tokenizers import Tokenizer
+    return cls(Tokenizer.from_str(text), pad_id)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.hf.get_vocab_size()
+
+  def fingerprint(self) -> str:
+    """Changes whenever any id would change."""
+    return f"pretrained-{hashlib.sha256(self._json.encode('utf-8')).hexdigest()}"
+
+  def encode(self, texts: Sequence[str], max_len: int, truncation: str, *,
+             standardized: bool = False) -> np.ndarray:
+    if standardized:
+      raise ValueError("A pretrained tokenizer needs the raw text: standardising it first "
+                       "(lowercase, no punctuation) would change its ids.")
+    check_truncation(max_len, truncation)
+    added = self.hf.num_special_tokens_to_add(False)
+    if max_len <= added:
+      raise ValueError(f"config.max_len={max_len} leaves no room for a token beside the "
+                       f"{added} special tokens the pretrained tokenizer adds; use a larger "
+                       f"max_len.")
+    self.hf.enable_truncation(max_len, direction=DIRECTIONS[truncation])
+    try:
+      encodings = self.hf.encode_batch(list(texts))
+    finally:
+      self.hf.no_truncation()
+    out = np.full((len(encodings), max_len), self.pad_id, np.int32)
+    for row, encoding in enumerate(encodings):
+      out[row, :len(encoding.ids)] = encoding.ids
+    return out
+
+  def token_id(self, token: str) -> int | None:
+    return self.hf.token_to_id(token)
+
+  def decode(self, ids: Sequence[int]) -> str:
+    """The text of `ids`, special tokens and padding skipped."""
+    return self.hf.decode([int(i) for i in ids if int(i) != self.pad_id],
+                          skip_special_tokens=True)
+
+  def to_json(self) -> str:
+    return self._json

@@ -1,0 +1,159 @@
+"""Token-embedding initialisation from a file of pretrained word vectors.
+
+`config.model.embedding_init = "vectors:PATH"` starts the token-embedding table from vectors
+someone else trained (GloVe, as Deep Learning with Python's chapter 11 loads, or word2vec's
+GoogleNews), read with gensim's `KeyedVectors`:
+- word2vec text (a "count dim" header line, then "word v1 v2 ...") or binary (the same header,
+  then packed float32s; what `.bin` files hold), and GloVe `.txt` (word2vec text without the
+  header, read with `no_header=True`). The format is told from the file's first bytes (a name
+  ending in .bin or .bin.gz is binary whatever they look like); a `.gz` file is read compressed.
+- Rows: the vector of each vocabulary word lands on its token id; a word the file has only
+  with other capitals ("Paris" for the vocabulary's "paris") takes the first (most frequent)
+  such entry. Padding, [UNK] and words without a vector keep the random initialisation.
+- Scale: the vectors as they are ("raw", as the book does), or rescaled to the random
+  initialiser's spread ("init", as the word2vec recipe's default).
+- Coverage: how many vocabulary words found a vector, as a one-line summary a run prints.
+
+The result is the (table, found) pair the word2vec recipe returns, which
+step.init_train_state(pretrained_tokens=...) merges into the fresh parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import logging as std_logging
+import os
+import re
+
+import numpy as np
+
+from textattn.data import tokenizer as tokenizer_lib
+from textattn.data.splits import DataError
+from textattn.errors import one_line
+
+PREFIX = "vectors:"
+SCALES = ("raw", "init")
+FORMATS = ("word2vec_binary", "word2vec_text", "glove")
+_HEADER = re.compile(rb"^\s*\d+\s+\d+\s*$")
+
+
+def is_vectors(embedding_init: str) -> bool:
+  return isinstance(embedding_init, str) and embedding_init.startswith(PREFIX)
+
+
+def path_of(embedding_init: str) -> str:
+  return os.path.expanduser(embedding_init[len(PREFIX):])
+
+
+def check(embedding_init: str, tokenizer_kind: str) -> None:
+  """One sentence for a vectors setting that cannot work, before any data is read."""
+  path = path_of(embedding_init)
+  if not path:
+    raise ValueError("config.model.embedding_init='vectors:' names no file; give "
+                     "'vectors:PATH' (a word2vec .txt/.bin or GloVe .txt file).")
+  if tokenizer_kind != "word":
+    raise ValueError(f"config.model.embedding_init={embedding_init!r} needs "
+                     f"config.tokenizer='word' (word vectors for a word vocabulary), not "
+                     f"{tokenizer_kind!r}.")
+  if not os.path.isfile(path):
+    raise DataError(f"config.model.embedding_init={embedding_init!r}: {path} is not a file; "
+                    f"give the path of a word2vec .txt/.bin or GloVe .txt file.")
+
+
+def _open(path: str):
+  return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def detect_format(path: str) -> str:
+  """word2vec_binary, word2vec_text or glove, from the file's first bytes: a "count dim" header
+  is word2vec's; after it, a .bin name or bytes that are not text (a NUL, invalid UTF-8) mean
+  binary."""
+  try:
+    with _open(path) as f:
+      first = f.readline(1 << 16)
+      if not _HEADER.match(first):
+        return "glove"
+      sample = f.read(1 << 14)
+  except OSError as e:
+    raise DataError(f"The word-vector file {path} cannot be read ({one_line(e, 160)}).") from e
+  if b"\0" in sample or path.endswith((".bin", ".bin.gz")):
+    return "word2vec_binary"
+  try:
+    sample.decode("utf-8")
+  except UnicodeDecodeError as e:
+    if e.start < len(sample) - 3:  # (not just a character cut by the sample's end)
+      return "word2vec_binary"
+  return "word2vec_text"
+
+
+def read_vectors(path: str):
+  """(gensim KeyedVectors, format) of the file (`detect_format`); DataError if unreadable."""
+  from gensim.models import KeyedVectors  # only runs that ask for vectors import gensim
+  file_format = detect_format(path)
+  gensim_logger = std_logging.getLogger("gensim")
+  level = gensim_logger.level
+  gensim_logger.setLevel(std_logging.WARNING)  # its per-file INFO lines
+  try:
+    keyed = KeyedVectors.load_word2vec_format(
+        path, binary=file_format == "word2vec_binary", no_header=file_format == "glove")
+  except (ValueError, EOFError, UnicodeDecodeError, OSError) as e:
+    raise DataError(f"The word-vector file {path} cannot be read as "
+                    f"{file_format.replace('_', ' ')} vectors ({one_line(e, 160)}).") from e
+  finally:
+    gensim_logger.setLevel(level)
+  return keyed, file_format
+
+
+@dataclasses.dataclass
+class Coverage:
+  """How much of the vocabulary the file covers."""
+  path: str
+  file_format: str
+  file_words: int  # vectors in the file
+  dim: int
+  words: int  # vocabulary words (the reserved ids 0 and 1 not counted)
+  found: int  # vocabulary words with a vector
+  by_case: int  # of those, found only with other capitals
+
+  def summary(self) -> str:
+    share = self.found / self.words if self.words else 0.0
+    case = f"; {self.by_case:,} matched ignoring case" if self.by_case else ""
+    return (f"vectors: {self.found:,} of {self.words:,} vocabulary words ({share:.1%}) start "
+            f"from a vector of {os.path.basename(self.path)} ({self.file_words:,} "
+            f"{self.file_format.replace('_', ' ')} vectors, {self.dim} dimensions{case}); the "
+            f"other rows keep the random initialisation.")
+
+
+def table_from_file(path: str, tokenizer: tokenizer_lib.WordTokenizer, vocab_size: int,
+                    embed_dim: int, scale: str = "raw") -> tuple[np.ndarray, np.ndarray, Coverage]:
+  """(table float32 [vocab_size, embed_dim], found bool [vocab_size], coverage): row id(w) holds
+  the file's vector of w where `found`, zeros elsewhere (the caller keeps its random rows)."""
+  if scale not in SCALES:
+    raise ValueError(f"scale={scale!r} is invalid; allowed: {', '.join(SCALES)}.")
+  vectors, file_format = read_vectors(path)
+  dim = int(vectors.vector_size)
+  if dim != embed_dim:
+    raise DataError(f"{path} holds {dim}-dimensional word vectors but config.model.embed_dim="
+                    f"{embed_dim}; set model.embed_dim={dim} to use them.")
+  by_lower: dict[str, str] = {}
+  for key in vectors.index_to_key:  # file order: the most frequent spelling first
+    by_lower.setdefault(str(key).lower(), key)
+  table = np.zeros((vocab_size, dim), np.float32)
+  found = np.zeros(vocab_size, bool)
+  by_case = 0
+  for index, word in enumerate(tokenizer.words):
+    row = index + tokenizer_lib.NUM_RESERVED
+    key = word if word in vectors.key_to_index else by_lower.get(word.lower())
+    if key is None or row >= vocab_size:
+      continue
+    table[row] = vectors[key]
+    found[row] = True
+    by_case += key != word
+  if scale == "init":
+    from textattn.recipes.word2vec import rescale
+    table = rescale(table, found, "init")
+  coverage = Coverage(path=path, file_format=file_format, file_words=len(vectors.index_to_key),
+                      dim=dim, words=len(tokenizer.words), found=int(found.sum()),
+                      by_case=by_case)
+  return table, found, coverage
