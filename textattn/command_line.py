@@ -8,6 +8,7 @@ import sys
 
 import ml_collections
 
+from textattn import defaults
 from textattn.defaults import load
 from textattn.errors import one_line
 
@@ -79,7 +80,7 @@ def flag_error_message(error: BaseException, argv: list[str], config_flag: str =
   if path is not None and not os.path.isfile(path):
     return (f"--{config_flag}={paths[-1]}: no such config file; give the path of a config file "
             f"such as configs/imdb_softmax.py, or the name of a shipped config "
-            f"({', '.join(shipped_configs())}).")
+            f"({', '.join(defaults.shipped_configs())}).")
   config = None
   if path is not None:
     try:
@@ -121,36 +122,14 @@ def flag_error_message(error: BaseException, argv: list[str], config_flag: str =
                    else text)
 
 
-CONFIGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
-
-
-def shipped_configs() -> list[str]:
-  """The names of the configs that ship with textattn (textattn/configs/*.py)."""
-  return sorted(name[:-3] for name in os.listdir(CONFIGS_DIR)
-                if name.endswith(".py") and not name.startswith("_"))
-
-
-def config_path(value: str) -> str:
-  """--config's value as a path: an existing file as given, else a shipped config's name
-  ("imdb_fastformer" or "imdb_fastformer.py", with an optional ":argument") as the path of
-  that file in the installed package, so a name works from any directory."""
-  path, sep, argument = value.partition(":")
-  if os.path.isfile(path):
-    return value
-  name = path.removesuffix(".py")
-  if os.sep not in name and name in shipped_configs():
-    return os.path.join(CONFIGS_DIR, name + ".py") + sep + argument
-  return value
-
-
 def resolve_config_names(argv: list[str], config_flag: str = "config") -> list[str]:
   """argv with each --config=NAME of a shipped config replaced by its path."""
   out = []
   for i, arg in enumerate(argv):
     if arg.startswith(f"--{config_flag}="):
-      arg = f"--{config_flag}=" + config_path(arg[len(config_flag) + 3:])
+      arg = f"--{config_flag}=" + defaults.config_path(arg[len(config_flag) + 3:])
     elif i and argv[i - 1] == f"--{config_flag}":
-      arg = config_path(arg)
+      arg = defaults.config_path(arg)
     out.append(arg)
   return out
 

@@ -117,7 +117,7 @@ def classification() -> ml_collections.ConfigDict:
 
 
 def translation() -> ml_collections.ConfigDict:
-  """The translation task's defaults (textattn/translation.py): Deep Learning with Python's
+  """The translation task's defaults (textattn/tasks/translation.py): Deep Learning with Python's
   English-to-Spanish Transformer (ch. 11.5) with standard head sizes and a faster recipe (Adam
   with warm-up and cosine decay, light dropout, length-grouped batches);
   configs/spa_eng_chapter.py restores the chapter's every setting."""
@@ -213,8 +213,32 @@ def read_workdir_config(workdir: str, plugins=()) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(migrate(saved, task.defaults()))
 
 
+CONFIGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def shipped_configs() -> list[str]:
+  """The names of the configs that ship with textattn (textattn/configs/*.py)."""
+  return sorted(name[:-3] for name in os.listdir(CONFIGS_DIR)
+                if name.endswith(".py") and not name.startswith("_"))
+
+
+def config_path(value: str) -> str:
+  """--config's value as a path: an existing file as given, else a shipped config's name
+  ("imdb_fastformer" or "imdb_fastformer.py", with an optional ":argument") as the path of
+  that file in the installed package, so a name works from any directory."""
+  path, sep, argument = value.partition(":")
+  if os.path.isfile(path):
+    return value
+  name = path.removesuffix(".py")
+  if os.sep not in name and name in shipped_configs():
+    return os.path.join(CONFIGS_DIR, name + ".py") + sep + argument
+  return value
+
+
 def load(path: str) -> ml_collections.ConfigDict:
-  """get_config() of the config file at `path`, loaded by path (configs are not a package)."""
+  """get_config() of the config file at `path` (or of the shipped config of that name), loaded
+  by path (configs are not a package)."""
+  path = config_path(path)
   if not os.path.isfile(path):
     raise UsageError(f"config file {path!r} does not exist.")
   name = "textattn_config_" + os.path.splitext(os.path.basename(path))[0]

@@ -1,9 +1,10 @@
 """THE training loop: batches -> compiled step -> logging, NaN guard, evaluation, checkpoints.
 
-`fit(...)` is used by every task: classification (textattn/classify.py), masked-language-model
-pretraining (textattn/recipes/pretrain.py) and validation sweeps (textattn/sweep.py). What differs
-between them comes in as arguments: the pure step, the batches, an `evaluate` callback and a
-`save` callback (None: no evaluation / no checkpoints).
+`fit(state, train_step, batches, schedule, hooks)` is used by every task through the runner
+(textattn/run.py), by masked-language-model pretraining (textattn/recipes/pretrain.py) and by
+validation sweeps (textattn/sweep.py). What differs between them comes in as arguments: the pure
+step, the batches, the Schedule (intervals, examples per step, compiler options) and the Hooks
+(evaluation, checkpoints, metric writer, signal stop, NaN recovery; each optional).
 
 Order within a step, which exact resume relies on: the step runs; at a log, evaluation or
 checkpoint boundary its window's sums are fetched (one host sync) and checked for NaN/Inf

@@ -125,6 +125,33 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       task, config, workdir, is_main, lock, progress))
 
 
+def train_only(config: ml_collections.ConfigDict, job: Job) -> list[tuple[int, dict]]:
+  """Trains `job` from its fresh start with no workdir (no checkpoints, metric files, resume or
+  report), evaluating its validation split at the run's evaluation interval; returns
+  [(step, metrics)]. What validation sweeps run (textattn/sweep.py)."""
+  _, replicated = platform.data_parallel_shardings()
+  plan = schedule(config, job.train_iter.steps_per_epoch)
+  plan = dataclasses.replace(plan, log_every=0, checkpoint_every=0, batch_size=config.batch_size,
+                             compiler_options=platform.step_compiler_options(config))
+  tx = optim.make_optimizer(config.optimizer, plan.total_steps, frozen=job.frozen)
+
+  def init(rng, pretrained_tokens=None, pretrained_params=None):
+    return step.init_train_state(job.module, tx, rng, job.init_length, config.optimizer,
+                                 pretrained_tokens, pretrained_params)
+
+  rng, start = jax.random.key(config.seed), job.pretrained()
+  state_sharding = jax.tree.map(lambda _: replicated, jax.eval_shape(init, rng, *start))
+  state = jax.jit(init, out_shardings=state_sharding)(rng, *start)
+  curve = []
+
+  def evaluate(state, done, is_last):
+    curve.append((done, job.evaluate(state, job.data.validation, "val")[0]))
+
+  loop.fit(state, job.train_step, job.train_iter, plan,
+           loop.Hooks(evaluate=evaluate, progress=False))
+  return curve
+
+
 def in_workdir(workdir: str, body):
   """body(is_main, lock, progress) holding the workdir lock; a workdir this call created is
   removed again if body fails before it sets progress["training"]."""

@@ -18,6 +18,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file or name."
 
 def main(argv):
   del argv
+  from absl import logging
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # the table only, as textattn.main is quiet
   from textattn import attention, models
   from textattn.errors import user_errors
   with user_errors():

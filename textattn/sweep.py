@@ -283,7 +283,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
   optimizer, evaluating on validation every eval_every_steps; returns the validation curve."""
   import jax
 
-  from textattn import baselines, loop, models, optim, platform, run, step
+  from textattn import baselines, platform, run
   from textattn import data as data_lib
   from textattn.tasks import classification
 
@@ -301,39 +301,18 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
     pretrained_params = baselines.frozen_parameters(
         config, splits["train"].inputs, splits["train"].labels, len(class_names),
         int(raw["vocab_size"]))
-  model = models.build_model(config, len(class_names), vocab_size=int(raw["vocab_size"]))
-  train_iter = data_lib.TrainIterator(splits["train"], config.batch_size, config.seed)
-  total_steps = (config.num_train_steps if config.num_train_steps > 0
-                 else config.num_epochs * train_iter.steps_per_epoch)
-  tx = optim.make_optimizer(config.optimizer, total_steps, frozen=baselines.has_frozen(config))
-  _, replicated = platform.data_parallel_shardings()
-  init = lambda rng, tokens, encoder: step.init_train_state(
-      model, tx, rng, config.max_len, config.optimizer, tokens, encoder)
-  abstract = jax.eval_shape(init, jax.random.key(config.seed), pretrained_tokens,
-                            pretrained_params)
-  state_sharding = jax.tree.map(lambda _: replicated, abstract)
-  state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(config.seed),
-                                                      pretrained_tokens, pretrained_params)
-  # As the trainer compiles them: config.xla_flags, and deterministic ops on a GPU.
-  options = platform.step_compiler_options(config)
-  evaluator = classification.make_evaluator(state_sharding, len(class_names), config.eval_batch_size,
-                                      class_names, options)
-  curve = []
-
-  def evaluate(state, done, is_last):
-    curve.append((done, evaluator(state, splits["val"], "val")[0]["val/accuracy"]))
-
+  data = data_lib.Dataset(train=splits["train"], validation=splits["val"], test=splits["val"],
+                          class_names=class_names, vocab_size=int(raw["vocab_size"]))
+  job = classification.make_job(config, data, None, True,
+                                pretrained=lambda: (pretrained_tokens, pretrained_params))
   t0 = time.perf_counter()
-  schedule = loop.Schedule(total_steps, 0, run.schedule(config, train_iter.steps_per_epoch).eval_every,
-                           batch_size=config.batch_size, compiler_options=options)
-  loop.fit(state, step.train_step, train_iter, schedule,
-           loop.Hooks(evaluate=evaluate, progress=False))
+  curve = [(done, metrics["val/accuracy"]) for done, metrics in run.train_only(config, job)]
   best_step, best = max(curve, key=lambda c: c[1])  # first best, as the checkpoint manager
   return {"val_best": best, "val_best_step": best_step, "val_last": curve[-1][1],
           "curve": curve, "seconds": time.perf_counter() - t0, "device": str(jax.devices()[0]),
           "backend": jax.default_backend(), "jax": jax.__version__,
           "matmul_precision": jax.config.jax_default_matmul_precision,
-          "compiler_options": options}
+          "compiler_options": platform.step_compiler_options(config)}
 
 
 def sweep(args) -> None:

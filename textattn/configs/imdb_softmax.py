@@ -46,6 +46,6 @@ def get_config():
   config.eval_every_steps = 350
   config.checkpoint_every_steps = 350
   # The 350 steps are IMDB's (about half of its 703-step epoch); with another --config.dataset
-  # the intervals are automatic (evals_per_epoch per epoch of that data). classify.intervals.
+  # the intervals are automatic (evals_per_epoch per epoch of that data). run.schedule.
   config.intervals_dataset = "imdb_reviews"
   return config

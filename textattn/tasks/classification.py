@@ -95,7 +95,12 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
 
 
 def prepare(config, workdir: str, is_main: bool) -> run.Job:
-  data = data_lib.load_dataset(config, workdir, write=is_main)
+  return make_job(config, data_lib.load_dataset(config, workdir, write=is_main), workdir, is_main)
+
+
+def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None) -> run.Job:
+  """The runner's Job for `data` (a data.Dataset); `pretrained`: the fresh start's (token table,
+  parameters) when the caller has them (a sweep's export), else the config's recipes."""
   model = models.build_model(config, len(data.class_names), vocab_size=data.vocab_size)
   train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
                                       jax.process_index(), jax.process_count())
@@ -117,7 +122,7 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
                                 report_step)
     return metrics
 
-  def pretrained():
+  def start():
     """A new run's start: word vectors, a pretrained encoder or a baseline's frozen statistics
     if the config asks."""
     tokens = params = None
@@ -141,7 +146,7 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
       describe=lambda params: (f"Model: {models.describe(config)}\n"
                                + models.parameter_table(params)),
       eval_split=eval_split, eval_prefix="val" if eval_split == "validation" else "test",
-      pretrained=pretrained, frozen=baselines.has_frozen(config),
+      pretrained=pretrained or start, frozen=baselines.has_frozen(config),
       attention_impl=config.model.attention_impl,
       checkpoint_meta={"class_names": data.class_names})
 
