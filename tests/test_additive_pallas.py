@@ -12,8 +12,10 @@ from textattn import attention
 from textattn.attention import additive, additive_pallas, pallas_allowlist, softmax
 
 # Tiles of 8 rows, 2 tiles a program: 37 positions are 5 tiles (the last one ragged) in 3
-# programs per example, the last one half past the end.
-SMALL_TILES = additive_pallas.Tiling(block=8, blocks_per_split=2, interpret=True)
+# programs per example, the last one half past the end. Interpret mode on a CPU; on a GPU
+# (experiments/gpu/accelerators.sh runs this file there) compiled through Triton.
+SMALL_TILES = additive_pallas.Tiling(block=8, blocks_per_split=2,
+                                     interpret=jax.default_backend() == "cpu")
 
 
 def float64_additive(q, k, mask, w_alpha, w_beta):

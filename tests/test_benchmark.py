@@ -52,8 +52,9 @@ POINTS = {
     # A point whose compiled footprint exceeds the memory limit is not run.
     "memory_limit": (one_spec(mode="forward+backward", memory_limit_gb=1e-6), 120.0),
     # The new kernels run as benchmark points and their rows name them.
-    "pallas": (one_spec(variant="additive_pallas", check_against_reference=True), 240.0),
-    "chunked": (one_spec(variant="causal_additive_recurrent_chunked",
+    "pallas": (one_spec(mode="attention+backward", variant="additive_pallas",
+                        check_against_reference=True), 240.0),
+    "chunked": (one_spec(mode="attention+backward", variant="causal_additive_recurrent_chunked",
                          check_against_reference=True), 240.0),
 }
 

@@ -31,6 +31,8 @@ point's subprocess:
 
 What is timed (--mode):
   attention         the attention module alone, projections included, on x ~ N(0, 1) [B, L, E];
+  attention+backward  the same, forward and backward: jax.value_and_grad of sum(out * c) (c a
+                    fixed random cotangent) with respect to its parameters and x;
   forward           the Classifier (train=False) on random tokens;
   forward+backward  jax.value_and_grad of the mean cross-entropy of that Classifier (train=False,
                     so no dropout) with respect to all parameters;

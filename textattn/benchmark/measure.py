@@ -55,7 +55,7 @@ def _random_inputs(spec: dict, seq_len: int, batch_size: int):
   return rng, padding_mask, tokens, labels
 
 
-def _build_attention(config, rng, padding_mask, key, short):
+def _build_attention(config, rng, padding_mask, key, short, backward=False):
   import jax
   import jax.numpy as jnp
 
@@ -71,6 +71,13 @@ def _build_attention(config, rng, padding_mask, key, short):
   x = jnp.asarray(rng.standard_normal((batch_size, seq_len, m.embed_dim)), dtype)
   mask = jnp.asarray(padding_mask)
   params = jax.jit(module.init)(key, x[:1, :short], mask[:1, :short])["params"]
+  if backward:  # gradients of the parameters and the input, for a fixed random cotangent
+    cotangent = jnp.asarray(rng.standard_normal(x.shape), dtype)
+
+    def loss(p, x, mask):
+      return jnp.sum((module.apply({"params": p}, x, mask) * cotangent).astype(jnp.float32))
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), (params, x, mask)
   return jax.jit(lambda p, x, mask: module.apply({"params": p}, x, mask)), (params, x, mask)
 
 
@@ -141,13 +148,14 @@ def _build(spec: dict, config, implementation: str | None = None):
       config.model.attention_impl = implementation
   seq_len, batch_size, mode = config.max_len, config.batch_size, spec["mode"]
   rng, padding_mask, tokens, labels = _random_inputs(spec, seq_len, batch_size)
-  if mode != "attention" and data_lib.pads_before(config):
+  if not mode.startswith("attention") and data_lib.pads_before(config):
     tokens = data_lib.pad_before(tokens)  # the layout the model trains on
   key = jax.random.key(spec["seed"])
   short = min(seq_len, 8)  # parameter shapes do not depend on the length: init cheaply
 
-  if mode == "attention":
-    return _build_attention(config, rng, padding_mask, key, short)
+  if mode.startswith("attention"):
+    return _build_attention(config, rng, padding_mask, key, short,
+                            backward=mode == "attention+backward")
   if mode == "decode_step":
     return _build_decode_step(config, rng, key, short)
   model = models.build_model(config, spec["num_classes"])

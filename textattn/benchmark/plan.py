@@ -15,7 +15,9 @@ from textattn.data.tokenizer import vocab_size_for
 
 # decode_step: one cached decoding step of a causal attention layer (one new position against a
 # cache of seq_len positions), the cost per generated token.
-MODES = ("attention", "forward", "forward+backward", "train_step", "decode_step")
+# attention+backward: the attention layer alone, forward and backward (what a kernel is judged by).
+MODES = ("attention", "attention+backward", "forward", "forward+backward", "train_step",
+         "decode_step")
 DTYPES = ("float32", "bfloat16")
 INJECTABLE_FAILURES = ("error", "oom", "timeout")
 # How long the random examples of a batch are: "half_to_full" = uniform in [L/2, L] with the
