@@ -7,6 +7,7 @@ compilations overlap on a small machine; each test waits for the run it reads.
 import concurrent.futures
 import csv
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -74,6 +75,8 @@ def runs(tmp_path_factory, points):
   started = {}
   for name, args in COMMANDS.items():
     out_dir = str(tmp_path_factory.mktemp(name))
+    if name == "train_step":  # (traced too: --profile_dir)
+      args = (*args, f"--profile_dir={os.path.join(out_dir, 'profile')}")
     process = subprocess.Popen(
         [sys.executable, "-m", "textattn.benchmark", *args, f"--out_dir={out_dir}"], cwd=ROOT,
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -166,6 +169,14 @@ def test_train_step_mode_uses_the_config_and_prints_examples_per_second(runs):
   assert row["kernel"] == ("native" if native.available() else "linear (XLA)")
   assert float(row["peak_tflops"]) > 0 and 0 < float(row["mfu_pct"]) < 100
   assert row["attention_tflops"] == ""
+
+
+def test_profile_dir_holds_a_trace_of_the_annotated_steps(runs):
+  returncode, _, stderr, out_dir = runs("train_step")
+  assert returncode == 0, stderr[-2000:]
+  traces = list(pathlib.Path(out_dir, "profile").glob("*_L16/plugins/profile/*/*.xplane.pb"))
+  assert len(traces) == 1, traces
+  assert b"benchmark_step" in traces[0].read_bytes()  # the step annotation, as XProf shows it
 
 
 @pytest.mark.parametrize("lengths", plan.LENGTHS)

@@ -69,6 +69,9 @@ A point whose memory_analysis footprint exceeds --point_memory_limit_gb (CPU onl
 "oom" without being run; before it runs, the child's address space is capped at its size after
 compilation plus that limit (RLIMIT_AS), so a footprint the analysis underestimated fails as
 "oom" too instead of swapping the machine.
+--profile_dir=DIR: after its timed calls each point runs 3 more under jax.profiler.trace, each
+annotated as step "benchmark_step", into DIR/<variant>_L<length> (tensorboard --logdir=DIR, or
+XProf, shows where a step's time goes).
 --point_time_budget_s bounds the calls of slow points (a 100-s step is not run 12 times); every
 row says how many warm-up and timed calls it made.
 

@@ -276,6 +276,8 @@ def _measure(spec: dict, result: dict, save) -> None:
   if compiled is None:  # over the memory limit: not run
     return
   args = _time_calls(spec, compiled, args, device, result, save)
+  if spec.get("profile_dir"):
+    args = _profile_calls(spec, compiled, args)
   result.update(_utilization(spec, config, args, device, result))
   save()
   if (spec["check_against_reference"]
@@ -403,6 +405,23 @@ def _time_calls(spec: dict, compiled, args, device, result: dict, save):
   result["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
   result["status"], result["message"] = "ok", note
   save()
+  return args
+
+
+PROFILED_STEPS = 3
+
+
+def _profile_calls(spec: dict, compiled, args):
+  """PROFILED_STEPS more calls under jax.profiler.trace, each a step named 'benchmark_step' (so
+  the profile viewer splits them), after the timed ones (tracing slows the calls it sees).
+  Returns the arguments of the next call."""
+  import jax
+  with jax.profiler.trace(spec["profile_dir"]):
+    for step in range(PROFILED_STEPS):
+      with jax.profiler.StepTraceAnnotation("benchmark_step", step_num=step):
+        out = jax.block_until_ready(compiled(*args))
+      if spec["mode"] == "train_step":  # the state is donated: the next call takes the new one
+        args = (out[0],) + tuple(args[1:])
   return args
 
 
