@@ -129,9 +129,13 @@ def test_auto_uses_pallas_only_on_an_allow_listed_platform(monkeypatch, caplog):
   warnings = [r.getMessage() for r in caplog.records if "attention_impl='auto'" in r.getMessage()]
   assert len(warnings) == 1 and "pallas_allowlist.py" in warnings[0], warnings
   device_kind, version = pallas_allowlist.platform()
-  entry = {"device_kind": device_kind, "jax": version, "variants": ("additive",)}
+  assert attention.get("causal_additive_recurrent").resolve("auto", 64, "bfloat16") == "xla"
+  entry = {"device_kind": device_kind, "jax": version,
+           "variants": ("additive", "causal_additive_recurrent")}
   monkeypatch.setattr(pallas_allowlist, "ALLOWED", (entry,))
   assert attention.get("additive").resolve("auto", 64, "bfloat16") == "pallas"
+  assert attention.get("causal_additive_recurrent").resolve("auto", 64, "bfloat16") == "pallas"
+  assert attention.get("causal_additive").resolve("auto", 64, "bfloat16") == "xla"  # none
   monkeypatch.setattr(pallas_allowlist, "ALLOWED", (dict(entry, jax="0.0.0"),))
   assert attention.get("additive").resolve("auto", 64, "bfloat16") == "xla"
   softmax.warn_fallback.cache_clear()

@@ -63,7 +63,8 @@ def test_the_accelerator_script_runs_every_kernel_at_toy_sizes(rehearsals):
       rows += list(csv.DictReader(f))
   assert {row["variant"] for row in rows} >= {
       "softmax_auto", "additive_auto", "additive", "additive_pallas",
-      "causal_additive_recurrent", "causal_additive_recurrent_chunked"}
+      "causal_additive_recurrent", "causal_additive_recurrent_chunked",
+      "causal_additive_recurrent_pallas"}
   for row in rows:
     assert row["status"] == "ok", row
     if row["max_abs_diff"] and row["dtype"] == "float32":  # (bfloat16: rounding differs)

@@ -36,7 +36,8 @@ show() { grep -A4 "^| variant | L | kernel" "$1/results.md" | cut -c1-200; }
 #    the Pallas kernels compiled through Triton (not interpreted, as on a CPU) against float64.
 #    A timing of a kernel that fails here is not worth reporting.
 wired --timeout=150 -m pytest -q -p no:cacheprovider -rs tests/test_attention.py \
-  tests/test_additive_pallas.py -k "cudnn or auto or pallas" > "$OUT/pytest_numerics.log" 2>&1
+  tests/test_additive_pallas.py tests/test_causal_additive.py -k "cudnn or auto or pallas" \
+  > "$OUT/pytest_numerics.log" 2>&1
 tail -4 "$OUT/pytest_numerics.log"
 
 # 2. (8a) Flash vs additive in bfloat16 at 1K-16K (~2 min): softmax_auto is cuDNN flash here
@@ -46,16 +47,17 @@ timeout 180 "${BENCH[@]}" --variants=softmax_auto,additive_auto --dtype=bfloat16
 show "$OUT/flash_bfloat16"
 
 # 3. (8b) Each Pallas-era kernel against XLA at 16K, outputs and gradients compared (~2 min):
-#    fused Pallas additive (target >= 50% of HBM bandwidth by the formula above) and the chunked
-#    causal additive form against the scan (target >= 3x).
+#    fused Pallas additive (target >= 50% of HBM bandwidth by the formula above), and the chunked
+#    causal additive form, XLA and Pallas, against the scan (target >= 3x; the Pallas forward
+#    runs one program per example, its backward is the XLA chunked form's).
 for dtype in bfloat16 $F32; do
   timeout 100 "${BENCH[@]}" --variants=additive,additive_pallas --dtype=$dtype --seq_lens=$LONG \
     --check_against_reference --out_dir="$OUT/pallas_$dtype" > "$OUT/pallas_$dtype.log" 2>&1
   show "$OUT/pallas_$dtype"
 done
-timeout 100 "${BENCH[@]}" --variants=causal_additive_recurrent,causal_additive_recurrent_chunked \
-  --dtype=float32 --seq_lens=$LONG --check_against_reference --out_dir="$OUT/chunked" \
-  > "$OUT/chunked.log" 2>&1
+timeout 120 "${BENCH[@]}" --dtype=float32 \
+  --variants=causal_additive_recurrent,causal_additive_recurrent_chunked,causal_additive_recurrent_pallas \
+  --seq_lens=$LONG --check_against_reference --out_dir="$OUT/chunked" > "$OUT/chunked.log" 2>&1
 show "$OUT/chunked"
 
 # 4. (8a) The same in float32 (~2 min): cuDNN's flash kernel takes no float32, so softmax_auto

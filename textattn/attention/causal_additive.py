@@ -33,7 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textattn.attention import registry
+from textattn.attention import causal_additive_pallas, pallas_allowlist, registry, softmax
 from textattn.attention.additive import fastformer_output, fastformer_projections
 from textattn.attention.common import MASK_VALUE, Array
 
@@ -214,17 +214,30 @@ def recurrent_step(state: State, query: Array, key: Array, real: Array, alpha_ke
 
 CORES = {"direct": direct_causal_additive, "recurrent": recurrent_causal_additive}
 # The recurrent form's kernels by implementation name (the direct form has "xla" only): "xla"
-# is the associative scan, "chunked" the chunk-by-chunk matrix form; both the same function.
+# is the associative scan, "chunked" the chunk-by-chunk matrix form, "pallas" the chunked form
+# as a Pallas kernel (causal_additive_pallas.py; GPU, or interpret mode on a CPU); all the same
+# function.
 RECURRENT_KERNELS = {"xla": recurrent_causal_additive,
-                     "chunked": chunked_recurrent_causal_additive}
+                     "chunked": chunked_recurrent_causal_additive,
+                     "pallas": causal_additive_pallas.pallas_recurrent_causal_additive}
 IMPLEMENTATIONS = {"direct": ("auto", "xla"), "recurrent": ("auto",) + tuple(RECURRENT_KERNELS)}
 
 
-def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32") -> str:
-  """'auto' -> 'xla' (the scan) for both forms: the chunked form has not been timed against it
-  on an accelerator yet (issue 42 item 8), so it is chosen only by name."""
+def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32",
+            form: str = "recurrent") -> str:
+  """'auto' -> 'xla' (the scan; the direct form has no other kernel). The chunked form has not
+  been timed against the scan on an accelerator yet (issue 42 item 8), so it is chosen by name
+  only; the Pallas kernel on a GPU the allow-list names (pallas_allowlist.py), elsewhere on a
+  GPU the scan, with the reason warned once."""
   del head_dim, dtype
-  return "xla" if implementation == "auto" else implementation
+  if implementation != "auto":
+    return implementation
+  if form == "recurrent" and jax.default_backend() == "gpu":
+    reason = pallas_allowlist.refusal("causal_additive_recurrent")
+    if reason is None:
+      return "pallas"
+    softmax.warn_fallback("causal_additive_recurrent", "xla", reason)
+  return "xla"
 
 
 class CausalAdditiveAttention(nn.Module):
@@ -260,7 +273,7 @@ class CausalAdditiveAttention(nn.Module):
     """The whole-sequence kernel; decoding steps are the same for every implementation."""
     if self.form == "direct":
       return direct_causal_additive
-    return RECURRENT_KERNELS[resolve(self.implementation)]
+    return RECURRENT_KERNELS[resolve(self.implementation, form=self.form)]
 
   def _decode_step(self, query, key, padding_mask, alpha_kernel, beta_kernel):
     cache = self.variable("cache", "state")
@@ -297,6 +310,10 @@ def _checker(form: str):
     del dtype
     registry.check_choice("model.attention_impl", implementation, IMPLEMENTATIONS[form])
     registry.check_heads(embed_dim, num_heads)
+    if implementation == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
+      raise ValueError(f"config.model.attention_impl='pallas' with causal additive attention "
+                       f"runs on a GPU (or in interpret mode on a CPU), not on the "
+                       f"{jax.default_backend()} backend; use 'auto', 'xla' or 'chunked'.")
   return check
 
 
@@ -304,7 +321,7 @@ registry.register(registry.Variant(
     name="causal_additive",
     build=functools.partial(CausalAdditiveAttention, form="direct"),
     implementations=IMPLEMENTATIONS["direct"],
-    resolve=resolve,
+    resolve=functools.partial(resolve, form="direct"),
     check=_checker("direct"),
     causal=True,
     kernels=(("xla", "direct causal (XLA)"),),
@@ -317,5 +334,5 @@ registry.register(registry.Variant(
     resolve=resolve,
     check=_checker("recurrent"),
     causal=True,
-    kernels=(("xla", "scan"), ("chunked", "chunked")),
+    kernels=(("xla", "scan"), ("chunked", "chunked"), ("pallas", "pallas")),
     description="causal Fastformer, recurrent form: keys scored once, O(length), O(1) decoding"))
