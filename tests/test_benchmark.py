@@ -7,6 +7,7 @@ compilations overlap on a small machine; each test waits for the run it reads.
 import concurrent.futures
 import csv
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -51,6 +52,11 @@ POINTS = {
     "timeout": (one_spec(inject="timeout"), 1.0),
     # A point whose compiled footprint exceeds the memory limit is not run.
     "memory_limit": (one_spec(mode="forward+backward", memory_limit_gb=1e-6), 120.0),
+    # The new kernels run as benchmark points and their rows name them.
+    "pallas": (one_spec(mode="attention+backward", variant="additive_pallas",
+                        check_against_reference=True), 240.0),
+    "chunked": (one_spec(mode="attention+backward", variant="causal_additive_recurrent_chunked",
+                         check_against_reference=True), 240.0),
 }
 
 
@@ -69,6 +75,8 @@ def runs(tmp_path_factory, points):
   started = {}
   for name, args in COMMANDS.items():
     out_dir = str(tmp_path_factory.mktemp(name))
+    if name == "train_step":  # (traced too: --profile_dir)
+      args = (*args, f"--profile_dir={os.path.join(out_dir, 'profile')}")
     process = subprocess.Popen(
         [sys.executable, "-m", "textattn.benchmark", *args, f"--out_dir={out_dir}"], cwd=ROOT,
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -163,6 +171,14 @@ def test_train_step_mode_uses_the_config_and_prints_examples_per_second(runs):
   assert row["attention_tflops"] == ""
 
 
+def test_profile_dir_holds_a_trace_of_the_annotated_steps(runs):
+  returncode, _, stderr, out_dir = runs("train_step")
+  assert returncode == 0, stderr[-2000:]
+  traces = list(pathlib.Path(out_dir, "profile").glob("*_L16/plugins/profile/*/*.xplane.pb"))
+  assert len(traces) == 1, traces
+  assert b"benchmark_step" in traces[0].read_bytes()  # the step annotation, as XProf shows it
+
+
 @pytest.mark.parametrize("lengths", plan.LENGTHS)
 def test_random_inputs_have_the_requested_lengths(lengths):
   spec = one_spec(lengths=lengths) | {"vocab_size": 50}
@@ -236,7 +252,9 @@ def test_bad_flags_fail_with_one_sentence_and_touch_nothing(tmp_path, bad, messa
     ("softmax", ("softmax", "xla")), ("softmax_dot_product", ("softmax", "dot_product")),
     ("softmax_cudnn", ("softmax", "cudnn")), ("softmax_chunked", ("softmax", "chunked")),
     ("causal_fused", ("causal", "fused")), ("additive", ("additive", "xla")),
-    ("additive_native", ("additive", "native")), ("additive_auto", ("additive", "auto"))])
+    ("additive_native", ("additive", "native")), ("additive_auto", ("additive", "auto")),
+    ("additive_pallas", ("additive", "pallas")),
+    ("causal_additive_recurrent_chunked", ("causal_additive_recurrent", "chunked"))])
 def test_variant_names_round_trip(name, expected):
   assert plan.parse_variant(name) == expected
   assert plan.variant_name(*expected) == name
@@ -257,6 +275,34 @@ def test_variants_are_the_registry_s_attentions_and_implementations():
     for implementation in variant.implementations:
       assert plan.parse_variant(f"{name}_{implementation}") == (name, implementation)
       assert plan.parse_variant(plan.variant_name(name, implementation)) == (name, implementation)
+
+
+BUILT_IN = ("softmax", "causal", "additive", "causal_additive", "causal_additive_recurrent")
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_built_in_kernel_has_a_benchmark_label(name):
+  # Rows name the kernel that ran ("auto" is labelled by what it resolved to).
+  from textattn import attention
+  variant = attention.get(name)
+  labels = dict(variant.kernels)
+  assert set(labels) == set(variant.implementations) - {"auto"}, name
+  assert all(labels.values())
+
+
+@pytest.mark.parametrize("point,label", [("pallas", "pallas"), ("chunked", "chunked")])
+def test_new_kernels_run_as_points_labelled_and_equal_to_their_reference(points, point, label):
+  result = points(point)
+  assert result["status"] == "ok", result["message"]
+  assert result["kernel"] == label
+  assert result["max_abs_diff"] < 1e-4
+
+
+def test_the_default_comparison_is_additive_against_the_best_and_the_naive_softmax():
+  from textattn import attention
+  variants = plan.SYNTHETIC_DEFAULTS["variants"].split(",")
+  assert variants == ["softmax_auto", "softmax", "additive_auto"]
+  assert dict(attention.get("softmax").kernels)["xla"] == "naive"
 
 
 @pytest.mark.parametrize("value", ["0", "-5"])

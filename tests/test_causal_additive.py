@@ -2,13 +2,15 @@
 float64 references written from the definitions, causality, padding, and step-by-step decoding
 of the recurrent form."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from textattn import attention
-from textattn.attention import additive, causal_additive
+from textattn.attention import additive, causal_additive, causal_additive_pallas
 
 B, L, H, D = 2, 7, 2, 4
 
@@ -21,7 +23,7 @@ def softmax_sum(scores, values):
 
 
 def score(x, kernel):  # x [n, H, D] -> [n, H]
-  return x.reshape(len(x), -1) @ kernel / np.sqrt(D)
+  return x.reshape(len(x), -1) @ kernel / np.sqrt(x.shape[-1])
 
 
 def reference(q, k, mask, wa, wb, form):
@@ -75,11 +77,13 @@ def test_the_two_forms_differ_and_the_direct_form_ends_as_bidirectional_fastform
   np.testing.assert_allclose(direct[:, 0], recurrent[:, 0], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["causal_additive", "causal_additive_recurrent"])
-def test_no_position_sees_a_later_one_and_padding_changes_nothing(name):
+@pytest.mark.parametrize("name,implementation", [
+    ("causal_additive", "auto"), ("causal_additive_recurrent", "auto"),
+    ("causal_additive_recurrent", "chunked"), ("causal_additive_recurrent", "pallas")])
+def test_no_position_sees_a_later_one_and_padding_changes_nothing(name, implementation):
   variant = attention.get(name)
-  assert variant.causal
-  module = variant.build(num_heads=H, implementation="auto", dtype=jnp.float32)
+  assert variant.causal and implementation in variant.implementations
+  module = variant.build(num_heads=H, implementation=implementation, dtype=jnp.float32)
   x = jax.random.normal(jax.random.key(0), (B, L, H * D))
   mask = jnp.ones((B, L), bool)
   params = jax.jit(module.init)(jax.random.key(1), x, mask)
@@ -108,3 +112,119 @@ def test_recurrent_decoding_step_by_step_equals_the_whole_sequence():
     np.testing.assert_allclose(u, expected, rtol=1e-5, atol=1e-6)
   # The state is the same size after 7 tokens as after 1: O(1) decoding.
   assert state.alpha_values.shape == (B, H, D)
+
+
+def chunked_inputs(seed=0, length=37, spread=1.0):
+  """float32 q, k, scoring kernels and a mask with right padding and a padded first position, at
+  a length that is not a multiple of the chunks used. `spread` scales the scoring kernels, so
+  the scores span about +-spread * 10."""
+  rng = np.random.default_rng(seed)
+  q, k = (jnp.asarray(rng.normal(size=(B, length, H, 8)), jnp.float32) for _ in range(2))
+  wa, wb = (jnp.asarray(spread * rng.normal(size=(H * 8, H)), jnp.float32) for _ in range(2))
+  mask = np.arange(length)[None] < np.array([length, length - 14])[:, None]
+  mask[1, 0] = False
+  return q, k, jnp.asarray(mask), wa, wb
+
+
+def assert_relatively_close(got, want, tolerance, name=""):
+  """max |got - want| <= tolerance * max |want|: float32 rounding relative to the tensor's scale
+  (element-wise relative error is meaningless where a value is ~0)."""
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  assert np.all(np.isfinite(got)), name
+  error, scale = np.max(np.abs(got - want)), np.max(np.abs(want))
+  assert error <= tolerance * scale, f"{name}: max error {error:.3g} vs scale {scale:.3g}"
+
+
+def chunked(chunk_size):
+  return functools.partial(causal_additive.chunked_recurrent_causal_additive,
+                           chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize("spread", [1.0, 30.0], ids=["scores_O(10)", "scores_O(300)"])
+@pytest.mark.parametrize("chunk_size", [5, 8, 64])
+def test_chunked_recurrent_form_equals_the_scan_values_and_gradients(chunk_size, spread):
+  # 37 positions: chunks of 5 and 8 leave a ragged last chunk; 64 is one chunk longer than the
+  # input.
+  q, k, mask, wa, wb = chunked_inputs(spread=spread)
+  scan = causal_additive.recurrent_causal_additive
+  assert_relatively_close(chunked(chunk_size)(q, k, mask, wa, wb), scan(q, k, mask, wa, wb),
+                          1e-5, "u")
+  cotangent = jax.random.normal(jax.random.key(3), q.shape)
+
+  def grads(kernel):
+    loss = lambda q, k, wa, wb: jnp.sum(kernel(q, k, mask, wa, wb) * cotangent)
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, k, wa, wb)
+
+  for name, got, want in zip(("q", "k", "alpha_kernel", "beta_kernel"),
+                             grads(chunked(chunk_size)), grads(scan)):
+    assert_relatively_close(got, want, 1e-5 if spread == 1 else 1e-4, name)
+
+
+def test_chunked_form_keeps_rows_whose_scores_lie_far_below_a_later_one_in_the_chunk():
+  # Alpha scores rising by ~120 a position: with one max per chunk, exp(s_i - max) of every
+  # early row of a chunk underflows to 0 and those rows come out 0 (or 0/0); the row-wise
+  # running max keeps each of them exact.
+  length, chunk = 16, 8
+  q = jnp.ones((1, length, 1, 4), jnp.float32) * jnp.arange(1, length + 1)[None, :, None, None]
+  k = jnp.ones_like(q)
+  wa = jnp.full((4, 1), 60.0, jnp.float32)  # score_alpha(q_t) = 4 * 60 * t / 2 = 120 t
+  wb = jnp.full((4, 1), 0.1, jnp.float32)
+  mask = jnp.ones((1, length), bool)
+  want = causal_additive.recurrent_causal_additive(q, k, mask, wa, wb)
+  assert np.all(np.abs(np.asarray(want)) > 0)
+  assert_relatively_close(chunked(chunk)(q, k, mask, wa, wb), want, 1e-6)
+
+
+def pallas(chunk_size):
+  return functools.partial(causal_additive_pallas.pallas_recurrent_causal_additive,
+                           chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize("kernel", [chunked, pallas])
+def test_chunked_form_is_causal_across_and_inside_chunks(kernel):
+  q, k, mask, wa, wb = chunked_inputs(seed=4)
+  kernel = jax.jit(kernel(8))
+  u = np.asarray(kernel(q, k, mask, wa, wb))
+  for t in (0, 6, 7, 8, 20, 35):  # inside a chunk, at its end, at the next one's start
+    later = jax.random.normal(jax.random.key(t), q[:, t + 1:].shape)
+    changed = kernel(q.at[:, t + 1:].add(later), k.at[:, t + 1:].add(later), mask, wa, wb)
+    np.testing.assert_array_equal(np.asarray(changed)[:, :t + 1], u[:, :t + 1], err_msg=str(t))
+    assert not np.allclose(np.asarray(changed)[0, t + 1:], u[0, t + 1:])
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(np.float32, 1e-5), (jnp.bfloat16, 2e-2)])
+@pytest.mark.parametrize("spread", [1.0, 30.0], ids=["scores_O(1)", "scores_O(30)"])
+def test_pallas_chunked_kernel_matches_float64_definition(spread, dtype, tolerance):
+  # Pallas in interpret mode on a CPU. 3 heads of 4 (12 features, padded to 16 in the kernel),
+  # 21 positions in chunks of 8 (a ragged last chunk), the padding of inputs(); bfloat16 inputs
+  # are compared with float64 on the same rounded values (bound: 2e-2 of the scale; bfloat16's
+  # step is 3.9e-3).
+  rng = np.random.default_rng(5)
+  batch, length, heads, head_dim = 2, 21, 3, 4
+  q, k = (np.asarray(jnp.asarray(rng.normal(size=(batch, length, heads, head_dim)), dtype),
+                     np.float64) for _ in range(2))
+  wa, wb = (np.asarray(jnp.asarray(spread * rng.normal(size=(heads * head_dim, heads)), dtype),
+                       np.float64) for _ in range(2))
+  mask = np.ones((batch, length), bool)
+  mask[1, 15:], mask[1, 0] = False, False
+  want = reference(q, k, mask, wa, wb, "recurrent")
+  got = jax.jit(pallas(8))(*(jnp.asarray(x, dtype) for x in (q, k)), jnp.asarray(mask),
+                           *(jnp.asarray(x, dtype) for x in (wa, wb)))
+  assert got.dtype == dtype
+  assert_relatively_close(jnp.asarray(got, jnp.float32), want, tolerance, "u")
+  assert not np.asarray(got, np.float32)[1, 0].any()
+
+
+def test_pallas_chunked_kernel_gradients_equal_the_chunked_and_scan_forms():
+  # The backward is the XLA chunked form's (a documented mix); through the custom VJP, the
+  # gradients must be those of the scan too.
+  q, k, mask, wa, wb = chunked_inputs(seed=6)
+  cotangent = jax.random.normal(jax.random.key(7), q.shape)
+
+  def grads(kernel):
+    loss = lambda q, k, wa, wb: jnp.sum(kernel(q, k, mask, wa, wb) * cotangent)
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, k, wa, wb)
+
+  for name, got, want in zip(("q", "k", "alpha_kernel", "beta_kernel"), grads(pallas(8)),
+                             grads(causal_additive.recurrent_causal_additive)):
+    assert_relatively_close(got, want, 1e-5, name)

@@ -1,35 +1,70 @@
 #!/usr/bin/env bash
-# Issue 28's GPU measurements, most important first, for one lent GPU call (~10 min budget):
-#   device tool: carry [".whl"], command "bash experiments/gpu/accelerators.sh"
-# (.whl/ as experiments/gpu/check.sh describes). Results land in $OUT (copy them into
-# experiments/gpu/ with this command in RESULTS). Written 2026-11-25 without a GPU: not run yet.
+# Issue 42, item 8 (the "done" set), for one lent GPU call of about 8 minutes, most important
+# first; each part has a time limit, so a slow part costs only itself:
+#   device tool: carry [".whl"], command "bash experiments/gpu/accelerators.sh", timeout_s 600
+# (.whl/ as experiments/gpu/check.sh describes). Results land in $OUT: copy them into
+# experiments/gpu/ and write the RESULTS section with this command and the card's name (H100
+# and H200 differ in bandwidth: 3.35 vs 4.8 TB/s).
+# Rehearsal on a CPU (tests/test_gpu_scripts.py runs it): REHEARSE=1 bash experiments/gpu/accelerators.sh
+# (toy sizes, Pallas in interpret mode, the test step only collected). Not run on a GPU yet.
+#
+# Shapes (issue 42, 8a): batch 4, 4 heads of 64 (embed 256), one attention layer, forward and
+# backward (--mode=attention+backward: the layer alone, projections included), no padding.
+# Rows give attention TFLOP/s by formula (3.5 x 4 B H L^2 d; softmax only), % of the card's peak,
+# and TB/s from XLA's cost analysis. XLA does not see inside a Pallas call, so for the Pallas
+# rows count bytes by formula: the fused additive kernels move 4 B L F s forward (read q twice and
+# k once, write u) and 7 B L F s backward (read du and q twice and k once, write dq and dk; see
+# textattn/attention/additive_pallas.py), F = heads x head_dim = 256, s = bytes per element:
+# 11 x 4 x 16384 x 256 x 2 = 369 MB at 16K in bfloat16 (0.11 ms at an H100's 3.35 TB/s).
 source experiments/gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-B=(python3 -m textattn.benchmark --overwrite --point_timeout_s=240)
+python3 -c "import jax; print('jax', jax.__version__, jax.devices()[0].device_kind)"
 
-# 0. cuDNN flash attention against the float64 reference (skipped on CPUs).
-timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_attention.py -k "cudnn or auto" \
-  > "$OUT/pytest_flash.log" 2>&1; tail -3 "$OUT/pytest_flash.log"
+if [ "$REHEARSE" = 1 ]; then
+  # float32 runs the same commands as bfloat16 with another --dtype: rehearsed once, not twice
+  # (each benchmark point is a process of its own, several seconds on a CPU).
+  LENS=16; LONG=32; SIZES=(--batch_size=2 --embed_dim=16 --num_heads=2); LIMIT=120; F32=""
+else
+  LENS=1024,4096,8192,16384; LONG=16384; SIZES=(--batch_size=4 --embed_dim=256 --num_heads=4)
+  LIMIT=90; F32=float32
+fi
+BENCH=(python3 -m textattn.benchmark --overwrite --mode=attention+backward --lengths=full
+       --warmup=2 --repeats=10 --point_timeout_s=$LIMIT "${SIZES[@]}")
+show() { grep -A4 "^| variant | L | kernel" "$1/results.md" | cut -c1-200; }
 
-# 1. Flash softmax vs additive: a one-layer classifier forward+backward (time includes the
-#    embedding, FFN and head, so the attention TFLOP/s by formula is a lower bound), head dim 64,
-#    bfloat16 then float32:
-#    attention TFLOP/s and % of peak (target >= 300 TFLOP/s at 8K), additive's TB/s.
-for dtype in bfloat16 float32; do
-  "${B[@]}" --variants=softmax_auto,softmax_chunked,additive_auto --dtype=$dtype \
-    --seq_lens=1024,4096,8192,16384 --batch_size=4 --embed_dim=256 --num_heads=4 \
-    --num_layers=1 --mode=forward+backward --lengths=full --out_dir="$OUT/flash_$dtype" > "$OUT/flash_$dtype.log" 2>&1
-  tail -8 "$OUT/flash_$dtype/results.md"
+# 1. Numerics (~1 min): cuDNN flash attention against float64 (the test skipped on CPUs), and
+#    the Pallas kernels compiled through Triton (not interpreted, as on a CPU) against float64.
+#    A timing of a kernel that fails here is not worth reporting.
+wired --timeout=150 -m pytest -q -p no:cacheprovider -rs tests/test_attention.py \
+  tests/test_additive_pallas.py tests/test_causal_additive.py -k "cudnn or auto or pallas" \
+  > "$OUT/pytest_numerics.log" 2>&1
+tail -4 "$OUT/pytest_numerics.log"
+
+# 2. (8a) Flash vs additive in bfloat16 at 1K-16K (~2 min): softmax_auto is cuDNN flash here
+#    (target >= 300 TFLOP/s at 8K), additive_auto the XLA function (the allow-list is empty).
+timeout 180 "${BENCH[@]}" --variants=softmax_auto,additive_auto --dtype=bfloat16 \
+  --seq_lens=$LENS --out_dir="$OUT/flash_bfloat16" > "$OUT/flash_bfloat16.log" 2>&1
+show "$OUT/flash_bfloat16"
+
+# 3. (8b) Each Pallas-era kernel against XLA at 16K, outputs and gradients compared (~2 min):
+#    fused Pallas additive (target >= 50% of HBM bandwidth by the formula above), and the chunked
+#    causal additive form, XLA and Pallas, against the scan (target >= 3x; the Pallas forward
+#    runs one program per example, its backward is the XLA chunked form's).
+for dtype in bfloat16 $F32; do
+  timeout 100 "${BENCH[@]}" --variants=additive,additive_pallas --dtype=$dtype --seq_lens=$LONG \
+    --check_against_reference --out_dir="$OUT/pallas_$dtype" > "$OUT/pallas_$dtype.log" 2>&1
+  show "$OUT/pallas_$dtype"
 done
+timeout 120 "${BENCH[@]}" --dtype=float32 \
+  --variants=causal_additive_recurrent,causal_additive_recurrent_chunked,causal_additive_recurrent_pallas \
+  --seq_lens=$LONG --check_against_reference --out_dir="$OUT/chunked" > "$OUT/chunked.log" 2>&1
+show "$OUT/chunked"
 
-# 2. Long sequences on one GPU: batch 1, head dim 64, forward+backward, 32K..128K.
-"${B[@]}" --variants=softmax_auto,additive_auto --dtype=bfloat16 --seq_lens=32768,65536,131072 \
-  --batch_size=1 --embed_dim=256 --num_heads=4 --num_layers=1 --mode=forward+backward --lengths=full \
-  --out_dir="$OUT/long" > "$OUT/long.log" 2>&1; tail -6 "$OUT/long/results.md"
-
-# 3. Train-step MFU of the LRA-sized model (4 layers, embed 256, 4 heads, FFN 1024, 4K, batch 32).
-for variant in softmax additive; do
-  "${B[@]}" --mode=train_step --config=configs/lra_text_$variant.py --warmup=3 --repeats=10 \
-    --out_dir="$OUT/mfu_$variant" > "$OUT/mfu_$variant.log" 2>&1
-  tail -2 "$OUT/mfu_$variant/results.md"
+# 4. (8a) The same in float32 (~2 min): cuDNN's flash kernel takes no float32, so softmax_auto
+#    is XLA's dot_product there (the row's kernel column says which ran).
+for dtype in $F32; do
+  timeout 150 "${BENCH[@]}" --variants=softmax_auto,additive_auto --dtype=$dtype \
+    --seq_lens=$LENS --out_dir="$OUT/flash_$dtype" > "$OUT/flash_$dtype.log" 2>&1
+  show "$OUT/flash_$dtype"
 done
+echo "done in ${SECONDS} s"

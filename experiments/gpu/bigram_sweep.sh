@@ -27,7 +27,7 @@ source experiments/gpu/setup.sh
 CONFIG=${CONFIG:-configs/imdb_softmax.py}
 NAME=$(basename "$CONFIG" .py)_bigram   # imdb_softmax_bigram.jsonl / imdb_fastformer_bigram.jsonl
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 -m textattn.sweep sweep --data=${DATA:-.gpu/imdb_400_w2v.npz} \
+wired -m textattn.sweep sweep --data=${DATA:-.gpu/imdb_400_w2v.npz} \
   --config=$CONFIG --seeds=${SEEDS:-$(seq -s, 10 29)} --jobs=${JOBS:-20} \
   --variant="base:model.bigram_buckets=0" --variant="bigram:model.bigram_buckets=65536" \
   --out="$OUT/$NAME.jsonl" > "$OUT/$NAME.log" 2>&1

@@ -8,6 +8,7 @@
 #     tensorboardX==2.6.5
 #   ... -d .whl/pinned flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8
 # Run (device tool): carry [".whl"], command "bash experiments/gpu/check.sh".
+# Rehearsal on a CPU (tests/test_gpu_scripts.py): REHEARSE=1 bash experiments/gpu/check.sh
 # It has no TensorFlow/TFDS either, so tests/test_data.py (mock TFDS data) is not run.
 source experiments/gpu/setup.sh
 
@@ -17,7 +18,7 @@ print('jax', jax.__version__, jax.devices(), 'flax', flax.__version__, 'optax', 
 
 # 1. The suite's GPU-relevant files on the GPU (the CPU-only tests -- native kernel, fake CPU
 #    devices -- are expected to skip or be refused there; the log says which).
-timeout 300 python3 -m pytest -q -p no:cacheprovider -n 8 -rfEs --timeout=240 \
+wired --timeout=300 -m pytest -q -p no:cacheprovider -n 8 -rfEs --timeout=240 \
   ${TESTS:-tests/test_attention.py tests/test_models.py tests/test_train.py \
   tests/test_benchmark.py tests/test_configs.py tests/test_tokenizer.py} \
   > "$OUT/pytest_gpu.log" 2>&1
@@ -25,15 +26,16 @@ echo "pytest exit $?"; tail -30 "$OUT/pytest_gpu.log"
 
 # 2. Run-to-run determinism and exact resume on the GPU, with config.deterministic off and on
 #    (experiments/gpu/determinism.py).
-timeout 240 python3 experiments/gpu/determinism.py 2>&1 | grep -v "^W0000\|^I0000" | tail -12
+wired --timeout=240 experiments/gpu/determinism.py 2>&1 | grep -v "^W0000\|^I0000" | tail -12
 
 # 3. The seed model's full train step (forward, backward, Adam) on the GPU, with the default
 #    config.deterministic=True and with it off. float32 matrix products are JAX's GPU default
 #    (TF32).
 bench() {
-  python3 -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py \
+  wired -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py \
     --warmup=5 --repeats=50 --out_dir=/tmp/bench --overwrite "$@" 2>&1 | grep -E "^train_step|rror" | head -3
 }
+[ "$REHEARSE" = 1 ] && BATCHES=${BATCHES:-32}  # (the same commands at every batch size)
 for batch in ${BATCHES:-32 256}; do
   for attention in softmax additive; do
     for deterministic in True False; do

@@ -43,7 +43,7 @@ def args(data, cache, deterministic=True):
             "eval_every_steps": 10, "checkpoint_every_steps": 10, "log_every_steps": 10,
             "model.embed_dim": 64, "model.num_heads": 4, "model.ffn_dim": 128,
             "model.mlp_dim": 32, "model.attention": "softmax", "deterministic": deterministic}
-  return [f"--config={REPO / 'configs' / 'default.py'}"] + [
+  return [f"--config={REPO / 'experiments' / 'gpu' / 'determinism_config.py'}"] + [
       f"--config.{k}={v}" for k, v in values.items()]
 
 
@@ -103,6 +103,20 @@ def main():
   print(f"killed after the first checkpoint, resumed at step {at}", flush=True)
   compare("deterministic=True (default), SIGKILL + resume vs uninterrupted", tmp / "det_a",
           killed)
+
+
+def rehearse(argv):
+  """The wiring of the commands main() runs (experiments/gpu/rehearse.py): textattn.main takes
+  their flags and config overrides, both settings of config.deterministic."""
+  del argv
+  import importlib.util
+  rehearse_path = pathlib.Path(__file__).with_name("rehearse.py")
+  spec = importlib.util.spec_from_file_location("rehearse", rehearse_path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  for deterministic in (False, True):
+    module.check(["-m", "textattn.main", "--workdir=/tmp/determinism-rehearsal"]
+                 + args("data.jsonl", "cache", deterministic))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ if [ "$PHASE" != finetune ]; then
              "ff5 configs/imdb_fastformer.py {$P5,\"pretrain.max_predictions\":128,\"log_every_steps\":118}" \
              "sm20 configs/imdb_softmax.py {$P20,\"pretrain.max_predictions\":64,\"log_every_steps\":472}"; do
     set -- $job
-    python3 $S pretrain --corpus=.gpu/corpus_800.npz --config=$2 --overrides="$3" \
+    wired $S pretrain --corpus=.gpu/corpus_800.npz --config=$2 --overrides="$3" \
       --out=.gpu/enc_$1.npz > "$OUT/pretrain_$1.log" 2>&1 &
   done
   wait
@@ -37,15 +37,15 @@ if [ "$PHASE" != finetune ]; then
 fi
 
 if [ "$PHASE" != pretrain ]; then
-  python3 $S sweep --data=.gpu/imdb_800.npz --config=configs/imdb_fastformer.py --seeds=0,1,2 \
+  wired $S sweep --data=.gpu/imdb_800.npz --config=configs/imdb_fastformer.py --seeds=0,1,2 \
     --jobs=12 --encoder=.gpu/enc_ff20.npz --out="$OUT/ff_mlm20.jsonl" \
     --variant="mlm20:$V20,$FF" --variant="mlm20_lr3e-4:$V20,$FF,optimizer.learning_rate=3e-4" \
     > "$OUT/ff_mlm20.log" 2>&1 &
-  python3 $S sweep --data=.gpu/imdb_800.npz --config=configs/imdb_fastformer.py --seeds=0,1,2 \
+  wired $S sweep --data=.gpu/imdb_800.npz --config=configs/imdb_fastformer.py --seeds=0,1,2 \
     --jobs=6 --encoder=.gpu/enc_ff5.npz --out="$OUT/ff_mlm5.jsonl" \
     --variant="mlm5:$V5,$FF" --variant="mlm5_lr3e-4:$V5,$FF,optimizer.learning_rate=3e-4" \
     > "$OUT/ff_mlm5.log" 2>&1 &
-  python3 $S sweep --data=.gpu/imdb_800.npz --config=configs/imdb_softmax.py --seeds=0,1,2 \
+  wired $S sweep --data=.gpu/imdb_800.npz --config=configs/imdb_softmax.py --seeds=0,1,2 \
     --jobs=6 --encoder=.gpu/enc_sm20.npz --out="$OUT/sm_mlm20.jsonl" \
     --variant="mlm20:$V20,$SM" --variant="mlm20_lr3e-4:$V20,$SM,optimizer.learning_rate=3e-4" \
     > "$OUT/sm_mlm20.log" 2>&1 &

@@ -15,7 +15,7 @@
 # Decided 2026-11-26 on CPU (all 40 lines in the _cpu.jsonl): +0.00948, word2vec stays.
 source experiments/gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 -m textattn.sweep sweep --data=${DATA:-.gpu/imdb_800_w2v.npz} \
+wired -m textattn.sweep sweep --data=${DATA:-.gpu/imdb_800_w2v.npz} \
   --config=configs/imdb_fastformer.py --seeds=${SEEDS:-$(seq -s, 30 49)} --jobs=${JOBS:-20} \
   --variant="base" --variant="random:model.embedding_init=random" \
   --out="$OUT/fastformer_w2v_decision.jsonl" > "$OUT/fastformer_w2v_decision.log" 2>&1

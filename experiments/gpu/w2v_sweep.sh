@@ -19,11 +19,11 @@ W="model.embedding_init=word2vec,word2vec.unlabeled_split=unsupervised"
 E2="num_epochs=2,model.token_dropout_rate=0.0"
 E3="num_epochs=3,model.token_dropout_rate=0.2"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 $S sweep --data=$D --config=configs/imdb_fastformer.py --seeds=0,1,2,3,4,5 --jobs=24 \
+wired $S sweep --data=$D --config=configs/imdb_fastformer.py --seeds=0,1,2,3,4,5 --jobs=24 \
   --variant="base:$R,$E3" --variant="w2v:$W,$E3" --variant="ep2:$R,$E2" \
   --variant="w2v_ep2:$W,$E2" \
   --out="$OUT/ff_w2v.jsonl" > "$OUT/ff_w2v.log" 2>&1 &
-python3 $S sweep --data=$D --config=configs/imdb_softmax.py --seeds=0,1,2,3,4,5 --jobs=12 \
+wired $S sweep --data=$D --config=configs/imdb_softmax.py --seeds=0,1,2,3,4,5 --jobs=12 \
   --variant="base:$R" --variant="w2v:$W" --out="$OUT/sm_w2v.jsonl" > "$OUT/sm_w2v.log" 2>&1 &
 wait
 grep -h -A6 "^variant" "$OUT"/*_w2v.log; grep -h '"error"' "$OUT"/*.jsonl | cut -c1-600 | head -3

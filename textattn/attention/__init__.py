@@ -4,9 +4,11 @@
     module = variant.build(num_heads=4, implementation="auto", dtype=jnp.float32, name="attention")
     y = module.apply(params, x, padding_mask)        # x [batch, length, embed] -> same shape
 
-One module per variant (softmax.py, causal.py, additive.py, causal_additive.py), each with its kernels; common.py
-holds the masks they share; native/ the C++ CPU kernels and their loader; registry.py the
-registry. Importing this package registers the built-in variants.
+One module per variant (softmax.py, causal.py, additive.py, causal_additive.py), each with its
+kernels; additive_pallas.py and causal_additive_pallas.py their Pallas kernels, and
+pallas_allowlist.py the platforms where "auto" may pick those; common.py holds the masks they
+share; native/ the C++ CPU kernels and their loader; registry.py the registry. Importing this
+package registers the built-in variants.
 """
 
 # Registration order is the order names() lists them in.

@@ -1,8 +1,11 @@
 """Fastformer additive attention (Wu et al. 2021, arXiv 2108.09084); registers "additive".
 
-Linear in the sequence length. Two kernels behind one signature: `additive_attention`, the XLA
-function ("xla"), and `native_additive_attention`, the same maths as two C++ XLA FFI kernels
-(CPU, one device, head_dim a multiple of 8). "auto" picks native where it runs, else xla.
+Linear in the sequence length. Three kernels behind one signature: `additive_attention`, the XLA
+function ("xla"); `native_additive_attention`, the same maths as two C++ XLA FFI kernels (CPU,
+one device, head_dim a multiple of 8); and `additive_pallas.pallas_additive_attention`, Pallas
+kernels in the Triton style ("pallas"; GPU, or interpret mode on a CPU). "auto" picks native
+where it runs; on a GPU, pallas where textattn/attention/pallas_allowlist.py lists the platform;
+else xla.
 The scoring vectors are shared across heads as in the authors' code: each head's score reads
 all heads' features (kernel [heads*dim, heads]).
 """
@@ -16,11 +19,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textattn.attention import registry, softmax
+from textattn.attention import additive_pallas, pallas_allowlist, registry, softmax
 from textattn.attention.common import Array, dense_init, masked_softmax_over_tokens, usable_cores
 from textattn.errors import UsageError
 
-IMPLEMENTATIONS = ("auto", "xla", "native")
+IMPLEMENTATIONS = ("auto", "xla", "native", "pallas")
 
 
 def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
@@ -118,13 +121,24 @@ def native_additive_attention(query: Array, key: Array, padding_mask: Array, alp
   return u.reshape(query.shape).astype(query.dtype)
 
 
+KERNELS = {"xla": additive_attention, "native": native_additive_attention,
+           "pallas": additive_pallas.pallas_additive_attention}
+
+
 def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32") -> str:
   """'auto' -> 'native' where the native kernels serve this run and head_dim is a multiple of 8
-  (its kernel needs that), else 'xla' (the only kernel off a CPU: it is memory-bound, linear in
-  length, and XLA fuses it)."""
+  (its kernel needs that); on a GPU, 'pallas' where the allow-list names this device kind and
+  JAX version (pallas_allowlist.py: a run there vouched for it), else 'xla' with the reason
+  warned once; 'xla' elsewhere (memory-bound, linear in length, and XLA fuses it)."""
   del dtype
   if implementation != "auto":
     return implementation
+  if jax.default_backend() == "gpu":
+    reason = pallas_allowlist.refusal("additive")
+    if reason is None:
+      return "pallas"
+    softmax.warn_fallback("additive", "xla", reason)
+    return "xla"
   if head_dim is not None and head_dim % 8:
     return "xla"
   if softmax.native_runs_here():
@@ -144,6 +158,10 @@ def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "flo
                        f"head size (embed_dim / num_heads = {embed_dim // num_heads}) that is a "
                        f"multiple of 8; use 'auto' (falls back to XLA) or 'xla'.")
     softmax.check_native_here()
+  if implementation == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
+    raise UsageError(f"config.model.attention_impl='pallas' with additive attention runs on a GPU "
+                     f"(or in interpret mode on a CPU), not on the {jax.default_backend()} "
+                     f"backend; use 'auto' or 'xla'.")
 
 
 def fastformer_projections(module: nn.Module, x: Array, num_heads: int, dtype: Any):
@@ -170,15 +188,14 @@ def fastformer_output(u: Array, query: Array, dtype: Any) -> Array:
 class AdditiveAttention(nn.Module):
   """Fastformer additive attention: output = W_o u + q (as in the authors' implementation)."""
   num_heads: int
-  implementation: str = "xla"  # "native" (or "auto" resolving to it): the C++ kernel; else XLA
+  implementation: str = "xla"  # a key of KERNELS, or "auto" (resolved when called)
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array) -> Array:
     query, key, alpha_kernel, beta_kernel = fastformer_projections(self, x, self.num_heads,
                                                                    self.dtype)
-    native = resolve(self.implementation, query.shape[-1]) == "native"
-    kernel = native_additive_attention if native else additive_attention
+    kernel = KERNELS[resolve(self.implementation, query.shape[-1])]
     u = kernel(query, key, padding_mask, alpha_kernel.astype(self.dtype),
                beta_kernel.astype(self.dtype))
     return fastformer_output(u, query, self.dtype)
@@ -190,5 +207,5 @@ registry.register(registry.Variant(
     implementations=IMPLEMENTATIONS,
     resolve=resolve,
     check=check,
-    kernels=(("xla", "linear (XLA)"), ("native", "native")),
+    kernels=(("xla", "linear (XLA)"), ("native", "native"), ("pallas", "pallas")),
     description="Fastformer additive attention, linear in length (arXiv 2108.09084)"))

@@ -33,9 +33,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textattn.attention import registry
+from textattn.attention import causal_additive_pallas, pallas_allowlist, registry, softmax
 from textattn.attention.additive import fastformer_output, fastformer_projections
 from textattn.attention.common import MASK_VALUE, Array
+from textattn.errors import UsageError
 
 FORMS = ("direct", "recurrent")
 
@@ -78,6 +79,80 @@ def recurrent_causal_additive(query: Array, key: Array, padding_mask: Array, alp
   mixed = key.astype(jnp.float32) * global_query  # p_i = g_q(i) * k_i
   global_key = prefix_softmax_sum(_scores(mixed, beta_kernel), mixed, padding_mask)
   return (query.astype(jnp.float32) * global_key).astype(query.dtype)
+
+
+def _chunk_prefix_softmax_sum(carry, scores, values, real):
+  """One chunk of `prefix_softmax_sum`, as matrix products: carry (max [b, h], weighted values
+  [b, h, d], weights [b, h]) of the positions before the chunk; scores float32 [b, c, h], values
+  float32 [b, c, h, d], real bool [b, c]. Returns (the carry after the chunk, out [b, c, h, d]).
+
+  A position's weight does not depend on t, so out[t] is a weighted cumulative sum: a masked
+  [c, c] matrix W[t, i] = exp(s_i - m_t) [i <= t, real_i] times the values (and times 1 for the
+  normaliser). m_t is the row's own running max (the cumulative max inside the chunk merged
+  with the carried one), not one max per chunk: with one max, a row whose prefix scores lie far
+  below a later score of the chunk would underflow to 0 / 0. The carried sums are rescaled by
+  exp(M - m_t). The maxima only stabilise (the result does not depend on them), so no gradient
+  flows through them.
+  """
+  carried_max, carried_values, carried_weights = carry
+  chunk = scores.shape[1]
+  scores = jnp.where(real[:, :, None], scores, MASK_VALUE)
+  row_max = jax.lax.stop_gradient(
+      jnp.maximum(jax.lax.cummax(scores, axis=1), carried_max[:, None]))  # m_t [b, c, h]
+  visible = (jnp.tril(jnp.ones((chunk, chunk), bool))[None, :, :, None]
+             & real[:, None, :, None])  # [b, t, i, 1]
+  # Exponent only where visible: exp(s_i - m_t) of a later i can overflow (and inf * 0 = NaN).
+  exponent = jnp.where(visible, scores[:, None, :, :] - row_max[:, :, None, :], MASK_VALUE)
+  weights = jnp.exp(exponent)  # W [b, t, i, h]
+  carried_scale = jnp.exp(carried_max[:, None] - row_max)  # exp(M - m_t) [b, t, h]
+  out_values = (jnp.einsum("btih,bihd->bthd", weights, values)
+                + carried_scale[..., None] * carried_values[:, None])
+  out_weights = jnp.sum(weights, axis=2) + carried_scale * carried_weights[:, None]
+  mean = jnp.where(out_weights[..., None] > 0,
+                   out_values / jnp.maximum(out_weights, 1e-30)[..., None], 0.0)
+  return (row_max[:, -1], out_values[:, -1], out_weights[:, -1]), mean
+
+
+def chunked_recurrent_causal_additive(query: Array, key: Array, padding_mask: Array,
+                                      alpha_kernel: Array, beta_kernel: Array, *,
+                                      chunk_size: int = 64) -> Array:
+  """The recurrent form (`recurrent_causal_additive`) computed chunk by chunk, the layout
+  causal linear attention uses on tensor cores (GLA / flash-linear-attention's "chunk" mode).
+
+  A lax.scan over chunks of `chunk_size` positions carries both running softmax sums; inside a
+  chunk each pooling is one masked [chunk, chunk] matrix product (`_chunk_prefix_softmax_sum`),
+  the alpha pooling first, since the chunk's beta scores read its g_q. Work O(length * chunk),
+  sequential depth length / chunk. The chunk body is rematerialised (jax.checkpoint), so the
+  backward (autodiff through the scan) holds one chunk's [chunk, chunk] weights at a time.
+  The length is padded to a multiple of the chunk with padding positions, which change nothing.
+  """
+  batch, length, heads, head_dim = query.shape
+  chunk = max(1, min(chunk_size, length))
+  num_chunks = -(-length // chunk)
+  extra = num_chunks * chunk - length
+  f32 = jnp.float32
+
+  def split(x):  # [b, L, ...] -> [chunks, b, chunk, ...]
+    x = jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2))
+    return x.reshape((batch, num_chunks, chunk) + x.shape[2:]).swapaxes(0, 1)
+
+  @jax.checkpoint
+  def one_chunk(carry, inputs):
+    alpha_carry, beta_carry = carry
+    q, k, real = inputs
+    alpha_carry, global_query = _chunk_prefix_softmax_sum(
+        alpha_carry, _scores(q, alpha_kernel), q.astype(f32), real)
+    mixed = k.astype(f32) * global_query  # p_i = g_q(i) * k_i
+    beta_carry, global_key = _chunk_prefix_softmax_sum(
+        beta_carry, _scores(mixed, beta_kernel), mixed, real)
+    u = (q.astype(f32) * global_key).astype(query.dtype)
+    return (alpha_carry, beta_carry), u
+
+  state = init_state(batch, heads, head_dim)
+  carry = ((state.alpha_max, state.alpha_values, state.alpha_weights),
+           (state.beta_max, state.beta_values, state.beta_weights))
+  _, u = jax.lax.scan(one_chunk, carry, (split(query), split(key), split(padding_mask)))
+  return u.swapaxes(0, 1).reshape(batch, num_chunks * chunk, heads, head_dim)[:, :length]
 
 
 def direct_causal_additive(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
@@ -139,6 +214,31 @@ def recurrent_step(state: State, query: Array, key: Array, real: Array, alpha_ke
 
 
 CORES = {"direct": direct_causal_additive, "recurrent": recurrent_causal_additive}
+# The recurrent form's kernels by implementation name (the direct form has "xla" only): "xla"
+# is the associative scan, "chunked" the chunk-by-chunk matrix form, "pallas" the chunked form
+# as a Pallas kernel (causal_additive_pallas.py; GPU, or interpret mode on a CPU); all the same
+# function.
+RECURRENT_KERNELS = {"xla": recurrent_causal_additive,
+                     "chunked": chunked_recurrent_causal_additive,
+                     "pallas": causal_additive_pallas.pallas_recurrent_causal_additive}
+IMPLEMENTATIONS = {"direct": ("auto", "xla"), "recurrent": ("auto",) + tuple(RECURRENT_KERNELS)}
+
+
+def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32",
+            form: str = "recurrent") -> str:
+  """'auto' -> 'xla' (the scan; the direct form has no other kernel). The chunked form has not
+  been timed against the scan on an accelerator yet (issue 42 item 8), so it is chosen by name
+  only; the Pallas kernel on a GPU the allow-list names (pallas_allowlist.py), elsewhere on a
+  GPU the scan, with the reason warned once."""
+  del head_dim, dtype
+  if implementation != "auto":
+    return implementation
+  if form == "recurrent" and jax.default_backend() == "gpu":
+    reason = pallas_allowlist.refusal("causal_additive_recurrent")
+    if reason is None:
+      return "pallas"
+    softmax.warn_fallback("causal_additive_recurrent", "xla", reason)
+  return "xla"
 
 
 class CausalAdditiveAttention(nn.Module):
@@ -167,8 +267,14 @@ class CausalAdditiveAttention(nn.Module):
                         jnp.float32)
           self.variable("cache", "mask", jnp.zeros, (batch, length), bool)
           self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
-      u = CORES[self.form](query, key, padding_mask, alpha_kernel, beta_kernel)
+      u = self._kernel()(query, key, padding_mask, alpha_kernel, beta_kernel)
     return fastformer_output(u, query, self.dtype)
+
+  def _kernel(self):
+    """The whole-sequence kernel; decoding steps are the same for every implementation."""
+    if self.form == "direct":
+      return direct_causal_additive
+    return RECURRENT_KERNELS[resolve(self.implementation, form=self.form)]
 
   def _decode_step(self, query, key, padding_mask, alpha_kernel, beta_kernel):
     cache = self.variable("cache", "state")
@@ -200,16 +306,24 @@ class CausalAdditiveAttention(nn.Module):
     return jnp.where(real[:, None, None], u, 0.0).astype(query.dtype)[:, None]
 
 
-def _check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "float32") -> None:
-  del dtype
-  registry.check_choice("model.attention_impl", implementation, ("auto", "xla"))
-  registry.check_heads(embed_dim, num_heads)
+def _checker(form: str):
+  def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "float32") -> None:
+    del dtype
+    registry.check_choice("model.attention_impl", implementation, IMPLEMENTATIONS[form])
+    registry.check_heads(embed_dim, num_heads)
+    if implementation == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
+      raise UsageError(f"config.model.attention_impl='pallas' with causal additive attention "
+                       f"runs on a GPU (or in interpret mode on a CPU), not on the "
+                       f"{jax.default_backend()} backend; use 'auto', 'xla' or 'chunked'.")
+  return check
 
 
 registry.register(registry.Variant(
     name="causal_additive",
     build=functools.partial(CausalAdditiveAttention, form="direct"),
-    check=_check,
+    implementations=IMPLEMENTATIONS["direct"],
+    resolve=functools.partial(resolve, form="direct"),
+    check=_checker("direct"),
     causal=True,
     kernels=(("xla", "direct causal (XLA)"),),
     description="causal Fastformer, direct form: exact prefix semantics, O(length^2)"))
@@ -217,7 +331,9 @@ registry.register(registry.Variant(
 registry.register(registry.Variant(
     name="causal_additive_recurrent",
     build=functools.partial(CausalAdditiveAttention, form="recurrent"),
-    check=_check,
+    implementations=IMPLEMENTATIONS["recurrent"],
+    resolve=resolve,
+    check=_checker("recurrent"),
     causal=True,
-    kernels=(("xla", "recurrent causal (XLA)"),),
+    kernels=(("xla", "scan"), ("chunked", "chunked"), ("pallas", "pallas")),
     description="causal Fastformer, recurrent form: keys scored once, O(length), O(1) decoding"))

@@ -18,14 +18,21 @@ implementation. Built in: softmax (reference einsum, "xla"), softmax_dot_product
 (jax.nn.dot_product_attention), softmax_cudnn (the same with implementation="cudnn"; GPU,
 bfloat16/float16 only; unverified), softmax_chunked (memory-efficient exact softmax),
 softmax_fused (CPU layout), causal (and causal_<implementation>), additive (Fastformer, the XLA
-function), additive_native (its C++ kernel) and additive_auto (native where it runs, as "auto" in
-a config). --plugin=MODULE (repeatable) imports a module that registers more, here and in every
+function), additive_native (its C++ kernel), additive_pallas (its Pallas kernels; interpret mode on
+a CPU, so not a speed there), additive_auto (native where it runs, as "auto" in a config), and
+causal_additive_recurrent (the scan) with causal_additive_recurrent_chunked. Each row's `kernel`
+column names the kernel that ran (the registry's labels: naive, flash, fused, native, pallas,
+scan, chunked, ...; an "auto" row is labelled by what it resolved to). The default comparison is
+additive against the platform's best softmax (softmax_auto: cuDNN flash on a GPU in bfloat16)
+and the naive one (softmax, labelled "naive"). --plugin=MODULE (repeatable) imports a module that registers more, here and in every
 point's subprocess:
 
     python -m textattn.benchmark --plugin=my_pkg.my_attention --variants=softmax,my_attention
 
 What is timed (--mode):
   attention         the attention module alone, projections included, on x ~ N(0, 1) [B, L, E];
+  attention+backward  the same, forward and backward: jax.value_and_grad of sum(out * c) (c a
+                    fixed random cotangent) with respect to its parameters and x;
   forward           the Classifier (train=False) on random tokens;
   forward+backward  jax.value_and_grad of the mean cross-entropy of that Classifier (train=False,
                     so no dropout) with respect to all parameters;
@@ -62,6 +69,9 @@ A point whose memory_analysis footprint exceeds --point_memory_limit_gb (CPU onl
 "oom" without being run; before it runs, the child's address space is capped at its size after
 compilation plus that limit (RLIMIT_AS), so a footprint the analysis underestimated fails as
 "oom" too instead of swapping the machine.
+--profile_dir=DIR: after its timed calls each point runs 3 more under jax.profiler.trace, each
+annotated as step "benchmark_step", into DIR/<variant>_L<length> (tensorboard --logdir=DIR, or
+XProf, shows where a step's time goes).
 --point_time_budget_s bounds the calls of slow points (a 100-s step is not run 12 times); every
 row says how many warm-up and timed calls it made.
 

@@ -91,6 +91,10 @@ _LENGTHS = flags.DEFINE_enum(
 _INJECT_FAILURE = flags.DEFINE_string(
     "inject_failure", "", "For testing this tool: comma list of variant@seq_len=kind, kind one of "
     f"{', '.join(INJECTABLE_FAILURES)}; that point fails that way on purpose.")
+_PROFILE_DIR = flags.DEFINE_string(
+    "profile_dir", "", "If set: after its timed calls, each point runs a few more under "
+    "jax.profiler.trace, each annotated as step 'benchmark_step', into DIR/<variant>_L<length> "
+    "(view with TensorBoard's profile plugin or XProf: tensorboard --logdir=DIR).")
 _POINT_SPEC = flags.DEFINE_string(
     "point_spec", None, "Internal: run the one point described in this JSON file (the sweep "
     "starts one such subprocess per point).")
@@ -133,7 +137,7 @@ def _plan(config, mode: str) -> list[dict]:
       time_budget_s=_POINT_TIME_BUDGET_S.value, memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
       check_against_reference=_CHECK_AGAINST_REFERENCE.value, seed=_SEED.value,
       num_classes=_NUM_CLASSES.value, injections=injections, lengths=_LENGTHS.value,
-      plugins=tuple(_PLUGINS.value))
+      plugins=tuple(_PLUGINS.value), profile_dir=_PROFILE_DIR.value)
   for spec in specs:  # the config errors a point would hit, once, before any point runs
     models.validate_model_config(ml_collections.ConfigDict(json.loads(spec["config"])))
   return specs

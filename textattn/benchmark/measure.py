@@ -57,7 +57,7 @@ def _random_inputs(spec: dict, seq_len: int, batch_size: int):
   return rng, padding_mask, tokens, labels
 
 
-def _build_attention(config, rng, padding_mask, key, short):
+def _build_attention(config, rng, padding_mask, key, short, backward=False):
   import jax
   import jax.numpy as jnp
 
@@ -73,6 +73,13 @@ def _build_attention(config, rng, padding_mask, key, short):
   x = jnp.asarray(rng.standard_normal((batch_size, seq_len, m.embed_dim)), dtype)
   mask = jnp.asarray(padding_mask)
   params = jax.jit(module.init)(key, x[:1, :short], mask[:1, :short])["params"]
+  if backward:  # gradients of the parameters and the input, for a fixed random cotangent
+    cotangent = jnp.asarray(rng.standard_normal(x.shape), dtype)
+
+    def loss(p, x, mask):
+      return jnp.sum((module.apply({"params": p}, x, mask) * cotangent).astype(jnp.float32))
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), (params, x, mask)
   return jax.jit(lambda p, x, mask: module.apply({"params": p}, x, mask)), (params, x, mask)
 
 
@@ -143,13 +150,14 @@ def _build(spec: dict, config, implementation: str | None = None):
       config.model.attention_impl = implementation
   seq_len, batch_size, mode = config.max_len, config.batch_size, spec["mode"]
   rng, padding_mask, tokens, labels = _random_inputs(spec, seq_len, batch_size)
-  if mode != "attention" and data_lib.pads_before(config):
+  if not mode.startswith("attention") and data_lib.pads_before(config):
     tokens = data_lib.pad_before(tokens)  # the layout the model trains on
   key = jax.random.key(spec["seed"])
   short = min(seq_len, 8)  # parameter shapes do not depend on the length: init cheaply
 
-  if mode == "attention":
-    return _build_attention(config, rng, padding_mask, key, short)
+  if mode.startswith("attention"):
+    return _build_attention(config, rng, padding_mask, key, short,
+                            backward=mode == "attention+backward")
   if mode == "decode_step":
     return _build_decode_step(config, rng, key, short)
   model = models.build_model(config, spec["num_classes"])
@@ -270,6 +278,8 @@ def _measure(spec: dict, result: dict, save) -> None:
   if compiled is None:  # over the memory limit: not run
     return
   args = _time_calls(spec, compiled, args, device, result, save)
+  if spec.get("profile_dir"):
+    args = _profile_calls(spec, compiled, args)
   result.update(_utilization(spec, config, args, device, result))
   save()
   if (spec["check_against_reference"]
@@ -397,6 +407,23 @@ def _time_calls(spec: dict, compiled, args, device, result: dict, save):
   result["rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
   result["status"], result["message"] = "ok", note
   save()
+  return args
+
+
+PROFILED_STEPS = 3
+
+
+def _profile_calls(spec: dict, compiled, args):
+  """PROFILED_STEPS more calls under jax.profiler.trace, each a step named 'benchmark_step' (so
+  the profile viewer splits them), after the timed ones (tracing slows the calls it sees).
+  Returns the arguments of the next call."""
+  import jax
+  with jax.profiler.trace(spec["profile_dir"]):
+    for step in range(PROFILED_STEPS):
+      with jax.profiler.StepTraceAnnotation("benchmark_step", step_num=step):
+        out = jax.block_until_ready(compiled(*args))
+      if spec["mode"] == "train_step":  # the state is donated: the next call takes the new one
+        args = (out[0],) + tuple(args[1:])
   return args
 
 

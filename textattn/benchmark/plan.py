@@ -9,6 +9,7 @@ any implementation it accepts.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from textattn.data.tokenizer import vocab_size_for
@@ -16,7 +17,9 @@ from textattn.errors import UsageError
 
 # decode_step: one cached decoding step of a causal attention layer (one new position against a
 # cache of seq_len positions), the cost per generated token.
-MODES = ("attention", "forward", "forward+backward", "train_step", "decode_step")
+# attention+backward: the attention layer alone, forward and backward (what a kernel is judged by).
+MODES = ("attention", "attention+backward", "forward", "forward+backward", "train_step",
+         "decode_step")
 DTYPES = ("float32", "bfloat16")
 INJECTABLE_FAILURES = ("error", "oom", "timeout")
 # How long the random examples of a batch are: "half_to_full" = uniform in [L/2, L] with the
@@ -174,9 +177,10 @@ def plan_points(config, settings: dict, mode: str, *, warmup: int = 2, repeats: 
                 time_budget_s: float = 0.0, memory_limit_gb: float = 8.0,
                 check_against_reference: bool = False, seed: int = 0, num_classes: int = 2,
                 injections: dict | None = None, lengths: str = "half_to_full",
-                plugins: tuple[str, ...] = ()) -> list[dict]:
+                plugins: tuple[str, ...] = (), profile_dir: str = "") -> list[dict]:
   """One spec (everything its subprocess needs, JSON-able) per variant x length. `plugins`:
-  modules the subprocess imports before building the point (--plugin)."""
+  modules the subprocess imports before building the point (--plugin); `profile_dir`: where
+  the point writes its profiler trace (--profile_dir; "" = none)."""
   if lengths not in LENGTHS:
     raise ValueError(f"lengths={lengths!r} is invalid; allowed: {', '.join(LENGTHS)}.")
   specs = []
@@ -194,5 +198,7 @@ def plan_points(config, settings: dict, mode: str, *, warmup: int = 2, repeats: 
           "memory_limit_gb": memory_limit_gb, "check_against_reference": check_against_reference,
           "inject": (injections or {}).get((variant, seq_len)),
           "plugins": list(plugins),
+          "profile_dir": (os.path.join(os.path.abspath(profile_dir), f"{variant}_L{seq_len}")
+                          if profile_dir else ""),
           "config": point_config(config, settings, variant, seq_len).to_json()})
   return specs

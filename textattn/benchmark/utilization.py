@@ -41,6 +41,8 @@ def attention_flops(forward_flops, mode: str, batch: int, length: int, heads: in
   forward = forward_flops(batch, length, heads, head_dim)
   if mode in ("attention", "forward"):
     return forward * (1 if mode == "attention" else layers)
+  if mode == "attention+backward":
+    return 3.5 * forward
   if mode in ("forward+backward", "train_step"):
     return 3.5 * forward * layers
   return None

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from textattn import attention as attention_lib
+from textattn.errors import UsageError
 from textattn.models import Dropout, masked_mean
 
 Array = jax.Array
@@ -172,7 +173,7 @@ class BertClassifier(nn.Module):
   def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
                token_embeddings: Array | None = None) -> Array:
     if self.pooling not in POOLINGS:
-      raise ValueError(f"config.model.pooling={self.pooling!r} is not allowed for a pretrained "
+      raise UsageError(f"config.model.pooling={self.pooling!r} is not allowed for a pretrained "
                        f"encoder; allowed: {', '.join(POOLINGS)}.")
     if padding_mask is None:
       padding_mask = tokens != self.config.pad_token_id

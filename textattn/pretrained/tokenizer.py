@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from textattn.data.tokenizer import check_truncation
+from textattn.errors import UsageError
 
 DIRECTIONS = {"pre": "left", "post": "right"}  # textattn's truncation -> tokenizers' direction
 
@@ -63,7 +64,7 @@ class PretrainedTokenizer:
     check_truncation(max_len, truncation)
     added = self.hf.num_special_tokens_to_add(False)
     if max_len <= added:
-      raise ValueError(f"config.max_len={max_len} leaves no room for a token beside the "
+      raise UsageError(f"config.max_len={max_len} leaves no room for a token beside the "
                        f"{added} special tokens the pretrained tokenizer adds; use a larger "
                        f"max_len.")
     self.hf.enable_truncation(max_len, direction=DIRECTIONS[truncation])

@@ -30,7 +30,7 @@ import numpy as np
 
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError
-from textattn.errors import one_line
+from textattn.errors import UsageError, one_line
 
 PREFIX = "vectors:"
 SCALES = ("raw", "init")
@@ -50,10 +50,10 @@ def check(embedding_init: str, tokenizer_kind: str) -> None:
   """One sentence for a vectors setting that cannot work, before any data is read."""
   path = path_of(embedding_init)
   if not path:
-    raise ValueError("config.model.embedding_init='vectors:' names no file; give "
+    raise UsageError("config.model.embedding_init='vectors:' names no file; give "
                      "'vectors:PATH' (a word2vec .txt/.bin or GloVe .txt file).")
   if tokenizer_kind != "word":
-    raise ValueError(f"config.model.embedding_init={embedding_init!r} needs "
+    raise UsageError(f"config.model.embedding_init={embedding_init!r} needs "
                      f"config.tokenizer='word' (word vectors for a word vocabulary), not "
                      f"{tokenizer_kind!r}.")
   if not os.path.isfile(path):

@@ -1,0 +1,83 @@
+"""Every script under experiments/gpu/ rehearses on this CPU (REHEARSE=1: JAX_PLATFORMS=cpu, toy
+sizes, Pallas in interpret mode, long steps checked for their wiring only; setup.sh and
+rehearse.py), so a renamed module, flag, config field or variant, or a missing file, fails here
+instead of on the next lent GPU.
+
+All scripts start at once (module fixture); accelerators.sh, which runs its benchmark points
+for real at toy sizes, takes about a minute, the others seconds.
+"""
+
+import csv
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GPU = ROOT / "experiments" / "gpu"
+SCRIPTS = sorted(p.name for p in GPU.glob("*.sh") if p.name != "setup.sh")
+HELPERS = ("setup.sh", "rehearse.py")  # sourced / called by every script
+
+
+@pytest.fixture(scope="module")
+def rehearsals(tmp_path_factory):
+  started = {}
+  for script in SCRIPTS:
+    out = tmp_path_factory.mktemp(script.replace(".", "_"))
+    env = dict(os.environ, REHEARSE="1", OUT=str(out), JAX_PLATFORMS="cpu")
+    started[script] = (subprocess.Popen(["bash", str(GPU / script)], cwd=ROOT, env=env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True), out)
+  finished = {}
+
+  def finish(script):
+    if script not in finished:
+      process, out = started[script]
+      stdout, stderr = process.communicate(timeout=400)
+      finished[script] = (process.returncode, stdout, stderr, out)
+    return finished[script]
+
+  yield finish
+  for process, _ in started.values():
+    if process.poll() is None:
+      process.kill()
+      process.communicate()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_gpu_script_rehearses_on_the_cpu(rehearsals, script):
+  returncode, stdout, stderr, out = rehearsals(script)
+  assert returncode == 0, (stdout + stderr)[-3000:]
+  summary = [line for line in stdout.splitlines() if line.startswith("rehearsal: ")][-1]
+  assert summary.endswith(f"0 failed (OUT={out})"), summary
+  assert "rehearsal (no GPU): nvidia-smi" in stdout  # the stand-in, not a GPU's
+
+
+def test_the_accelerator_script_runs_every_kernel_at_toy_sizes(rehearsals):
+  returncode, stdout, stderr, out = rehearsals("accelerators.sh")
+  assert returncode == 0, (stdout + stderr)[-3000:]
+  rows = []
+  for results in sorted(out.glob("*/results.csv")):
+    with open(results, newline="") as f:
+      rows += list(csv.DictReader(f))
+  assert {row["variant"] for row in rows} >= {
+      "softmax_auto", "additive_auto", "additive", "additive_pallas",
+      "causal_additive_recurrent", "causal_additive_recurrent_chunked",
+      "causal_additive_recurrent_pallas"}
+  for row in rows:
+    assert row["status"] == "ok", row
+    if row["max_abs_diff"] and row["dtype"] == "float32":  # (bfloat16: rounding differs)
+      assert float(row["max_abs_diff"]) < 1e-4, row  # interpret-mode Pallas, chunked: = XLA
+  assert {row["kernel"] for row in rows} >= {"pallas", "chunked", "scan"}
+
+
+def test_every_file_in_the_gpu_folder_is_rehearsed():
+  # A new script is rehearsed by the test above; a Python file must be run by one of them.
+  scripts_text = "".join((GPU / name).read_text() for name in SCRIPTS + ["setup.sh"])
+  for path in GPU.iterdir():
+    if path.is_dir() or path.suffix == ".sh" or path.name in HELPERS:
+      continue
+    called = (path.name in scripts_text
+              or any(path.stem in p.read_text() for p in GPU.glob("*.py") if p != path))
+    assert called, f"experiments/gpu/{path.name} is run by no script (so never rehearsed)"
