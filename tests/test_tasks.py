@@ -163,3 +163,13 @@ def test_every_command_ends_a_users_mistake_in_one_line(tmp_path, command, code,
   errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
   assert errors == [errors[0]] and errors[0].startswith(f"error: {message}"), result.stderr
   assert "Traceback" not in result.stderr and not (tmp_path / "w").exists()
+
+
+def test_profile_dir_holds_a_trace_of_the_annotated_train_steps(tmp_path):
+  from tests import toy_task  # noqa: F401 -- registers the task
+  config = defaults.load(str(REPO / "tests" / "toy_task_config.py"))
+  config.num_train_steps = config.eval_every_steps = config.checkpoint_every_steps = 5
+  runner.train_and_evaluate(config, str(tmp_path / "run"), profile_dir=str(tmp_path / "profile"))
+  traces = list((tmp_path / "profile").glob("plugins/profile/*/*.xplane.pb"))
+  assert len(traces) == 1, traces
+  assert loop.STEP_ANNOTATION.encode() in traces[0].read_bytes()  # the steps, as XProf shows them

@@ -81,6 +81,8 @@ class Hooks:
   stop: from stop_on_signals(); once set, fit saves at the current step and raises Stopped.
   recovery: what to do when the loss goes NaN/Inf (default: stop with advice).
   progress: print a line per log window and evaluation (process 0).
+  profile_dir: a jax.profiler trace of the first PROFILED_STEPS steps after compilation is
+    written there, each step annotated STEP_ANNOTATION (XProf's and TensorBoard's step view).
   """
   evaluate: Callable[[Any, int, bool], dict | None] | None = None
   save: Callable[[int, Any, dict | None], None] | None = None
@@ -88,6 +90,11 @@ class Hooks:
   stop: StopRequest | None = None
   recovery: Recovery = dataclasses.field(default_factory=Recovery)
   progress: bool = True
+  profile_dir: str = ""
+
+
+PROFILED_STEPS = 3
+STEP_ANNOTATION = "textattn_step"
 
 
 STOP_CHECK_EVERY = 10  # steps between the processes' stop agreements (several processes only)
@@ -195,11 +202,15 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   progress = _Progress(total, start_step, is_main and hooks.progress, prefix)
   pending, window_start = [], time.perf_counter()
   step = start_step
+  profiler = _Profiler(hooks.profile_dir, start_step, total)
   while step < total:
+    profiler.before(step)
     if step + 1 in skipped:  # this step's batch made the loss NaN before: take the next one
       batch = platform.to_global(next(batches), data_sharding)
       log(step + 1, {f"{prefix}/skipped_batch_of_step": step + 1})  # (in step order, on replay)
-    state, sums = step_for(state, batch)(state, batch)
+    with profiler.annotate(step + 1):
+      state, sums = step_for(state, batch)(state, batch)
+    profiler.after(step + 1, sums)
     pending.append(sums)
     done = step = step + 1
     is_last = done == total
@@ -244,6 +255,33 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
 
 
 MAX_SKIPPED_BATCHES = 3
+
+
+class _Profiler:
+  """A jax.profiler trace of the first PROFILED_STEPS steps of this call (none without a
+  directory); each step is a StepTraceAnnotation and the trace ends once the last one's results
+  are ready, so it holds whole steps."""
+
+  def __init__(self, directory: str, start_step: int, total: int):
+    self.directory = directory
+    self.last = min(start_step + PROFILED_STEPS, total) if directory else -1
+    self.tracing = False
+
+  def before(self, step: int) -> None:
+    if self.directory and not self.tracing and step < self.last:
+      jax.profiler.start_trace(self.directory)
+      self.tracing = True
+
+  def annotate(self, step: int):
+    if not self.tracing:
+      return contextlib.nullcontext()
+    return jax.profiler.StepTraceAnnotation(STEP_ANNOTATION, step_num=step)
+
+  def after(self, step: int, sums) -> None:
+    if self.tracing and step >= self.last:
+      jax.block_until_ready(sums)
+      jax.profiler.stop_trace()
+      self.tracing, self.directory = False, ""
 
 
 class _Executables:

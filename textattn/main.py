@@ -44,6 +44,9 @@ _PROCESS_ID = flags.DEFINE_integer(
 _PLUGINS = flags.DEFINE_multi_string(
     "plugin", [], "Module (dotted name) to import first, e.g. one that registers an attention "
     "variant; repeatable.")
+_PROFILE_DIR = flags.DEFINE_string(
+    "profile_dir", "", "Write a jax.profiler trace of the first training steps there (view it "
+    "in TensorBoard's profile tab or XProf).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -85,7 +88,7 @@ def main(argv):
 
   existed = os.path.exists(workdir)
   try:
-    run.train_and_evaluate(config, workdir)
+    run.train_and_evaluate(config, workdir, _PROFILE_DIR.value)
   except (UsageError, DataError, RunError, NonFiniteLossError) as error:
     # A user's mistake (bad config, bad data, a workdir of another run) or a diverged run:
     # one clear sentence, and a workdir this command created is not left behind empty. Other

@@ -113,16 +113,18 @@ def validate(config: ml_collections.ConfigDict, device_count: int) -> None:
   task.validate(config, device_count)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       profile_dir: str = "") -> dict:
   """Trains (or resumes), evaluates, and returns the final report's metrics.
 
   Holds the workdir lock (textattn.workdir) throughout; a workdir this call created is removed
   again if the run is refused before training starts. SIGINT/SIGTERM during training save a
-  checkpoint and raise errors.Stopped (see loop.stop_on_signals)."""
+  checkpoint and raise errors.Stopped (see loop.stop_on_signals). `profile_dir`: a profiler
+  trace of the first steps is written there (loop.Hooks.profile_dir)."""
   validate(config, jax.device_count())
   task = tasks.get(config.task)
   return in_workdir(workdir, lambda is_main, lock, progress: _run(
-      task, config, workdir, is_main, lock, progress))
+      task, config, workdir, is_main, lock, progress, profile_dir))
 
 
 def train_only(config: ml_collections.ConfigDict, job: Job) -> list[tuple[int, dict]]:
@@ -329,7 +331,7 @@ def restore_params(workdir: str, checkpoint: str, config, model, length: int | N
 
 
 
-def _run(task, config, workdir, is_main, lock, progress) -> dict:
+def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict:
   _, replicated = platform.data_parallel_shardings()
   job = task.prepare(config, workdir, is_main)
   plan = schedule(config, job.train_iter.steps_per_epoch)
@@ -392,7 +394,7 @@ def _run(task, config, workdir, is_main, lock, progress) -> dict:
   progress["training"] = True
   with loop.stop_on_signals(on_force_exit=lock.release) as stop:
     hooks = loop.Hooks(
-        evaluate=evaluate, save=save, writer=writer, stop=stop,
+        evaluate=evaluate, save=save, writer=writer, stop=stop, profile_dir=profile_dir,
         recovery=loop.Recovery(
             recovery(manager, job.train_iter, writer, attach, abstract_state, state_sharding,
                      fresh), skipped, lambda: nonfinite_advice(manager, config)))
