@@ -226,13 +226,18 @@ def main(argv) -> None:
   if not values["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # the libraries' INFO logs only with --verbosity
   from textattn import data as data_lib
-  from textattn.errors import RunError
+  from textattn.errors import user_errors
   if bool(values.text) == bool(values.input):
     print("error: give the texts with --text=STR (repeatable) or --input=FILE, not both and not "
           "neither.", file=sys.stderr)
     sys.exit(2)
-  try:
-    model = load(values.workdir, values.checkpoint, values.plugin)
+  with user_errors():
+    import textattn
+    model = textattn.load(values.workdir, values.checkpoint, values.plugin)
+    if not hasattr(model, "predict"):
+      raise data_lib.DataError(f"{values.workdir} is a {model.config.task} run, whose model "
+                               f"offers no predict; python -m textattn.predict needs a "
+                               f"classifier's workdir.")
     texts = values.text or read_texts(values.input, model.config)
     rows = model.predict(texts)
     if values.explain:
@@ -246,12 +251,6 @@ def main(argv) -> None:
       except OSError as error:
         raise data_lib.DataError(f"--explain={values.explain}: cannot be written "
                                  f"({error.strerror}).") from None
-  except (data_lib.DataError, RunError) as error:
-    print(f"error: {error}", file=sys.stderr)
-    sys.exit(1)
-  except ValueError as error:  # e.g. an attention variant no module registered: --plugin
-    print(f"error: {error}", file=sys.stderr)
-    sys.exit(2)
   lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
   if values.output:
     data_lib.atomic_write(values.output, lambda f: f.write(lines))

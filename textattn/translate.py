@@ -22,8 +22,8 @@ def load(workdir: str, checkpoint: str = "best"):
   from textattn.data import DataError
   translator = textattn.load(workdir, checkpoint)
   if not hasattr(translator, "translate"):
-    raise DataError(f"{workdir} is not a translation run (its task offers no translation); use "
-                    f"python -m textattn.predict for classifiers.")
+    raise DataError(f"{workdir} is not a translation run (it is a {translator.config.task} "
+                    f"run); use python -m textattn.predict for classifiers.")
   return translator
 
 
@@ -34,7 +34,7 @@ def main(argv) -> None:
   if not values["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   from textattn.data import DataError
-  from textattn.errors import RunError
+  from textattn.errors import user_errors
   if bool(values.text) == bool(values.input):
     print("error: give the texts with --text=STR (repeatable) or --input=FILE (one per line), "
           "not both and not neither.", file=sys.stderr)
@@ -42,7 +42,7 @@ def main(argv) -> None:
   if values.beam < 0:
     print(f"error: --beam={values.beam} must be >= 0 (0 = greedy search).", file=sys.stderr)
     sys.exit(2)
-  try:
+  with user_errors():
     texts = values.text
     if values.input:
       try:
@@ -52,9 +52,6 @@ def main(argv) -> None:
         raise DataError(f"--input={values.input}: cannot be read as UTF-8 text ({e}).") from None
     translator = load(values.workdir, values.checkpoint)
     outputs = translator.translate(texts, values.beam)
-  except (DataError, RunError) as error:
-    print(f"error: {error}", file=sys.stderr)
-    sys.exit(1)
   for text, output in zip(texts, outputs):
     print(json.dumps({"text": text, "translation": output}, ensure_ascii=False)
           if values.json else output)

@@ -1,4 +1,5 @@
-"""Old vs new workdirs of run.sh: every metrics.jsonl row must be identical apart from timing.
+"""Old vs new workdirs of run.sh: every metrics.jsonl row must be identical apart from timing,
+and so must the test predictions (test_predictions.npz) and translations (test_translations.jsonl).
 
     python experiments/runner_equivalence/compare.py OUT_OLD OUT_NEW
 """
@@ -24,8 +25,15 @@ def main(old: str, new: str) -> int:
     a = rows(pathlib.Path(old, run, "metrics.jsonl"))
     b = rows(pathlib.Path(new, run, "metrics.jsonl"))
     same = a == b
+    for name in ("test_predictions.npz", "test_translations.jsonl"):
+      old_file, new_file = pathlib.Path(old, run, name), pathlib.Path(new, run, name)
+      if old_file.exists() or new_file.exists():
+        equal = (old_file.exists() and new_file.exists()
+                 and old_file.read_bytes() == new_file.read_bytes())
+        print(f"{run}/{name}: {'identical' if equal else 'DIFFERENT'}")
+        same = same and equal
     failures += not same
-    print(f"{run}: {len(a)} rows old, {len(b)} new: {'identical' if same else 'DIFFERENT'}")
+    print(f"{run}: {len(a)} metric rows old, {len(b)} new: {'identical' if a == b else 'DIFFERENT'}")
     if not same:
       for x, y in zip(a, b):
         if x != y:
