@@ -173,3 +173,26 @@ def test_profile_dir_holds_a_trace_of_the_annotated_train_steps(tmp_path):
   traces = list((tmp_path / "profile").glob("plugins/profile/*/*.xplane.pb"))
   assert len(traces) == 1, traces
   assert loop.STEP_ANNOTATION.encode() in traces[0].read_bytes()  # the steps, as XProf shows them
+
+
+def test_a_resume_keeps_the_kernel_auto_chose_where_auto_would_now_choose_another(
+    tmp_path, monkeypatch):
+  # Kernels round differently: a run started with the kernel "auto" resolved to (recorded in
+  # its checkpoints' machine signature) resumes with that kernel even where "auto" would pick
+  # another, so the resume stays bit-identical. The other resolution is forced here.
+  from tests.test_train import tiny_config, write_sentiment_jsonl
+  from textattn import models
+  data = write_sentiment_jsonl(tmp_path / "reviews.jsonl")
+  config = lambda steps: tiny_config(data, tmp_path / "cache", num_train_steps=steps,
+                                     eval_every_steps=5, checkpoint_every_steps=5)
+  straight = runner.train_and_evaluate(config(10), str(tmp_path / "straight"))
+  runner.train_and_evaluate(config(5), str(tmp_path / "resumed"))
+  first = models.resolved_kernel(config(10))
+  other = "xla" if first != "xla" else "fused"
+  real = models.resolved_kernel
+  monkeypatch.setattr(models, "resolved_kernel", lambda c: other
+                      if c.model.attention_impl == "auto" else real(c))
+  resumed = runner.train_and_evaluate(config(10), str(tmp_path / "resumed"))
+  assert resumed == straight
+  assert_trees_identical(restore_params(tmp_path / "straight")[1],
+                         restore_params(tmp_path / "resumed")[1])

@@ -277,7 +277,13 @@ def read_meta(manager, step: int) -> dict:
   manager.restore: that ends in a barrier across processes, which a process whose read failed
   never reaches, so the others would wait there until its timeout instead of agreeing (in
   _stop_together) to stop at once."""
-  return ocp.JsonCheckpointHandler().restore(manager.directory / str(step) / "meta")
+  return read_meta_at(manager.directory / str(step))
+
+
+def read_meta_at(step_directory) -> dict:
+  """The "meta" item of one checkpoint directory (checkpoints/<step>)."""
+  import pathlib
+  return ocp.JsonCheckpointHandler().restore(pathlib.Path(step_directory) / "meta")
 
 
 def abstract_state_with_sharding(abstract_state, state_sharding):

@@ -367,6 +367,16 @@ def _validate_baseline(config: ml_collections.ConfigDict) -> None:
                        f"{m.architecture} model takes {allowed}.")
 
 
+def resolved_kernel(config: ml_collections.ConfigDict) -> str:
+  """The attention kernel config.model.attention_impl means on this platform ("auto" resolved);
+  "none" for the baselines, which have no attention."""
+  m = config.model
+  if m.architecture != "transformer":
+    return "none"
+  return attention_lib.get(m.attention).resolve(m.attention_impl, m.embed_dim // m.num_heads,
+                                                m.dtype)
+
+
 def build_model(config: ml_collections.ConfigDict, num_classes: int,
                 vocab_size: int | None = None) -> nn.Module:
   """The classifier a config describes. `vocab_size` (ids the tokenizer uses) defaults to
@@ -382,8 +392,7 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
     return baselines.BiLSTM(num_classes=num_classes, vocab_size=vocab_size,
                             embed_dim=m.embed_dim, rnn_dim=m.rnn_dim, mlp_dim=m.mlp_dim,
                             dropout_rate=m.dropout_rate, dtype=DTYPES[m.dtype])
-  impl = attention_lib.get(m.attention).resolve(m.attention_impl, m.embed_dim // m.num_heads,
-                                                 m.dtype)
+  impl = resolved_kernel(config)
   if impl != m.attention_impl:
     logging.info("config.model.attention_impl=%r: using the %r %s kernel here.",
                  m.attention_impl, impl, m.attention)

@@ -181,6 +181,21 @@ def in_workdir(workdir: str, body):
     lock.release()
 
 
+def recorded_machine(workdir: str) -> dict | None:
+  """The machine signature of the newest checkpoint in `workdir` (None: no checkpoint, or one
+  that cannot be read now; the resume checks report the latter in their own words)."""
+  directory = os.path.join(workdir, "checkpoints")
+  steps = sorted((int(d) for d in os.listdir(directory) if d.isdigit()), reverse=True) \
+      if os.path.isdir(directory) else []
+  if not steps:
+    return None
+  try:
+    meta = checkpointing.read_meta_at(os.path.join(directory, str(steps[0])))
+  except Exception:  # noqa: BLE001 -- unreadable here: check_resume says why, once
+    return None
+  return meta.get("machine")
+
+
 def write_config(workdir: str, config, start_step: int) -> None:
   """workdir/config.json; on a resume, one that differs is kept aside, never overwritten."""
   path = os.path.join(workdir, "config.json")

@@ -17,7 +17,7 @@ from ml_collections import config_flags
 
 from textattn.benchmark import plan, report, sweep
 from textattn.benchmark.plan import DTYPES, INJECTABLE_FAILURES, LENGTHS, MODES, SYNTHETIC_DEFAULTS
-from textattn.errors import UsageError
+from textattn.errors import UsageError, user_errors
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py). train_step mode: the model, batch, max_len and "
@@ -168,16 +168,13 @@ def main(argv):
   mode = _MODE.value
   out_dir = _OUT_DIR.value or os.path.join(
       "runs", "benchmark", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
-  try:
+  with user_errors():  # every bad flag or config value: one line, exit 2 (UsageError)
     plan.check_limits(point_timeout_s=_POINT_TIMEOUT_S.value,
                       point_time_budget_s=_POINT_TIME_BUDGET_S.value,
                       point_memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
                       num_classes=_NUM_CLASSES.value)
     _check_out_dir(out_dir)
     specs = _plan(config, mode)
-  except ValueError as error:  # every bad flag or config value is a usage error: exit 2
-    print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
-    sys.exit(2)
 
   command = "python -m textattn.benchmark " + " ".join(sys.argv[1:])
   rows = sweep.run_sweep(specs, timeout_s=_POINT_TIMEOUT_S.value, out_dir=out_dir,

@@ -182,7 +182,7 @@ def plan_points(config, settings: dict, mode: str, *, warmup: int = 2, repeats: 
   modules the subprocess imports before building the point (--plugin); `profile_dir`: where
   the point writes its profiler trace (--profile_dir; "" = none)."""
   if lengths not in LENGTHS:
-    raise ValueError(f"lengths={lengths!r} is invalid; allowed: {', '.join(LENGTHS)}.")
+    raise UsageError(f"--lengths={lengths!r} is invalid; allowed: {', '.join(LENGTHS)}.")
   specs = []
   for variant in settings["variants"]:
     attention, implementation = parse_variant(variant)

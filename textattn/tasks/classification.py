@@ -15,10 +15,21 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from textattn import baselines, compare, defaults, models, optim, platform, run, step, tasks
+from textattn import (
+  attention,
+  baselines,
+  compare,
+  defaults,
+  models,
+  optim,
+  platform,
+  run,
+  step,
+  tasks,
+)
 from textattn import data as data_lib
 from textattn.defaults import check_choice, check_integer
-from textattn.errors import UsageError
+from textattn.errors import RunError, UsageError
 from textattn.metrics import summarize_eval
 from textattn.recipes import pretrain, word2vec
 
@@ -98,10 +109,39 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
   return make_job(config, data_lib.load_dataset(config, workdir, write=is_main), workdir, is_main)
 
 
+def pinned_kernel(config, workdir: str | None, is_main: bool):
+  """The config the model is built from: `config`, except on a resume with attention_impl="auto"
+  where "auto" now resolves to another kernel than the one the run started with (recorded in its
+  checkpoints' machine signature): that kernel is kept, since kernels round differently and a
+  resume must continue bit-identically. RunError if it cannot run here."""
+  m = config.model
+  recorded = (run.recorded_machine(workdir) or {}) if workdir else {}
+  kernel = recorded.get("attention_impl", "auto")
+  if m.architecture != "transformer" or m.attention_impl != "auto" or kernel == "auto":
+    return config
+  now = models.resolved_kernel(config)
+  if kernel == now:
+    return config
+  pinned = ml_collections.ConfigDict(config.to_dict())
+  pinned.model.attention_impl = kernel
+  try:
+    attention.get(m.attention).validate(kernel, m.embed_dim, m.num_heads, m.dtype)
+  except UsageError as error:
+    raise RunError(f"The run in {workdir} started with the {kernel!r} {m.attention} kernel "
+                   f"('auto' chose it there), which cannot run here ({error}); resume it where "
+                   f"it runs, or name a kernel with config.model.attention_impl (its rounding "
+                   f"differs, so the resume is then not bit-identical).") from None
+  if is_main:
+    print(f"Resuming with the {kernel!r} {m.attention} kernel the run started with ('auto' "
+          f"would choose {now!r} here; kernels round differently).", flush=True)
+  return pinned
+
+
 def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None) -> run.Job:
   """The runner's Job for `data` (a data.Dataset); `pretrained`: the fresh start's (token table,
   parameters) when the caller has them (a sweep's export), else the config's recipes."""
-  model = models.build_model(config, len(data.class_names), vocab_size=data.vocab_size)
+  kernel_config = pinned_kernel(config, workdir, is_main)
+  model = models.build_model(kernel_config, len(data.class_names), vocab_size=data.vocab_size)
   train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
                                       jax.process_index(), jax.process_count())
   evaluator = None
@@ -147,7 +187,7 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None) 
                                + models.parameter_table(params)),
       eval_split=eval_split, eval_prefix="val" if eval_split == "validation" else "test",
       pretrained=pretrained or start, frozen=baselines.has_frozen(config),
-      attention_impl=config.model.attention_impl,
+      attention_impl=models.resolved_kernel(kernel_config),
       checkpoint_meta={"class_names": data.class_names})
 
 
