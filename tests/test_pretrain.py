@@ -2,6 +2,7 @@
 transfer into the classifier, the cache, and that only a fresh run pretrains."""
 
 import json
+import pathlib
 import re
 
 import flax.linen as nn
@@ -203,10 +204,13 @@ def test_pretraining_text_is_train_plus_unlabeled_never_validation_or_test(tmp_p
     ("padding", "before_as_token", "needs config.padding='after_masked'"),
     ("model.bigram_buckets", 1000, "config.model.bigram_buckets=1000: a masked token's bigrams"),
 ])
-def test_bad_pretraining_settings_are_one_clear_sentence(field, value, message):
+def test_bad_pretraining_settings_are_one_clear_sentence(field, value, message, tmp_path):
   config = recipes_config.get_config()
   config.pretrain.objective = "mlm"
   config.pretrain.unlabeled_split = "unsupervised"
+  if field == "dataset":  # (a local file that exists: the recipe, not the path, is refused)
+    value = str(tmp_path / value)
+    pathlib.Path(value).write_text("text,label\nfine,a\n")
   section, _, name = field.rpartition(".")
   (config[section] if section else config)[name] = value
   with pytest.raises(ValueError, match=re.escape(message)):

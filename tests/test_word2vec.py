@@ -143,10 +143,13 @@ def test_vectors_are_identical_across_processes(tmp_path):
     ("tokenizer", "byte", "config.model.embedding_init='word2vec' needs config.tokenizer='word'"),
     ("dataset", "reviews.csv", "config.word2vec.unlabeled_split='unsupervised' names a TFDS"),
 ])
-def test_bad_word2vec_settings_are_one_clear_sentence(field, value, message):
+def test_bad_word2vec_settings_are_one_clear_sentence(field, value, message, tmp_path):
   config = recipes_config.get_config()
   config.model.embedding_init = "word2vec"
   config.word2vec.unlabeled_split = "unsupervised"
+  if field == "dataset":  # (a local file that exists: the recipe, not the path, is refused)
+    value = str(tmp_path / value)
+    pathlib.Path(value).write_text("text,label\nfine,a\n")
   section, _, name = field.rpartition(".")
   (config[section] if section else config)[name] = value
   with pytest.raises(ValueError, match=re.escape(message)):
