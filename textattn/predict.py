@@ -53,8 +53,13 @@ class Classifier:
     self.tokenizer, self.class_names = data_lib.load_tokenizer(workdir)
     if self.tokenizer is None:
       raise data_lib.DataError(f"{workdir} has no saved vocabulary ({data_lib.DATA_INFO_FILE}).")
+    from textattn.pretrained import finetune
+    bert_config = finetune.read_config(workdir) if finetune.enabled(self.config) else None
+    if finetune.enabled(self.config) and bert_config is None:
+      raise data_lib.DataError(f"{workdir} has no {finetune.WORKDIR_FILE} (the pretrained "
+                               f"encoder's configuration its run saved).")
     model = models.build_model(self.config, len(self.class_names),
-                               vocab_size=self.tokenizer.vocab_size)
+                               vocab_size=self.tokenizer.vocab_size, pretrained_config=bert_config)
     from textattn import baselines, run
     self.step, self.params = run.restore_params(workdir, checkpoint, self.config, model,
                                                 frozen=baselines.has_frozen(self.config))
@@ -77,6 +82,8 @@ class Classifier:
       lengths = np.array([len(text.encode("utf-8")) for text in texts], np.int64)
     elif self.tokenizer.kind == "ngram":
       lengths = self.tokenizer.feature_counts(texts)
+    elif self.tokenizer.kind == "pretrained":
+      lengths = self.tokenizer.lengths(texts)
     else:
       lengths = np.array([len(tokenizer_lib.standardize(text).split()) for text in texts],
                          np.int64)

@@ -119,7 +119,14 @@ def _check_local_files(config, check) -> None:
           f"config.label_field")
 
 
-def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
+def tokenizer_kind(config) -> str:
+  """The kind of tokenizer a config's run uses: a pretrained model's own ("pretrained", when
+  config.model.pretrained is set), else config.tokenizer."""
+  return "pretrained" if config.model.pretrained else config.tokenizer
+
+
+def load_dataset(config, workdir: str | None, *, write: bool = True,
+                 tokenizer=None) -> Dataset:
   """Train / validation / test splits of int32 token ids, per the config's data fields.
 
   Args:
@@ -129,13 +136,17 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
       neither save nor reuse them (benchmarks).
     write: False on non-zero processes: nothing is written (workdir or cache); the vocabulary
       is read from the workdir if process 0 saved it, else built identically in memory.
+    tokenizer: a pretrained model's own (config.model.pretrained), applied to the raw text;
+      the workdir's saved copy wins once there is one, so ids never change.
   """
   validate_config(config)
   data_source = source(config)
   saved_tokenizer, saved_class_names = (load_tokenizer(workdir, config) if workdir
                                         else (None, None))
-
-  tokenizer = saved_tokenizer
+  given = tokenizer
+  tokenizer = saved_tokenizer or given
+  if tokenizer_kind(config) == "pretrained" and tokenizer is None:
+    raise ValueError("config.model.pretrained is set: load_dataset needs the model's tokenizer.")
   if tokenizer is None and config.tokenizer == "byte":
     tokenizer = tokenizer_lib.ByteTokenizer()
   cache = Cache(config, data_source.identity(write), writable=write)
@@ -155,7 +166,7 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
     # Key the cache by what was actually read, and never cache mocked TFDS data.
     cache = Cache(config, data_source.identity(write) if data_source.cacheable() else None,
                   writable=write)
-    standardized = config.tokenizer in ("word", "ngram")
+    standardized = tokenizer_kind(config) in ("word", "ngram")
     if standardized:  # Once per text, not once for counting and again for encoding.
       raw.texts = {s: [tokenizer_lib.standardize(t) for t in texts]
                    for s, texts in raw.texts.items()}
@@ -241,6 +252,14 @@ def load_tokenizer(workdir: str, config=None):
         raise ValueError(f"{TOKENIZER_FILE} holds a {tokenizer.kind} vocabulary")
     elif kind == "byte":
       tokenizer = tokenizer_lib.ByteTokenizer()
+    elif kind == "pretrained":
+      from textattn.pretrained.tokenizer import PretrainedTokenizer
+      with open(os.path.join(workdir, TOKENIZER_FILE), encoding="utf-8") as f:
+        text = f.read()
+      try:
+        tokenizer = PretrainedTokenizer.from_json(text, info["pad_id"])
+      except Exception as e:  # tokenizers raises a plain Exception for a file it cannot read
+        raise ValueError(str(e)) from e
     else:
       raise ValueError(f"unknown tokenizer {kind!r}")
   except DataError:
@@ -250,10 +269,10 @@ def load_tokenizer(workdir: str, config=None):
                     f"unreadable ({type(e).__name__}: {e}); restore it or use a new "
                     f"workdir.") from None
   if config is not None:
-    if kind != config.tokenizer:
-      raise DataError(f"{workdir} was created with tokenizer={kind!r} but "
-                      f"config.tokenizer={config.tokenizer!r}; use a new workdir or the "
-                      f"original value.")
+    if kind != tokenizer_kind(config):
+      raise DataError(f"{workdir} was created with tokenizer={kind!r} but this config's is "
+                      f"{tokenizer_kind(config)!r} (config.tokenizer, config.model.pretrained); "
+                      f"use a new workdir or the original value.")
     if kind == "ngram" and (tokenizer.order, tokenizer.counts) != (
         config.ngram_order, config.ngram_counts):
       raise DataError(f"{workdir} was created with ngram_order={tokenizer.order}, ngram_counts="
@@ -267,7 +286,7 @@ def load_tokenizer(workdir: str, config=None):
 
 
 def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> None:
-  if tokenizer.kind in ("word", "ngram"):
+  if tokenizer.kind in ("word", "ngram", "pretrained"):
     atomic_write(os.path.join(workdir, TOKENIZER_FILE), lambda f: f.write(tokenizer.to_json()))
   info = {
       "tokenizer": tokenizer.kind,
@@ -275,6 +294,7 @@ def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> No
       "config_vocab_size": config.vocab_size,
       "class_names": class_names,
       "punctuation": "strip" if tokenizer.kind in ("word", "ngram") else None,  # (read by load_tokenizer)
+      **({"pad_id": tokenizer.pad_id} if tokenizer.kind == "pretrained" else {}),
       # For the record only; not checked on reuse.
       "dataset": config.dataset,
       "max_len": config.max_len,

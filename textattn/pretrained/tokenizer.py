@@ -76,6 +76,14 @@ class PretrainedTokenizer:
       out[row, :len(encoding.ids)] = encoding.ids
     return out
 
+  def lengths(self, texts: Sequence[str]) -> np.ndarray:
+    """Tokens of each text before truncation, the special tokens included (as max_len counts)."""
+    return np.array([len(e.ids) for e in self.hf.encode_batch(list(texts))], np.int64)
+
+  def tokens(self, ids: Sequence[int]) -> list[str]:
+    """The token strings of `ids` ("[CLS]", "film", "##ing", ...), padding left out."""
+    return [self.hf.id_to_token(int(i)) for i in ids if int(i) != self.pad_id]
+
   def token_id(self, token: str) -> int | None:
     return self.hf.token_to_id(token)
 

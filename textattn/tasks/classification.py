@@ -20,7 +20,8 @@ from textattn import data as data_lib
 from textattn.defaults import check_choice, check_integer
 from textattn.errors import UsageError
 from textattn.metrics import summarize_eval
-from textattn.recipes import pretrain, word2vec
+from textattn.pretrained import finetune
+from textattn.recipes import pretrain, vectors, word2vec
 
 EVAL_SPLITS = ("validation", "test")
 FINAL_PARAMS = ("best", "last")
@@ -42,6 +43,7 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None) -> Non
     return
   data_lib.validate_config(config)
   optim.validate_config(config.optimizer)
+  finetune.validate_config(config)
   check_choice("eval_split", config.eval_split, EVAL_SPLITS)
   check_choice("final_params", config.final_params, FINAL_PARAMS)
   if config.final_params == "best" and config.eval_split == "test":
@@ -95,8 +97,21 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
 
 
 def prepare(config, workdir: str, is_main: bool) -> run.Job:
-  data = data_lib.load_dataset(config, workdir, write=is_main)
-  model = models.build_model(config, len(data.class_names), vocab_size=data.vocab_size)
+  # A pretrained encoder: its config and tokenizer from the workdir once a run saved them (a
+  # resume needs no model directory), else from the model directory, whose weights a fresh
+  # start then uses.
+  bert_config = source = None
+  if finetune.enabled(config):
+    bert_config = finetune.read_config(workdir)
+    if bert_config is None:
+      source = finetune.load(config)
+      bert_config = source.config
+  data = data_lib.load_dataset(config, workdir, write=is_main,
+                               tokenizer=source.tokenizer if source else None)
+  if bert_config is not None and is_main and source is not None:
+    finetune.save_config(workdir, bert_config)
+  model = models.build_model(config, len(data.class_names), vocab_size=data.vocab_size,
+                             pretrained_config=bert_config)
   train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
                                       jax.process_index(), jax.process_count())
   evaluator = None
@@ -124,6 +139,17 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
     if config.model.embedding_init == "word2vec":
       tokens = word2vec.pretrained_token_table(config, data.tokenizer, data.vocab_size,
                                                write=is_main)
+    if vectors.is_vectors(config.model.embedding_init):
+      tokens = vectors.token_table(config, data.tokenizer, data.vocab_size, announce=is_main)
+    if finetune.enabled(config):
+      nonlocal source
+      if source is None:  # (a workdir with no checkpoint yet: the weights are needed again)
+        source = finetune.load(config)
+        if source.config != bert_config:
+          raise UsageError(f"config.model.pretrained={config.model.pretrained!r} is not the "
+                           f"model this workdir was started with (its "
+                           f"{finetune.WORKDIR_FILE} differs); use a new workdir.")
+      params = finetune.start_params(model, config.max_len, source, announce=is_main)
     if pretrain.enabled(config):
       # Every process writes its cache (atomically; identical content): caches may be per host.
       params, curve = pretrain.pretrain(config, data.tokenizer, data.vocab_size)
