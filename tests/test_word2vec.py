@@ -143,7 +143,10 @@ def test_vectors_are_identical_across_processes(tmp_path):
     ("tokenizer", "byte", "config.model.embedding_init='word2vec' needs config.tokenizer='word'"),
     ("dataset", "reviews.csv", "config.word2vec.unlabeled_split='unsupervised' names a TFDS"),
 ])
-def test_bad_word2vec_settings_are_one_clear_sentence(field, value, message):
+def test_bad_word2vec_settings_are_one_clear_sentence(field, value, message, tmp_path):
+  if field == "dataset":  # (a file that exists: the data checks come first)
+    value = str(tmp_path / value)
+    pathlib.Path(value).write_text("text,label\nfine,a\n")
   config = recipes_config.get_config()
   config.model.embedding_init = "word2vec"
   config.word2vec.unlabeled_split = "unsupervised"
