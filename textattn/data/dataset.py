@@ -270,9 +270,10 @@ def load_tokenizer(workdir: str, config=None):
                     f"workdir.") from None
   if config is not None:
     if kind != tokenizer_kind(config):
-      raise DataError(f"{workdir} was created with tokenizer={kind!r} but this config's is "
-                      f"{tokenizer_kind(config)!r} (config.tokenizer, config.model.pretrained); "
-                      f"use a new workdir or the original value.")
+      now = (f"config.model.pretrained={config.model.pretrained!r} (its own tokenizer)"
+             if config.model.pretrained else f"config.tokenizer={config.tokenizer!r}")
+      raise DataError(f"{workdir} was created with tokenizer={kind!r} but {now}; use a new "
+                      f"workdir or the original value.")
     if kind == "ngram" and (tokenizer.order, tokenizer.counts) != (
         config.ngram_order, config.ngram_counts):
       raise DataError(f"{workdir} was created with ngram_order={tokenizer.order}, ngram_counts="
