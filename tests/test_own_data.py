@@ -69,6 +69,11 @@ def test_a_split_without_its_own_file_is_carved_from_train_only(tmp_path, given,
   data = ip.load_dataset(config, None)
   assert len(getattr(data, given)) == 6
   assert len(getattr(data, carved)) == 4 and len(data.train) == 36
+  # What a run prints of it: the sizes, and which split was carved and how.
+  assert ip.describe(config, data) == (
+      f"Data: {train}: train 36, validation {len(data.validation)}, test {len(data.test)} "
+      f"examples ({carved} carved from train: val_fraction=0.1, data_seed=0; {given}: {held}); "
+      f"2 classes (a, b).")
   raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
   assert all(t.startswith("held") for t in raw.texts[given])
   carved_texts = set(raw.texts[carved])  # from the training file, and out of train
@@ -327,6 +332,9 @@ def test_news_category_config_trains_end_to_end_on_a_fixture_in_that_format(tmp_
                      f"--config.cache_dir={tmp_path / 'cache'}", "--config.num_train_steps=2",
                      "--config.batch_size=8", "--config.eval_batch_size=16"], workdir)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  [data_line] = [line for line in result.stdout.splitlines() if line.startswith("Data: ")]
+  assert "train 48, validation 6, test 6 examples (validation and test carved from train: " in (
+      data_line)
   report = final_report(workdir)
   assert 0.0 <= report["test/f1_weighted"] <= 1.0 and report["test/params_from_step"] in (1, 2)
   info = json.loads((workdir / ip.DATA_INFO_FILE).read_text(encoding="utf-8"))

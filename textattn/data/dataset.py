@@ -191,6 +191,27 @@ def load_dataset(config, workdir: str | None, *, write: bool = True,
                  skipped=dict(skipped), tokenizer=tokenizer)
 
 
+def describe(config, data: Dataset) -> str:
+  """One line a run prints of its data: each split's size and where a held-out one comes from
+  (a carved one says how), the classes, and the empty texts skipped."""
+  local = is_local_file(config.dataset)
+  given = split_files(config) if local else {}
+  carved = [s for s in ("validation", "test") if s not in given and (local or s != "test")]
+  each = " each" if len(carved) > 1 else ""
+  carve = (f"{' and '.join(carved)} carved from train: val_fraction={config.val_fraction}"
+           f"{each}, data_seed={config.data_seed}")
+  origins = [carve] if carved else []
+  origins += [f"{split}: {path}" for split, path in given.items()]
+  origins += [] if local else ["test: TFDS test"]
+  sizes = ", ".join(f"{split} {len(getattr(data, split)):,}"
+                    for split in ("train", "validation", "test"))
+  skipped = sum(data.skipped.values())
+  classes = ", ".join(data.class_names[:6]) + (", ..." if len(data.class_names) > 6 else "")
+  return (f"Data: {config.dataset}: {sizes} examples ({'; '.join(origins)}); "
+          f"{len(data.class_names)} classes ({classes})"
+          + (f"; {skipped:,} empty text(s) skipped" if skipped else "") + ".")
+
+
 def train_tokenizer(config, texts: list[str], standardized: bool):
   """The config's word or n-gram vocabulary, counted on `texts` (the training split)."""
   if config.tokenizer == "ngram":

@@ -108,6 +108,8 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
       bert_config = source.config
   data = data_lib.load_dataset(config, workdir, write=is_main,
                                tokenizer=source.tokenizer if source else None)
+  if is_main:
+    print(data_lib.describe(config, data), flush=True)
   if bert_config is not None and is_main and source is not None:
     finetune.save_config(workdir, bert_config)
   model = models.build_model(config, len(data.class_names), vocab_size=data.vocab_size,
