@@ -190,6 +190,10 @@ def explain_rows(classifier, texts: list[str]) -> list[dict]:
 
 
 def _row(classifier, text, probabilities, method, tokens, weights, seen, truncated, oov) -> dict:
+  from textattn.predict import is_blank
+  if is_blank(text):  # no prediction, as predict() says (label and probabilities null)
+    return {"text": text, "label": None, "probabilities": None, "method": method, "tokens": [],
+            "weights": [], "seen": 0, "truncated": False, "oov": []}
   return {"text": text, "label": classifier.class_names[int(np.argmax(probabilities))],
           "probabilities": {name: float(p) for name, p in zip(classifier.class_names,
                                                                probabilities)},
@@ -268,11 +272,11 @@ def render_html(rows: list[dict], title: str = "", separator: str = " ") -> str:
     row_signed = row["method"] == GRADIENT_X_INPUT
     oov = set(row.get("oov", ()))
     probabilities = ", ".join(f"{html.escape(str(name))} {p:.3f}"
-                              for name, p in row["probabilities"].items())
-    parts.append('<div class="item"><div class="head">'
-                 f'#{number} &middot; predicted <span class="label">'
-                 f'{html.escape(str(row["label"]))}</span>'
-                 f'<span class="probs">({probabilities})</span>'
+                              for name, p in (row["probabilities"] or {}).items())
+    prediction = ("no prediction (blank text)" if row["label"] is None else
+                  f'predicted <span class="label">{html.escape(str(row["label"]))}</span>'
+                  f'<span class="probs">({probabilities})</span>')
+    parts.append(f'<div class="item"><div class="head">#{number} &middot; {prediction}'
                  f'<span class="probs">{row["seen"]} of {len(row["tokens"])} tokens seen'
                  f'{" (truncated)" if row["truncated"] else ""}</span></div><div class="text">')
     spans = []

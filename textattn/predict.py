@@ -19,8 +19,10 @@ truncated to max_len as config.truncation says) and run in batches of config.eva
 padded to full batches so one compilation serves every call.
 
 One JSON line per input: {"text", "label", "probabilities": {class: p}, "tokens": the number
-of tokens the model saw, "truncated": whether the text was longer than max_len}. An empty text
-is predicted from no tokens ("tokens": 0). Input files must be UTF-8; invalid bytes are replaced
+of tokens the model saw, "truncated": whether the text was longer than max_len}. A blank text
+(empty or only whitespace, e.g. an empty line of --input) gets no prediction: "label" and
+"probabilities" are null and "tokens" is 0, as training skips such texts rather than learning a
+class for them; the command says how many there were. Input files must be UTF-8; invalid bytes are replaced
 (U+FFFD) with one warning naming how many lines had them.
 
 --explain=DIR also writes DIR/explain.html (a heat map of each text's tokens) and
@@ -114,7 +116,9 @@ class Classifier:
     texts = list(texts)
     inputs, lengths = self.encode(texts)
     probabilities = self._run(inputs)
-    return [{"text": text, "label": self.class_names[int(np.argmax(p))],
+    return [{"text": text, "label": None, "probabilities": None, "tokens": 0, "truncated": False}
+            if is_blank(text) else
+            {"text": text, "label": self.class_names[int(np.argmax(p))],
              "probabilities": {name: float(v) for name, v in zip(self.class_names, p)},
              "tokens": int(min(n, self.config.max_len)),
              "truncated": bool(n > self.config.max_len)}
@@ -153,6 +157,11 @@ class Classifier:
     metrics = summarize_eval(sums, self.class_names, "eval")
     metrics.pop("eval/loss")
     return metrics
+
+
+def is_blank(text: str) -> bool:
+  """A text with nothing to classify (empty or only whitespace): no prediction is made for it."""
+  return not text.strip()
 
 
 def load(workdir: str, checkpoint: str = "best", plugins=()) -> Classifier:
@@ -259,6 +268,10 @@ def main(argv) -> None:
   except ValueError as error:  # e.g. an attention variant no module registered: --plugin
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
+  blank = sum(row["label"] is None for row in rows)
+  if blank:
+    print(f"Note: {blank} blank text(s) (empty or only whitespace) have no prediction: their "
+          f"label and probabilities are null.", file=sys.stderr)
   lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
   if values.output:
     data_lib.atomic_write(values.output, lambda f: f.write(lines))
