@@ -340,3 +340,32 @@ def test_news_category_config_trains_end_to_end_on_a_fixture_in_that_format(tmp_
   info = json.loads((workdir / ip.DATA_INFO_FILE).read_text(encoding="utf-8"))
   assert info["class_names"] == categories
   assert np.isfinite(report["test/loss"])
+
+
+# ---- A split file whose text column has another name -----------------------------------------
+
+
+def test_each_split_file_keeps_its_header_with_its_own_text_fields(tmp_path):
+  train = write_tsv(tmp_path / "train.tsv", rows("tr", 30), header="sentence\tlabel")
+  validation = write_tsv(tmp_path / "validation.tsv", rows("va", 7), header="content\tlabel")
+  test = write_tsv(tmp_path / "test.tsv", rows("te", 5), header="sentence\tlabel")
+  config = make_config(tmp_path, train, validation_file=validation, test_file=test,
+                       text_fields="sentence", validation_text_fields="content")
+  data = ip.load_dataset(config, None)
+  assert split_sizes(data) == (30, 7, 5)
+  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
+  assert raw.texts["validation"][0] == "va0 shared" and raw.texts["test"][0] == "te0 shared"
+  # Without the option the file's own header is named, and the option that fixes it.
+  config.validation_text_fields = ""
+  with pytest.raises(ip.DataError, match=r"validation.tsv, line 1: column\(s\) \['sentence'\] "
+                     r"not found; the header has \['content', 'label'\] \(set "
+                     r"--config.validation_text_fields"):
+    ip.load_dataset(config, None)
+
+
+def test_text_fields_of_a_split_without_a_file_are_refused_in_one_sentence(tmp_path):
+  train = write_tsv(tmp_path / "train.tsv", rows("tr", 30))
+  config = make_config(tmp_path, train, test_text_fields="content")
+  with pytest.raises(ip.DataError, match="config.test_text_fields='content' names the text "
+                     "fields of config.test_file, which is not set"):
+    ip.validate_config(config)

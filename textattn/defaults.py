@@ -76,6 +76,10 @@ def classification() -> ml_collections.ConfigDict:
   config.columns = ""  # headerless .csv/.tsv: the column names ("label,title,text"); "" = header
   config.validation_file = ""  # local files: the validation split's file; "" = carved from dataset
   config.test_file = ""  # local files: the test split's file; "" = carved from dataset
+  # The text field(s) of validation_file / test_file where their header names them otherwise
+  # ("content" where the training file has "sentence"); "" = text_fields
+  config.validation_text_fields = ""
+  config.test_text_fields = ""
   config.val_fraction = 0.1  # fraction of train held out as validation (data_seed decides which)
   config.eval_split = "validation"  # evaluated during training: validation | test
   config.data_seed = 0  # seeds the validation carve-out

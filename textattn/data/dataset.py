@@ -97,6 +97,15 @@ def _check_local_files(config, check) -> None:
       raise DataConfigError(f"config.{field}={path!r} is invalid; give the path of an existing "
                       f".csv/.tsv/.jsonl file (or '' to carve the {split} split from "
                       f"config.dataset).")
+  for split in ("validation", "test"):
+    own = config[f"{split}_text_fields"]
+    if not isinstance(own, str):
+      raise DataConfigError(f"config.{split}_text_fields={own!r} is invalid; give "
+                            f"comma-separated field names, or '' for config.text_fields.")
+    if own.strip() and split not in given:
+      raise DataConfigError(f"config.{split}_text_fields={own!r} names the text fields of "
+                            f"config.{split}_file, which is not set (a carved {split} split "
+                            f"has the training file's text_fields); set both or neither.")
   carved = [s for s in ("validation", "test") if s not in given]
   check(config.val_fraction > 0 or not local or not carved, "val_fraction",
         f"a local file needs val_fraction > 0 to carve its {' and '.join(carved)} split"
@@ -113,8 +122,8 @@ def _check_local_files(config, check) -> None:
                         f"the columns of headerless .csv/.tsv files; JSON lines name their "
                         f"own fields (set config.columns='').")
     check(len(set(columns)) == len(columns), "columns", "each column name must differ")
-    missing = [f for f in raw_lib.text_fields(config) + [config.label_field]
-               if f not in columns]
+    named = [f for split in ("train", *given) for f in raw_lib.text_fields(config, split)]
+    missing = [f for f in dict.fromkeys(named + [config.label_field]) if f not in columns]
     check(not missing, "columns", f"it lacks {missing}, named by config.text_fields / "
           f"config.label_field")
 
