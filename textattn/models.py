@@ -380,7 +380,7 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
   """The classifier a config describes. `vocab_size` (ids the tokenizer uses) defaults to
   config.vocab_size (258 for the byte tokenizer). With config.model.pretrained,
   `pretrained_config` is the encoder's BertConfig (finetune.load, or finetune.read_config of a
-  workdir) and the model is bert.BertClassifier."""
+  workdir; None: read from the model's config.json) and the model is bert.BertClassifier."""
   validate_model_config(config)
   m = config.model
   if m.pretrained:
@@ -411,10 +411,9 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
 
 
 def _pretrained_classifier(config, num_classes: int, bert_config) -> nn.Module:
-  from textattn.pretrained import bert
-  if bert_config is None:
-    raise ValueError("config.model.pretrained is set: build_model needs the encoder's BertConfig "
-                     "(pretrained_config).")
+  from textattn.pretrained import bert, finetune
+  if bert_config is None:  # (a model not trained yet: textattn.summary, the benchmark)
+    bert_config = finetune.model_config(config)
   m = config.model
   variant = attention_lib.get(m.attention)
   # The variant's own checks, with the encoder's sizes (config.model.embed_dim / num_heads are

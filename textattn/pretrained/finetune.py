@@ -128,6 +128,11 @@ def validate_config(config) -> None:
   if config.optimizer.name == "keras_adam":
     raise UsageError("config.optimizer.name='keras_adam' (the Keras seed's token-table update) "
                      "cannot be used with config.model.pretrained; use adamw.")
+  from textattn.recipes import pretrain
+  if pretrain.enabled(config):
+    raise UsageError(f"config.pretrain.objective={config.pretrain.objective!r} pretrains a model "
+                     f"from scratch; config.model.pretrained starts from one already trained: "
+                     f"set one of them.")
   if spec.startswith(hf.HUB_PREFIX):
     name = spec[len(hf.HUB_PREFIX):]
     if name.count("/") != 1 or not all(name.split("/")):
@@ -156,12 +161,28 @@ def check_limits(config, bert_config) -> None:
                           f"only models whose pad_token_id is 0 (BERT's) can be fine-tuned.")
 
 
+def model_config(config):
+  """The BertConfig of config.model.pretrained, from its config.json alone (a hub model is
+  fetched): what builds the model where no workdir has saved it (textattn.summary, the
+  benchmark)."""
+  from textattn.pretrained import hf
+  try:
+    directory = hf.resolve(config.model.pretrained, _hub_cache(config))
+    return hf.read_config(directory)
+  except DataConfigError:
+    raise
+  except DataError as e:
+    raise DataConfigError(str(e)) from None
+
+
+def _hub_cache(config):
+  return os.path.join(config.cache_dir, "huggingface") if config.cache_dir else None
+
+
 def load(config):
   """The model directory (or hf:ORG/NAME) of config.model.pretrained: hf.Pretrained."""
   from textattn.pretrained import hf
-  pretrained = hf.load(config.model.pretrained,
-                       os.path.join(config.cache_dir, "huggingface") if config.cache_dir
-                       else None)
+  pretrained = hf.load(config.model.pretrained, _hub_cache(config))
   check_limits(config, pretrained.config)
   return pretrained
 
