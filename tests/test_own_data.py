@@ -369,3 +369,26 @@ def test_text_fields_of_a_split_without_a_file_are_refused_in_one_sentence(tmp_p
   with pytest.raises(ip.DataError, match="config.test_text_fields='content' names the text "
                      "fields of config.test_file, which is not set"):
     ip.validate_config(config)
+
+
+# ---- A model that collapsed to one class --------------------------------------------------------
+
+
+def test_an_evaluation_whose_predictions_are_one_class_says_so_and_what_to_try():
+  from textattn.tasks import classification
+  names = ["business", "sports", "tech", "world"]
+  collapsed = {"count": 8, "loss_sum": 8 * np.log(4), "correct": 2,
+               "confusion": np.array([[0, 0, 2, 0], [0, 0, 2, 0], [0, 0, 2, 0], [0, 0, 2, 0]])}
+  warning = classification.collapse_warning(collapsed, names, "val")
+  assert warning == (
+      "Warning: all 8 validation examples are predicted 'tech': the model has collapsed to one "
+      "class; its loss 1.3863 is near ln 4 = 1.3863, what a uniform guess scores; try a lower "
+      "optimizer.learning_rate, another seed, or on a small data set the n-gram baseline "
+      "(configs/imdb_nbsvm.py).")
+  # Two classes predicted, or a split whose examples are all of the one class: nothing to say.
+  mixed = dict(collapsed, confusion=np.array([[2, 0, 0, 0], [0, 0, 2, 0], [0, 0, 2, 0],
+                                              [0, 0, 2, 0]]))
+  one_truth = dict(collapsed, confusion=np.array([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 8, 0],
+                                                  [0, 0, 0, 0]]))
+  assert classification.collapse_warning(mixed, names, "val") is None
+  assert classification.collapse_warning(one_truth, names, "test") is None
