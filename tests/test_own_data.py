@@ -392,3 +392,24 @@ def test_an_evaluation_whose_predictions_are_one_class_says_so_and_what_to_try()
                                                   [0, 0, 0, 0]]))
   assert classification.collapse_warning(mixed, names, "val") is None
   assert classification.collapse_warning(one_truth, names, "test") is None
+
+
+# ---- Caches ----------------------------------------------------------------------------------
+
+
+def test_every_cache_is_under_one_root_that_honours_xdg_cache_home(tmp_path, monkeypatch):
+  from textattn.attention import native
+  from textattn.data import cache
+  config = defaults.classification()
+  for name in ("TEXTATTN_CACHE", "TEXTATTN_NATIVE_CACHE", "XDG_CACHE_HOME"):
+    monkeypatch.delenv(name, raising=False)
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  assert cache.cache_dir(config) == str(tmp_path / "home" / ".cache" / "textattn")  # as before
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+  assert cache.cache_dir(config) == str(tmp_path / "xdg" / "textattn")
+  assert native.cache_dir() == tmp_path / "xdg" / "textattn" / "native"
+  monkeypatch.setenv("TEXTATTN_CACHE", str(tmp_path / "mine"))
+  assert cache.cache_dir(config) == str(tmp_path / "mine")
+  assert native.cache_dir() == tmp_path / "mine" / "native"
+  config.cache_dir = str(tmp_path / "configured")  # the config's own setting wins
+  assert cache.cache_dir(config) == str(tmp_path / "configured")

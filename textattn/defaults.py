@@ -93,7 +93,7 @@ def classification() -> ml_collections.ConfigDict:
   # after_masked: padding after the tokens, masked; before_as_token: the Keras seed's layout
   # (padding first, attended to and pooled like a token)
   config.padding = "after_masked"
-  config.cache_dir = ""  # tokenised arrays cached here; "" = ~/.cache/textattn
+  config.cache_dir = ""  # tokenised arrays, vocabularies, vectors; "" = cache_root() below
 
   # ---- Model --------------------------------------------------------------------------------
   config.model = ml_collections.ConfigDict()
@@ -130,6 +130,16 @@ def classification() -> ml_collections.ConfigDict:
   config.optimizer = optimizer()
   run_fields(config)
   return config
+
+
+def cache_root() -> str:
+  """Where every textattn cache lives unless told otherwise: $TEXTATTN_CACHE, else
+  $XDG_CACHE_HOME/textattn, else ~/.cache/textattn. The data cache (config.cache_dir = "") is
+  this directory, the native kernels' its native/ ($TEXTATTN_NATIVE_CACHE overrides that one)."""
+  if os.environ.get("TEXTATTN_CACHE"):
+    return os.path.expanduser(os.environ["TEXTATTN_CACHE"])
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "textattn")
 
 
 def translation() -> ml_collections.ConfigDict:
