@@ -151,6 +151,9 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
     return evaluator(state, split, prefix)
 
   def report(state, report_step, reused):
+    if reused is None and is_main:  # (IMDB's 25,000 reviews: a minute or more on a CPU)
+      print(f"Evaluating the test split ({len(data.test):,} examples) with the parameters of "
+            f"step {report_step} ...", flush=True)
     metrics, probabilities = reused or evaluate(state, data.test, "test")
     if is_main:
       compare.write_predictions(workdir, data.test.labels, probabilities, data.class_names,
