@@ -123,6 +123,7 @@ def one_sentence(error):
     ("missing", "is not a directory"),
     ("no_weights", "has no model.safetensors"),
     ("too_long", "config.max_len=64 is longer than the 32 positions"),
+    ("too_short", "config.max_len=2 leaves no room for a token beside the 2 special tokens"),
     ("not_bert", "describes a 'roberta' model"),
 ])
 def test_a_pretrained_model_that_cannot_be_used_is_one_sentence_before_jax(tmp_path, problem,
@@ -134,8 +135,8 @@ def test_a_pretrained_model_that_cannot_be_used_is_one_sentence_before_jax(tmp_p
     model_dir = tmp_path / "no_such_model"
   elif problem == "no_weights":
     (model_dir / "model.safetensors").unlink()
-  elif problem == "too_long":
-    overrides["max_len"] = 64
+  elif problem in ("too_long", "too_short"):
+    overrides["max_len"] = 64 if problem == "too_long" else 2
   else:
     settings = json.loads((model_dir / "config.json").read_text())
     (model_dir / "config.json").write_text(json.dumps({**settings, "model_type": "roberta"}))

@@ -141,15 +141,23 @@ def validate_config(config) -> None:
   try:
     directory = hf.resolve(spec)
     hf.check_files(directory)
-    check_limits(config, hf.read_config(directory))
+    bert_config = hf.read_config(directory)
+    check_limits(config, bert_config,
+                 hf.read_tokenizer(directory, bert_config.pad_token_id).special_tokens())
   except DataConfigError:
     raise
   except DataError as e:  # the config names a directory that cannot be used: exit 2
     raise DataConfigError(str(e)) from None
 
 
-def check_limits(config, bert_config) -> None:
-  """What the config asks of the pretrained model it names: positions and its padding id."""
+def check_limits(config, bert_config, special_tokens: int) -> None:
+  """What the config asks of the pretrained model it names: positions, room for a token beside
+  the `special_tokens` its tokenizer adds ([CLS], [SEP]), and its padding id."""
+  if config.max_len <= special_tokens:
+    raise DataConfigError(f"config.max_len={config.max_len} leaves no room for a token beside "
+                          f"the {special_tokens} special tokens the tokenizer of "
+                          f"config.model.pretrained={config.model.pretrained!r} adds; use a "
+                          f"larger max_len.")
   if config.max_len > bert_config.max_positions:
     raise DataConfigError(f"config.max_len={config.max_len} is longer than the "
                           f"{bert_config.max_positions} positions of config.model.pretrained="
@@ -183,7 +191,7 @@ def load(config):
   """The model directory (or hf:ORG/NAME) of config.model.pretrained: hf.Pretrained."""
   from textattn.pretrained import hf
   pretrained = hf.load(config.model.pretrained, _hub_cache(config))
-  check_limits(config, pretrained.config)
+  check_limits(config, pretrained.config, pretrained.tokenizer.special_tokens())
   return pretrained
 
 

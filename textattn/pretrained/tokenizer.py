@@ -61,7 +61,7 @@ class PretrainedTokenizer:
       raise ValueError("A pretrained tokenizer needs the raw text: standardising it first "
                        "(lowercase, no punctuation) would change its ids.")
     check_truncation(max_len, truncation)
-    added = self.hf.num_special_tokens_to_add(False)
+    added = self.special_tokens()
     if max_len <= added:
       raise ValueError(f"config.max_len={max_len} leaves no room for a token beside the "
                        f"{added} special tokens the pretrained tokenizer adds; use a larger "
@@ -75,6 +75,10 @@ class PretrainedTokenizer:
     for row, encoding in enumerate(encodings):
       out[row, :len(encoding.ids)] = encoding.ids
     return out
+
+  def special_tokens(self) -> int:
+    """How many tokens the post-processor adds to one text ([CLS] and [SEP]: 2)."""
+    return self.hf.num_special_tokens_to_add(False)
 
   def lengths(self, texts: Sequence[str]) -> np.ndarray:
     """Tokens of each text before truncation, the special tokens included (as max_len counts)."""
