@@ -9,7 +9,7 @@ pretrained encoder, against imdb_minilm.py paired by seed.
     python -m textattn.main --config=configs/imdb_minilm_additive.py \
         --workdir=runs/imdb_minilm_additive
 
-Result: not measured yet (budget: as imdb_minilm.py, several hours of this CPU for 2 epochs).
+Result: not measured yet (budget: as imdb_minilm.py, several hours of this CPU).
 """
 
 from textattn import defaults
