@@ -14,8 +14,9 @@ The workdir gives everything: config.json (model, tokenizer settings, text field
 vocabulary and class names (tokenizer.json, data_info.json) and the checkpoint ("best": the
 parameters the run's test report used; "last"; or a step), verified against the checksums
 recorded when it was saved. A GPU-trained workdir works on a CPU (attention_impl "auto"
-resolves to this machine's kernel). Texts are encoded exactly as in training (standardised,
-truncated to max_len as config.truncation says) and run in batches of config.eval_batch_size,
+resolves to this machine's kernel). Texts are encoded exactly as in training (standardised, or
+by a pretrained model's own tokenizer saved in the workdir; truncated to max_len as
+config.truncation says) and run in batches of config.eval_batch_size,
 padded to full batches so one compilation serves every call.
 
 One JSON line per input: {"text", "label", "probabilities": {class: p}, "tokens": the number

@@ -1,9 +1,10 @@
 """`load_dataset`: the config's data set as int32 arrays, with the workdir's vocabulary and label
 names; the config's data fields are checked first; `load_tokenizer` reads the workdir back.
 
-The word vocabulary is counted on the train part only. The tokenizer (`tokenizer.json`) and the
-label names (`data_info.json`) are saved in the workdir and reused from it, so ids never change
-between runs of a workdir. Encoded arrays come from the cache when it has them: a second run of
+The word vocabulary is counted on the train part only; a pretrained model (config.model.pretrained)
+brings its own tokenizer, applied to the raw text. The tokenizer (`tokenizer.json`) and the label
+names (`data_info.json`) are saved in the workdir and reused from it, so ids never change between
+runs of a workdir. Encoded arrays come from the cache when it has them: a second run of
 the same config reads neither TFDS nor the text."""
 
 from __future__ import annotations
