@@ -172,6 +172,9 @@ def load_dataset(config, workdir: str | None, *, write: bool = True,
     splits, class_names, skipped = cached
     logging.info("Loaded encoded %s from cache.", data_source.description)
   else:
+    if write:  # (a cold start's silent stretch: IMDB takes a minute or more to read and encode)
+      print(f"Reading {data_source.description} and encoding it (cached for later runs) ...",
+            flush=True)
     raw = data_source.read(config.val_fraction, config.data_seed)
     # Key the cache by what was actually read, and never cache mocked TFDS data.
     cache = Cache(config, data_source.identity(write) if data_source.cacheable() else None,
