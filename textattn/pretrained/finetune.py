@@ -14,11 +14,12 @@ A run with model.pretrained = a Hugging Face model directory (or hf:ORG/NAME):
   for starts from it (hf.select), the rest is initialised; the three lines of hf.Transfer say
   which (`start_params`).
 
-Layer-wise learning-rate decay (Clark et al. 2020,
-ELECTRA; Howard & Ruder 2018's discriminative rates): the classifier head and the pooler learn at
-the full rate, the last block at `decay` times it, each block below at `decay` times the one
-above, the embeddings at decay ** (num_layers + 1). Lower layers hold the most general features
-and move least.
+Layer-wise learning-rate decay (config.optimizer.layer_decay < 1; Clark et al. 2020, ELECTRA;
+Howard & Ruder 2018's discriminative rates): the classifier head and the pooler learn at the full
+rate, the last block at `decay` times it, each block below at `decay` times the one above, the
+embeddings at decay ** (num_layers + 1). Lower layers hold the most general features and move
+least. optim.make_optimizer appends `scale_by_depth(decay)`, which finds the depths from the
+parameters' names; with a built model's parameters at hand the same is
 
     tx = optax.chain(optax.adamw(schedule, weight_decay=0.01),
                      scale_by_layer_decay(layer_decay_scales(params, num_layers, 0.9)))
