@@ -203,7 +203,10 @@ def test_pretraining_text_is_train_plus_unlabeled_never_validation_or_test(tmp_p
     ("padding", "before_as_token", "needs config.padding='after_masked'"),
     ("model.bigram_buckets", 1000, "config.model.bigram_buckets=1000: a masked token's bigrams"),
 ])
-def test_bad_pretraining_settings_are_one_clear_sentence(field, value, message):
+def test_bad_pretraining_settings_are_one_clear_sentence(field, value, message, tmp_path):
+  if field == "dataset":  # (a file that exists: the data checks come first)
+    value = str(tmp_path / value)
+    (tmp_path / "reviews.csv").write_text("text,label\nfine,a\n")
   config = recipes_config.get_config()
   config.pretrain.objective = "mlm"
   config.pretrain.unlabeled_split = "unsupervised"
