@@ -235,3 +235,12 @@ def test_a_missing_vectors_file_is_one_sentence(tmp_path):
     runner.validate(config, 1)
   assert "/no/such.txt is not a file" in one_sentence(raised.value)
 
+
+
+def test_html_line_breaks_cost_no_tokens():
+  from textattn.pretrained import hf
+  tokenizer = hf.load(str(FIXTURE)).tokenizer
+  with_breaks = ["good film.<br /><br />bad plot<BR/>!"]
+  np.testing.assert_array_equal(tokenizer.encode(with_breaks, 16, "post"),
+                                tokenizer.encode(["good film.  bad plot !"], 16, "post"))
+  assert list(tokenizer.lengths(with_breaks)) == [8]  # [CLS] good film . bad plot ! [SEP]
