@@ -11,9 +11,11 @@ import pytest
 from textattn import data as data_lib
 from textattn import defaults, models
 from textattn import run as runner
+from textattn.pretrained import hf
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
 CONFIGS = sorted(p.stem for p in CONFIG_DIR.glob("*.py"))
+TINY_BERT = pathlib.Path(__file__).resolve().parent / "fixtures" / "tiny_bert"
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -26,9 +28,16 @@ def test_config_is_valid_and_documents_its_run_command(name, tmp_path):
   elif data_lib.is_local_file(config.dataset):  # (the user's file; this one exists)
     config.dataset = str(tmp_path / ("data" + os.path.splitext(config.dataset)[1]))
     pathlib.Path(config.dataset).write_text("text,label\nfine,a\n")
+  bert_config = None
+  if config.task == "classification" and config.model.pretrained:
+    # (the hub's model is not fetched here: the tiny fixture of the same layout, whose 32
+    # positions bound max_len)
+    config.model.pretrained = str(TINY_BERT)
+    config.max_len = min(config.max_len, 32)
+    bert_config = hf.read_config(TINY_BERT)
   runner.validate(config, max(1, config.num_cpu_devices))
   if config.task == "classification":
-    models.build_model(config, num_classes=2)
+    models.build_model(config, num_classes=2, pretrained_config=bert_config)
   docstring = ast.get_docstring(ast.parse(path.read_text()))
   assert f"python -m textattn.main --config=configs/{name}.py" in docstring
 

@@ -5,6 +5,8 @@ import itertools
 import json
 import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -671,3 +673,16 @@ def test_batch_size_errors():
     ip.eval_batches(numbered_split(3), 3, process_index=1, process_count=2)
   with pytest.raises(ip.DataError, match="iterator state"):
     ip.TrainIterator(numbered_split(10), 5, seed=0).set_state({"epoch": 0, "index": 2})
+
+
+def test_reading_tfds_imports_tensorflow_without_its_start_up_lines():
+  # TensorFlow's C++ start-up printed an absl warning and a oneDNN INFO line, twice, on every
+  # TFDS read, whatever TF_CPP_MIN_LOG_LEVEL said.
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS")}
+  code = ("from textattn.data import tfds_source; tfds_source._keep_tensorflow_off_accelerators();"
+          " import tensorflow as tf; tf.constant(1.0) + 1.0")
+  done = subprocess.run([sys.executable, "-c", code], cwd=FIXTURES.parents[1], env=env, capture_output=True,
+                        text=True, timeout=120, check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "oneDNN" not in done.stderr and "InitializeLog" not in done.stderr, done.stderr

@@ -69,6 +69,11 @@ def test_a_split_without_its_own_file_is_carved_from_train_only(tmp_path, given,
   data = ip.load_dataset(config, None)
   assert len(getattr(data, given)) == 6
   assert len(getattr(data, carved)) == 4 and len(data.train) == 36
+  # What a run prints of it: the sizes, and which split was carved and how.
+  assert ip.describe(config, data) == (
+      f"Data: {train}: train 36, validation {len(data.validation)}, test {len(data.test)} "
+      f"examples ({carved} carved from train: val_fraction=0.1, data_seed=0; {given}: {held}); "
+      f"2 classes (a, b).")
   raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
   assert all(t.startswith("held") for t in raw.texts[given])
   carved_texts = set(raw.texts[carved])  # from the training file, and out of train
@@ -327,8 +332,84 @@ def test_news_category_config_trains_end_to_end_on_a_fixture_in_that_format(tmp_
                      f"--config.cache_dir={tmp_path / 'cache'}", "--config.num_train_steps=2",
                      "--config.batch_size=8", "--config.eval_batch_size=16"], workdir)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  [data_line] = [line for line in result.stdout.splitlines() if line.startswith("Data: ")]
+  assert "train 48, validation 6, test 6 examples (validation and test carved from train: " in (
+      data_line)
   report = final_report(workdir)
   assert 0.0 <= report["test/f1_weighted"] <= 1.0 and report["test/params_from_step"] in (1, 2)
   info = json.loads((workdir / ip.DATA_INFO_FILE).read_text(encoding="utf-8"))
   assert info["class_names"] == categories
   assert np.isfinite(report["test/loss"])
+
+
+# ---- A split file whose text column has another name -----------------------------------------
+
+
+def test_each_split_file_keeps_its_header_with_its_own_text_fields(tmp_path):
+  train = write_tsv(tmp_path / "train.tsv", rows("tr", 30), header="sentence\tlabel")
+  validation = write_tsv(tmp_path / "validation.tsv", rows("va", 7), header="content\tlabel")
+  test = write_tsv(tmp_path / "test.tsv", rows("te", 5), header="sentence\tlabel")
+  config = make_config(tmp_path, train, validation_file=validation, test_file=test,
+                       text_fields="sentence", validation_text_fields="content")
+  data = ip.load_dataset(config, None)
+  assert split_sizes(data) == (30, 7, 5)
+  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
+  assert raw.texts["validation"][0] == "va0 shared" and raw.texts["test"][0] == "te0 shared"
+  # Without the option the file's own header is named, and the option that fixes it.
+  config.validation_text_fields = ""
+  with pytest.raises(ip.DataError, match=r"validation.tsv, line 1: column\(s\) \['sentence'\] "
+                     r"not found; the header has \['content', 'label'\] \(set "
+                     r"--config.validation_text_fields"):
+    ip.load_dataset(config, None)
+
+
+def test_text_fields_of_a_split_without_a_file_are_refused_in_one_sentence(tmp_path):
+  train = write_tsv(tmp_path / "train.tsv", rows("tr", 30))
+  config = make_config(tmp_path, train, test_text_fields="content")
+  with pytest.raises(ip.DataError, match="config.test_text_fields='content' names the text "
+                     "fields of config.test_file, which is not set"):
+    ip.validate_config(config)
+
+
+# ---- A model that collapsed to one class --------------------------------------------------------
+
+
+def test_an_evaluation_whose_predictions_are_one_class_says_so_and_what_to_try():
+  from textattn.tasks import classification
+  names = ["business", "sports", "tech", "world"]
+  collapsed = {"count": 8, "loss_sum": 8 * np.log(4), "correct": 2,
+               "confusion": np.array([[0, 0, 2, 0], [0, 0, 2, 0], [0, 0, 2, 0], [0, 0, 2, 0]])}
+  warning = classification.collapse_warning(collapsed, names, "val")
+  assert warning == (
+      "Warning: all 8 validation examples are predicted 'tech': the model has collapsed to one "
+      "class; its loss 1.3863 is near ln 4 = 1.3863, what a uniform guess scores; try a lower "
+      "optimizer.learning_rate, another seed, or on a small data set the n-gram baseline "
+      "(configs/imdb_nbsvm.py).")
+  # Two classes predicted, or a split whose examples are all of the one class: nothing to say.
+  mixed = dict(collapsed, confusion=np.array([[2, 0, 0, 0], [0, 0, 2, 0], [0, 0, 2, 0],
+                                              [0, 0, 2, 0]]))
+  one_truth = dict(collapsed, confusion=np.array([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 8, 0],
+                                                  [0, 0, 0, 0]]))
+  assert classification.collapse_warning(mixed, names, "val") is None
+  assert classification.collapse_warning(one_truth, names, "test") is None
+
+
+# ---- Caches ----------------------------------------------------------------------------------
+
+
+def test_every_cache_is_under_one_root_that_honours_xdg_cache_home(tmp_path, monkeypatch):
+  from textattn.attention import native
+  from textattn.data import cache
+  config = defaults.classification()
+  for name in ("TEXTATTN_CACHE", "TEXTATTN_NATIVE_CACHE", "XDG_CACHE_HOME"):
+    monkeypatch.delenv(name, raising=False)
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  assert cache.cache_dir(config) == str(tmp_path / "home" / ".cache" / "textattn")  # as before
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+  assert cache.cache_dir(config) == str(tmp_path / "xdg" / "textattn")
+  assert native.cache_dir() == tmp_path / "xdg" / "textattn" / "native"
+  monkeypatch.setenv("TEXTATTN_CACHE", str(tmp_path / "mine"))
+  assert cache.cache_dir(config) == str(tmp_path / "mine")
+  assert native.cache_dir() == tmp_path / "mine" / "native"
+  config.cache_dir = str(tmp_path / "configured")  # the config's own setting wins
+  assert cache.cache_dir(config) == str(tmp_path / "configured")

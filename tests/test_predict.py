@@ -45,9 +45,11 @@ def test_evaluate_a_labelled_file_and_empty_or_long_texts(trained):
   metrics = model.evaluate(str(tmp / "reviews.jsonl"))
   assert metrics["eval/count"] == 480 and metrics["eval/accuracy"] > 0.8, metrics
   assert "eval/f1_weighted" in metrics and "eval/recall_pos" in metrics
-  empty, long = model.predict(["", "good " * 100])
-  assert empty["tokens"] == 0 and not empty["truncated"]
-  assert sum(empty["probabilities"].values()) == pytest.approx(1.0)
+  empty, blank, long = model.predict(["", " \t", "good " * 100])
+  # A blank text gets no prediction (training skips them: no class was learnt for "nothing").
+  assert empty == {"text": "", "label": None, "probabilities": None, "tokens": 0,
+                   "truncated": False}
+  assert blank["label"] is None and blank["probabilities"] is None
   assert long["tokens"] == config.max_len and long["truncated"]
 
 
@@ -63,6 +65,7 @@ def test_cli_writes_json_lines_and_refuses_bad_requests_in_one_line(trained, tmp
   rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
   assert [r["text"] for r in rows] == ["what a good film", "bad \ufffd\ufffd bytes here", ""]
   assert "1 line(s) are not valid UTF-8" in done.stderr
+  assert rows[2]["label"] is None and "1 blank text(s)" in done.stderr  # (the empty line)
   one = run("--text=a good one", "--text=awful")
   assert one.returncode == 0 and len(one.stdout.splitlines()) == 2
   broken = tmp_path / "broken.jsonl"

@@ -48,7 +48,8 @@ def optimizer() -> ml_collections.ConfigDict:
   # adam | adamw | rmsprop (Keras') | keras_adam (Adam exactly as the seed Keras model computes it)
   config.name = "adam"
   config.learning_rate = 1e-3
-  config.schedule = "constant"  # constant | cosine, both after linear warm-up
+  # constant | cosine | linear (decay to 0 at the last step, BERT's), all after linear warm-up
+  config.schedule = "constant"
   config.warmup_steps = 0
   config.weight_decay = 0.0  # decoupled for adamw, L2 on the gradient otherwise
   config.grad_clip_norm = 0.0  # global-norm clipping; 0 = none
@@ -56,6 +57,9 @@ def optimizer() -> ml_collections.ConfigDict:
   config.b2 = 0.999
   config.eps = 1e-7  # Keras Adam's default, as in the seed
   config.label_smoothing = 0.0  # of the training loss; evaluation loss is plain
+  # < 1: layer-wise learning-rate decay of a pretrained encoder (model.pretrained): each block
+  # learns at this times the rate of the one above it (textattn/pretrained/finetune.py)
+  config.layer_decay = 1.0
   return config
 
 
@@ -72,6 +76,10 @@ def classification() -> ml_collections.ConfigDict:
   config.columns = ""  # headerless .csv/.tsv: the column names ("label,title,text"); "" = header
   config.validation_file = ""  # local files: the validation split's file; "" = carved from dataset
   config.test_file = ""  # local files: the test split's file; "" = carved from dataset
+  # The text field(s) of validation_file / test_file where their header names them otherwise
+  # ("content" where the training file has "sentence"); "" = text_fields
+  config.validation_text_fields = ""
+  config.test_text_fields = ""
   config.val_fraction = 0.1  # fraction of train held out as validation (data_seed decides which)
   config.eval_split = "validation"  # evaluated during training: validation | test
   config.data_seed = 0  # seeds the validation carve-out
@@ -85,7 +93,7 @@ def classification() -> ml_collections.ConfigDict:
   # after_masked: padding after the tokens, masked; before_as_token: the Keras seed's layout
   # (padding first, attended to and pooled like a token)
   config.padding = "after_masked"
-  config.cache_dir = ""  # tokenised arrays cached here; "" = ~/.cache/textattn
+  config.cache_dir = ""  # tokenised arrays, vocabularies, vectors; "" = cache_root() below
 
   # ---- Model --------------------------------------------------------------------------------
   config.model = ml_collections.ConfigDict()
@@ -111,11 +119,29 @@ def classification() -> ml_collections.ConfigDict:
   config.model.norm = "post"  # post (as the seeds) | pre
   config.model.pooling = "mean"  # mean | max | attention | cls | last
   config.model.dtype = "float32"  # compute dtype: float32 | bfloat16 (parameters stay float32)
-  config.model.embedding_init = "random"  # random (Keras' uniform) | word2vec (recipe)
+  # random (Keras' uniform) | word2vec (recipe) | vectors:PATH (a word2vec/GloVe file,
+  # textattn/recipes/vectors.py)
+  config.model.embedding_init = "random"
+  config.model.vectors_scale = "raw"  # vectors:PATH: raw (the file's) | init (the random spread)
+  # A BERT-family encoder to fine-tune: a Hugging Face model directory or hf:ORG/NAME. It sets
+  # the model (architecture, sizes, dropout from its config.json) and the tokenizer (its
+  # tokenizer.json; config.tokenizer and vocab_size are then unused); attention (any variant)
+  # and pooling (cls | mean) still apply (textattn/pretrained/finetune.py).
+  config.model.pretrained = ""
 
   config.optimizer = optimizer()
   run_fields(config)
   return config
+
+
+def cache_root() -> str:
+  """Where every textattn cache lives unless told otherwise: $TEXTATTN_CACHE, else
+  $XDG_CACHE_HOME/textattn, else ~/.cache/textattn. The data cache (config.cache_dir = "") is
+  this directory, the native kernels' its native/ ($TEXTATTN_NATIVE_CACHE overrides that one)."""
+  if os.environ.get("TEXTATTN_CACHE"):
+    return os.path.expanduser(os.environ["TEXTATTN_CACHE"])
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "textattn")
 
 
 def translation() -> ml_collections.ConfigDict:

@@ -83,8 +83,7 @@ def make_weights_fn(model, config, centred: bool = True):
     return logits, weights
 
   def gradient_x_input(params, tokens):
-    table = (params["embedding"]["embedding"] if "token" not in params["embedding"]
-             else params["embedding"]["token"]["embedding"])  # BiLSTM / transformer
+    table = token_table(params)
     embeddings = jnp.take(table, tokens, axis=0).astype(jnp.float32)
     logits_of = lambda rows: model.apply({"params": params}, tokens, train=False,
                                          token_embeddings=rows)
@@ -106,6 +105,21 @@ def make_weights_fn(model, config, centred: bool = True):
     return jax.nn.softmax(logits.astype(jnp.float32), axis=-1), weights
 
   return jax.jit(weights_fn)
+
+
+def token_table(params):
+  """The token-embedding table of a transformer, a pretrained encoder or a BiLSTM."""
+  from collections.abc import Mapping
+
+  from textattn import step
+  from textattn.pretrained import bert
+  for path in (step.TOKEN_TABLE_PATH, bert.TOKEN_TABLE_PATH, ("embedding", "embedding")):
+    node = params
+    for name in path:
+      node = node.get(name) if isinstance(node, Mapping) else None
+    if node is not None:
+      return node
+  raise ValueError(f"No token-embedding table among the parameters {sorted(params)}.")
 
 
 def run_batched(fn, params, inputs: np.ndarray, batch_size: int) -> tuple[np.ndarray, ...]:
@@ -144,13 +158,21 @@ def explain_rows(classifier, texts: list[str]) -> list[dict]:
   out-of-vocabulary words)."""
   config = classifier.config
   texts = list(texts)
-  inputs, _ = classifier.encode(texts)
+  inputs, lengths = classifier.encode(texts)
   probabilities, weights = run_batched(classifier.weights_fn(), classifier.params, inputs,
                                        classifier.batch_size)
   max_len, method = int(config.max_len), method_for(config)
   rows = []
-  for text, row_inputs, row_probabilities, row_weights in zip(texts, inputs, probabilities,
-                                                              weights):
+  for text, row_inputs, row_probabilities, row_weights, length in zip(
+      texts, inputs, probabilities, weights, lengths):
+    if classifier.tokenizer.kind == "pretrained":
+      # A pretrained model's subword tokens, the special ones included, as the model saw them;
+      # the tokens truncation dropped (`length` counts them) are not listed.
+      tokens = classifier.tokenizer.tokens(row_inputs)
+      rows.append(_row(classifier, text, row_probabilities, method, tokens,
+                       [float(w) for w in row_weights[:len(tokens)]], len(tokens),
+                       length > len(tokens), []))
+      continue
     tokens = text_tokens(classifier.tokenizer, text)
     start, end = seen_span(len(tokens), max_len, config.truncation)
     seen = end - start
@@ -162,13 +184,21 @@ def explain_rows(classifier, texts: list[str]) -> list[dict]:
       token_weights[start + i] = float(seen_weights[i])
     oov = [start + i for i in range(seen) if int(row_inputs[offset + i]) == 1
            and classifier.tokenizer.kind == "word"]
-    rows.append({"text": text,
-                 "label": classifier.class_names[int(np.argmax(row_probabilities))],
-                 "probabilities": {name: float(p) for name, p in zip(classifier.class_names,
-                                                                      row_probabilities)},
-                 "method": method, "tokens": tokens, "weights": token_weights, "seen": seen,
-                 "truncated": seen < len(tokens), "oov": oov})
+    rows.append(_row(classifier, text, row_probabilities, method, tokens, token_weights, seen,
+                     seen < len(tokens), oov))
   return rows
+
+
+def _row(classifier, text, probabilities, method, tokens, weights, seen, truncated, oov) -> dict:
+  from textattn.predict import is_blank
+  if is_blank(text):  # no prediction, as predict() says (label and probabilities null)
+    return {"text": text, "label": None, "probabilities": None, "method": method, "tokens": [],
+            "weights": [], "seen": 0, "truncated": False, "oov": []}
+  return {"text": text, "label": classifier.class_names[int(np.argmax(probabilities))],
+          "probabilities": {name: float(p) for name, p in zip(classifier.class_names,
+                                                               probabilities)},
+          "method": method, "tokens": tokens, "weights": weights, "seen": seen,
+          "truncated": bool(truncated), "oov": oov}
 
 
 def _pads_before(config) -> bool:
@@ -242,11 +272,11 @@ def render_html(rows: list[dict], title: str = "", separator: str = " ") -> str:
     row_signed = row["method"] == GRADIENT_X_INPUT
     oov = set(row.get("oov", ()))
     probabilities = ", ".join(f"{html.escape(str(name))} {p:.3f}"
-                              for name, p in row["probabilities"].items())
-    parts.append('<div class="item"><div class="head">'
-                 f'#{number} &middot; predicted <span class="label">'
-                 f'{html.escape(str(row["label"]))}</span>'
-                 f'<span class="probs">({probabilities})</span>'
+                              for name, p in (row["probabilities"] or {}).items())
+    prediction = ("no prediction (blank text)" if row["label"] is None else
+                  f'predicted <span class="label">{html.escape(str(row["label"]))}</span>'
+                  f'<span class="probs">({probabilities})</span>')
+    parts.append(f'<div class="item"><div class="head">#{number} &middot; {prediction}'
                  f'<span class="probs">{row["seen"]} of {len(row["tokens"])} tokens seen'
                  f'{" (truncated)" if row["truncated"] else ""}</span></div><div class="text">')
     spans = []

@@ -190,6 +190,8 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   jitted = jax.jit(train_step, in_shardings=(state_sharding, data_sharding),
                    out_shardings=(state_sharding, replicated), donate_argnums=0,
                    compiler_options=schedule.compiler_options)
+  if is_main and hooks.progress:  # (seconds to minutes in which nothing else is printed)
+    print(f"Compiling the {'training' if prefix == 'train' else prefix} step ...", flush=True)
   t0 = time.perf_counter()
   batch = platform.to_global(next(batches), data_sharding)
   step_for = _Executables(jitted)

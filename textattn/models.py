@@ -321,6 +321,14 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   m = config.model
   architecture = m.architecture
   check_choice("model.architecture", architecture, baselines.ARCHITECTURES)
+  if m.pretrained:  # a BERT encoder: its sizes come from its config.json (finetune.py)
+    variant = attention_lib.get(m.attention)
+    check_choice("model.dtype", m.dtype, tuple(DTYPES))
+    if variant.causal and m.pooling == "cls":
+      raise UsageError(f"config.model.pooling='cls' cannot be used with config.model.attention="
+                       f"{m.attention!r}: [CLS] comes first, so the look-ahead mask lets it see "
+                       f"no token; use pooling 'mean'.")
+    return
   if architecture != "transformer":
     _validate_baseline(config)
     return
@@ -362,7 +370,7 @@ def _validate_baseline(config: ml_collections.ConfigDict) -> None:
                          ("model.embedding_init", "'random'")):
     section, name = field.split(".")
     value = config[section][name]
-    if value in ("keras_adam", "word2vec"):
+    if value in ("keras_adam", "word2vec") or str(value).startswith("vectors:"):
       raise UsageError(f"config.{field}={value!r} is for the transformer; the "
                        f"{m.architecture} model takes {allowed}.")
 
@@ -378,11 +386,15 @@ def resolved_kernel(config: ml_collections.ConfigDict) -> str:
 
 
 def build_model(config: ml_collections.ConfigDict, num_classes: int,
-                vocab_size: int | None = None) -> nn.Module:
+                vocab_size: int | None = None, pretrained_config=None) -> nn.Module:
   """The classifier a config describes. `vocab_size` (ids the tokenizer uses) defaults to
-  config.vocab_size (258 for the byte tokenizer)."""
+  config.vocab_size (258 for the byte tokenizer). With config.model.pretrained,
+  `pretrained_config` is the encoder's BertConfig (finetune.load, or finetune.read_config of a
+  workdir; None: read from the model's config.json) and the model is bert.BertClassifier."""
   validate_model_config(config)
   m = config.model
+  if m.pretrained:
+    return _pretrained_classifier(config, num_classes, pretrained_config)
   vocab_size = vocab_size or tokenizer_lib.vocab_size_for(config)
   if m.architecture == "bag":
     return baselines.BagOfNgrams(num_classes=num_classes, vocab_size=vocab_size,
@@ -407,6 +419,21 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
       bigram_buckets=m.bigram_buckets)
 
 
+def _pretrained_classifier(config, num_classes: int, bert_config) -> nn.Module:
+  from textattn.pretrained import bert, finetune
+  if bert_config is None:  # (a model not trained yet: textattn.summary, the benchmark)
+    bert_config = finetune.model_config(config)
+  m = config.model
+  variant = attention_lib.get(m.attention)
+  # The variant's own checks, with the encoder's sizes (config.model.embed_dim / num_heads are
+  # not the model's here).
+  variant.validate(m.attention_impl, bert_config.hidden_size, bert_config.num_heads, m.dtype)
+  impl = variant.resolve(m.attention_impl, bert_config.hidden_size // bert_config.num_heads,
+                         m.dtype)
+  return bert.BertClassifier(bert_config, num_classes, pooling=m.pooling, attention=m.attention,
+                             attention_impl=impl, dtype=DTYPES[m.dtype])
+
+
 def describe(config: ml_collections.ConfigDict) -> str:
   """One line naming the config's model, e.g. "additive attention, attention pooling"."""
   m = config.model
@@ -418,6 +445,8 @@ def describe(config: ml_collections.ConfigDict) -> str:
             f"{'hidden layer ' + str(m.mlp_dim) if m.mlp_dim else 'linear'}")
   if architecture == "bilstm":
     return f"bidirectional LSTM, {m.rnn_dim} units per direction"
+  if m.pretrained:
+    return f"pretrained encoder {m.pretrained}, {m.attention} attention, {m.pooling} pooling"
   return f"{m.attention} attention, {m.pooling} pooling"
 
 

@@ -1,5 +1,6 @@
-"""The optimiser: an optax chain (warm-up, constant or cosine schedule, clipping, weight decay)
-and Adam exactly as the seed Keras model computes it ("keras_adam")."""
+"""The optimiser: an optax chain (warm-up, constant, cosine or linear schedule, clipping, weight
+decay, layer-wise learning-rate decay) and Adam exactly as the seed Keras model computes it
+("keras_adam")."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from textattn.defaults import check_choice
 from textattn.errors import UsageError
 
 OPTIMIZERS = ("adam", "adamw", "rmsprop", "keras_adam")
-SCHEDULES = ("constant", "cosine")
+SCHEDULES = ("constant", "cosine", "linear")
 
 
 def validate_config(opt: ml_collections.ConfigDict) -> None:
@@ -32,14 +33,22 @@ def validate_config(opt: ml_collections.ConfigDict) -> None:
       raise UsageError(f"config.optimizer.{field}={opt[field]} must be >= 0.")
   if not 0.0 <= opt.label_smoothing < 1.0:
     raise UsageError(f"config.optimizer.label_smoothing={opt.label_smoothing} must be in [0, 1).")
+  if not 0.0 < opt.layer_decay <= 1.0:
+    raise UsageError(f"config.optimizer.layer_decay={opt.layer_decay} must be in (0, 1] (1 = the "
+                     f"same rate for every layer).")
 
 
 def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int,
                    frozen: bool = False) -> optax.GradientTransformation:
-  """adam | adamw | rmsprop with linear warm-up then constant or cosine decay, optional global-norm
-  clipping and weight decay (decoupled for adamw; added to the gradient, i.e. L2, otherwise).
+  """adam | adamw | rmsprop with linear warm-up then constant, cosine or linear decay, optional
+  global-norm clipping and weight decay (decoupled for adamw; added to the gradient, i.e. L2,
+  otherwise), and layer-wise learning-rate decay when opt.layer_decay < 1 (a pretrained
+  encoder's layers, found by name: textattn/pretrained/finetune.py).
   frozen=True: parameters named "frozen_..." (baselines.is_frozen) are never updated."""
   tx = _make_optimizer(opt, total_steps)
+  if opt.layer_decay < 1.0:  # (at 1 the chain, and so the checkpointed state, is as before)
+    from textattn.pretrained import finetune
+    tx = optax.chain(tx, finetune.scale_by_depth(opt.layer_decay))
   if not frozen:
     return tx
   from textattn import baselines
@@ -52,6 +61,12 @@ def _make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.G
   if opt.schedule == "cosine":
     learning_rate = optax.warmup_cosine_decay_schedule(
         0.0, opt.learning_rate, opt.warmup_steps, max(total_steps, opt.warmup_steps + 1))
+  elif opt.schedule == "linear":  # BERT's: up during warm-up, then down to 0 at the last step
+    decay = optax.linear_schedule(opt.learning_rate, 0.0,
+                                  max(1, total_steps - opt.warmup_steps))
+    learning_rate = decay if not opt.warmup_steps else optax.join_schedules(
+        [optax.linear_schedule(0.0, opt.learning_rate, opt.warmup_steps), decay],
+        [opt.warmup_steps])
   elif opt.warmup_steps:
     learning_rate = optax.join_schedules(
         [optax.linear_schedule(0.0, opt.learning_rate, opt.warmup_steps),

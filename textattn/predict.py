@@ -14,13 +14,16 @@ The workdir gives everything: config.json (model, tokenizer settings, text field
 vocabulary and class names (tokenizer.json, data_info.json) and the checkpoint ("best": the
 parameters the run's test report used; "last"; or a step), verified against the checksums
 recorded when it was saved. A GPU-trained workdir works on a CPU (attention_impl "auto"
-resolves to this machine's kernel). Texts are encoded exactly as in training (standardised,
-truncated to max_len as config.truncation says) and run in batches of config.eval_batch_size,
+resolves to this machine's kernel). Texts are encoded exactly as in training (standardised, or
+by a pretrained model's own tokenizer saved in the workdir; truncated to max_len as
+config.truncation says) and run in batches of config.eval_batch_size,
 padded to full batches so one compilation serves every call.
 
 One JSON line per input: {"text", "label", "probabilities": {class: p}, "tokens": the number
-of tokens the model saw, "truncated": whether the text was longer than max_len}. An empty text
-is predicted from no tokens ("tokens": 0). Input files must be UTF-8; invalid bytes are replaced
+of tokens the model saw, "truncated": whether the text was longer than max_len}. A blank text
+(empty or only whitespace, e.g. an empty line of --input) gets no prediction: "label" and
+"probabilities" are null and "tokens" is 0, as training skips such texts rather than learning a
+class for them; the command says how many there were. Input files must be UTF-8; invalid bytes are replaced
 (U+FFFD) with one warning naming how many lines had them.
 
 --explain=DIR also writes DIR/explain.html (a heat map of each text's tokens) and
@@ -53,8 +56,13 @@ class Classifier:
     self.tokenizer, self.class_names = data_lib.load_tokenizer(workdir)
     if self.tokenizer is None:
       raise data_lib.DataError(f"{workdir} has no saved vocabulary ({data_lib.DATA_INFO_FILE}).")
+    from textattn.pretrained import finetune
+    bert_config = finetune.read_config(workdir) if finetune.enabled(self.config) else None
+    if finetune.enabled(self.config) and bert_config is None:
+      raise data_lib.DataError(f"{workdir} has no {finetune.WORKDIR_FILE} (the pretrained "
+                               f"encoder's configuration its run saved).")
     model = models.build_model(self.config, len(self.class_names),
-                               vocab_size=self.tokenizer.vocab_size)
+                               vocab_size=self.tokenizer.vocab_size, pretrained_config=bert_config)
     from textattn import baselines, run
     self.step, self.params = run.restore_params(workdir, checkpoint, self.config, model,
                                                 frozen=baselines.has_frozen(self.config))
@@ -77,6 +85,8 @@ class Classifier:
       lengths = np.array([len(text.encode("utf-8")) for text in texts], np.int64)
     elif self.tokenizer.kind == "ngram":
       lengths = self.tokenizer.feature_counts(texts)
+    elif self.tokenizer.kind == "pretrained":
+      lengths = self.tokenizer.lengths(texts)
     else:
       lengths = np.array([len(tokenizer_lib.standardize(text).split()) for text in texts],
                          np.int64)
@@ -107,7 +117,9 @@ class Classifier:
     texts = list(texts)
     inputs, lengths = self.encode(texts)
     probabilities = self._run(inputs)
-    return [{"text": text, "label": self.class_names[int(np.argmax(p))],
+    return [{"text": text, "label": None, "probabilities": None, "tokens": 0, "truncated": False}
+            if is_blank(text) else
+            {"text": text, "label": self.class_names[int(np.argmax(p))],
              "probabilities": {name: float(v) for name, v in zip(self.class_names, p)},
              "tokens": int(min(n, self.config.max_len)),
              "truncated": bool(n > self.config.max_len)}
@@ -146,6 +158,11 @@ class Classifier:
     metrics = summarize_eval(sums, self.class_names, "eval")
     metrics.pop("eval/loss")
     return metrics
+
+
+def is_blank(text: str) -> bool:
+  """A text with nothing to classify (empty or only whitespace): no prediction is made for it."""
+  return not text.strip()
 
 
 def load(workdir: str, checkpoint: str = "best", plugins=()) -> Classifier:
@@ -251,6 +268,10 @@ def main(argv) -> None:
       except OSError as error:
         raise data_lib.DataError(f"--explain={values.explain}: cannot be written "
                                  f"({error.strerror}).") from None
+  blank = sum(row["label"] is None for row in rows)
+  if blank:
+    print(f"Note: {blank} blank text(s) (empty or only whitespace) have no prediction: their "
+          f"label and probabilities are null.", file=sys.stderr)
   lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
   if values.output:
     data_lib.atomic_write(values.output, lambda f: f.write(lines))

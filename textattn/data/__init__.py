@@ -37,6 +37,7 @@ from textattn.data.cache import atomic_write, content_digest, read_cache
 from textattn.data.dataset import (
   DATA_INFO_FILE,
   TOKENIZER_FILE,
+  describe,
   load_dataset,
   load_tokenizer,
   validate_config,
@@ -59,7 +60,7 @@ from textattn.data.splits import (
 )
 
 __all__ = ["DATA_INFO_FILE", "PADDINGS", "SPLITS", "TOKENIZER_FILE", "DataError", "Dataset",
-           "Split", "TrainIterator", "atomic_write", "check_unlabeled_split", "content_digest",
+           "Split", "TrainIterator", "atomic_write", "check_unlabeled_split", "content_digest", "describe",
            "eval_batches", "is_local_file", "load_dataset", "load_tokenizer", "pad_before",
            "pads_before", "pretraining_texts", "read_cache", "source_cache_path",
            "validate_config", "word2vec_texts"]

@@ -24,7 +24,8 @@ _DIGESTS: dict[str, str] = {}  # (path, size, mtime) stamp -> sha256, this proce
 
 
 def cache_dir(config) -> str:
-  return os.path.expanduser(config.cache_dir or os.path.join("~", ".cache", "textattn"))
+  from textattn.defaults import cache_root
+  return os.path.expanduser(config.cache_dir) if config.cache_dir else cache_root()
 
 
 def key(parts: Any) -> str:

@@ -1,9 +1,10 @@
 """`load_dataset`: the config's data set as int32 arrays, with the workdir's vocabulary and label
 names; the config's data fields are checked first; `load_tokenizer` reads the workdir back.
 
-The word vocabulary is counted on the train part only. The tokenizer (`tokenizer.json`) and the
-label names (`data_info.json`) are saved in the workdir and reused from it, so ids never change
-between runs of a workdir. Encoded arrays come from the cache when it has them: a second run of
+The word vocabulary is counted on the train part only; a pretrained model (config.model.pretrained)
+brings its own tokenizer, applied to the raw text. The tokenizer (`tokenizer.json`) and the label
+names (`data_info.json`) are saved in the workdir and reused from it, so ids never change between
+runs of a workdir. Encoded arrays come from the cache when it has them: a second run of
 the same config reads neither TFDS nor the text."""
 
 from __future__ import annotations
@@ -97,6 +98,15 @@ def _check_local_files(config, check) -> None:
       raise DataConfigError(f"config.{field}={path!r} is invalid; give the path of an existing "
                       f".csv/.tsv/.jsonl file (or '' to carve the {split} split from "
                       f"config.dataset).")
+  for split in ("validation", "test"):
+    own = config[f"{split}_text_fields"]
+    if not isinstance(own, str):
+      raise DataConfigError(f"config.{split}_text_fields={own!r} is invalid; give "
+                            f"comma-separated field names, or '' for config.text_fields.")
+    if own.strip() and split not in given:
+      raise DataConfigError(f"config.{split}_text_fields={own!r} names the text fields of "
+                            f"config.{split}_file, which is not set (a carved {split} split "
+                            f"has the training file's text_fields); set both or neither.")
   carved = [s for s in ("validation", "test") if s not in given]
   check(config.val_fraction > 0 or not local or not carved, "val_fraction",
         f"a local file needs val_fraction > 0 to carve its {' and '.join(carved)} split"
@@ -113,13 +123,20 @@ def _check_local_files(config, check) -> None:
                         f"the columns of headerless .csv/.tsv files; JSON lines name their "
                         f"own fields (set config.columns='').")
     check(len(set(columns)) == len(columns), "columns", "each column name must differ")
-    missing = [f for f in raw_lib.text_fields(config) + [config.label_field]
-               if f not in columns]
+    named = [f for split in ("train", *given) for f in raw_lib.text_fields(config, split)]
+    missing = [f for f in dict.fromkeys(named + [config.label_field]) if f not in columns]
     check(not missing, "columns", f"it lacks {missing}, named by config.text_fields / "
           f"config.label_field")
 
 
-def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
+def tokenizer_kind(config) -> str:
+  """The kind of tokenizer a config's run uses: a pretrained model's own ("pretrained", when
+  config.model.pretrained is set), else config.tokenizer."""
+  return "pretrained" if config.model.pretrained else config.tokenizer
+
+
+def load_dataset(config, workdir: str | None, *, write: bool = True,
+                 tokenizer=None) -> Dataset:
   """Train / validation / test splits of int32 token ids, per the config's data fields.
 
   Args:
@@ -129,13 +146,17 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
       neither save nor reuse them (benchmarks).
     write: False on non-zero processes: nothing is written (workdir or cache); the vocabulary
       is read from the workdir if process 0 saved it, else built identically in memory.
+    tokenizer: a pretrained model's own (config.model.pretrained), applied to the raw text;
+      the workdir's saved copy wins once there is one, so ids never change.
   """
   validate_config(config)
   data_source = source(config)
   saved_tokenizer, saved_class_names = (load_tokenizer(workdir, config) if workdir
                                         else (None, None))
-
-  tokenizer = saved_tokenizer
+  given = tokenizer
+  tokenizer = saved_tokenizer or given
+  if tokenizer_kind(config) == "pretrained" and tokenizer is None:
+    raise ValueError("config.model.pretrained is set: load_dataset needs the model's tokenizer.")
   if tokenizer is None and config.tokenizer == "byte":
     tokenizer = tokenizer_lib.ByteTokenizer()
   cache = Cache(config, data_source.identity(write), writable=write)
@@ -151,11 +172,14 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
     splits, class_names, skipped = cached
     logging.info("Loaded encoded %s from cache.", data_source.description)
   else:
+    if write:  # (a cold start's silent stretch: IMDB takes a minute or more to read and encode)
+      print(f"Reading {data_source.description} and encoding it (cached for later runs) ...",
+            flush=True)
     raw = data_source.read(config.val_fraction, config.data_seed)
     # Key the cache by what was actually read, and never cache mocked TFDS data.
     cache = Cache(config, data_source.identity(write) if data_source.cacheable() else None,
                   writable=write)
-    standardized = config.tokenizer in ("word", "ngram")
+    standardized = tokenizer_kind(config) in ("word", "ngram")
     if standardized:  # Once per text, not once for counting and again for encoding.
       raw.texts = {s: [tokenizer_lib.standardize(t) for t in texts]
                    for s, texts in raw.texts.items()}
@@ -178,6 +202,27 @@ def load_dataset(config, workdir: str | None, *, write: bool = True) -> Dataset:
   return Dataset(train=splits["train"], validation=splits["validation"], test=splits["test"],
                  class_names=list(class_names), vocab_size=tokenizer.vocab_size,
                  skipped=dict(skipped), tokenizer=tokenizer)
+
+
+def describe(config, data: Dataset) -> str:
+  """One line a run prints of its data: each split's size and where a held-out one comes from
+  (a carved one says how), the classes, and the empty texts skipped."""
+  local = is_local_file(config.dataset)
+  given = split_files(config) if local else {}
+  carved = [s for s in ("validation", "test") if s not in given and (local or s != "test")]
+  each = " each" if len(carved) > 1 else ""
+  carve = (f"{' and '.join(carved)} carved from train: val_fraction={config.val_fraction}"
+           f"{each}, data_seed={config.data_seed}")
+  origins = [carve] if carved else []
+  origins += [f"{split}: {path}" for split, path in given.items()]
+  origins += [] if local else ["test: TFDS test"]
+  sizes = ", ".join(f"{split} {len(getattr(data, split)):,}"
+                    for split in ("train", "validation", "test"))
+  skipped = sum(data.skipped.values())
+  classes = ", ".join(data.class_names[:6]) + (", ..." if len(data.class_names) > 6 else "")
+  return (f"Data: {config.dataset}: {sizes} examples ({'; '.join(origins)}); "
+          f"{len(data.class_names)} classes ({classes})"
+          + (f"; {skipped:,} empty text(s) skipped" if skipped else "") + ".")
 
 
 def train_tokenizer(config, texts: list[str], standardized: bool):
@@ -241,6 +286,14 @@ def load_tokenizer(workdir: str, config=None):
         raise ValueError(f"{TOKENIZER_FILE} holds a {tokenizer.kind} vocabulary")
     elif kind == "byte":
       tokenizer = tokenizer_lib.ByteTokenizer()
+    elif kind == "pretrained":
+      from textattn.pretrained.tokenizer import PretrainedTokenizer
+      with open(os.path.join(workdir, TOKENIZER_FILE), encoding="utf-8") as f:
+        text = f.read()
+      try:
+        tokenizer = PretrainedTokenizer.from_json(text, info["pad_id"])
+      except Exception as e:  # tokenizers raises a plain Exception for a file it cannot read
+        raise ValueError(str(e)) from e
     else:
       raise ValueError(f"unknown tokenizer {kind!r}")
   except DataError:
@@ -250,10 +303,11 @@ def load_tokenizer(workdir: str, config=None):
                     f"unreadable ({type(e).__name__}: {e}); restore it or use a new "
                     f"workdir.") from None
   if config is not None:
-    if kind != config.tokenizer:
-      raise DataError(f"{workdir} was created with tokenizer={kind!r} but "
-                      f"config.tokenizer={config.tokenizer!r}; use a new workdir or the "
-                      f"original value.")
+    if kind != tokenizer_kind(config):
+      now = (f"config.model.pretrained={config.model.pretrained!r} (its own tokenizer)"
+             if config.model.pretrained else f"config.tokenizer={config.tokenizer!r}")
+      raise DataError(f"{workdir} was created with tokenizer={kind!r} but {now}; use a new "
+                      f"workdir or the original value.")
     if kind == "ngram" and (tokenizer.order, tokenizer.counts) != (
         config.ngram_order, config.ngram_counts):
       raise DataError(f"{workdir} was created with ngram_order={tokenizer.order}, ngram_counts="
@@ -267,7 +321,7 @@ def load_tokenizer(workdir: str, config=None):
 
 
 def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> None:
-  if tokenizer.kind in ("word", "ngram"):
+  if tokenizer.kind in ("word", "ngram", "pretrained"):
     atomic_write(os.path.join(workdir, TOKENIZER_FILE), lambda f: f.write(tokenizer.to_json()))
   info = {
       "tokenizer": tokenizer.kind,
@@ -275,6 +329,7 @@ def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> No
       "config_vocab_size": config.vocab_size,
       "class_names": class_names,
       "punctuation": "strip" if tokenizer.kind in ("word", "ngram") else None,  # (read by load_tokenizer)
+      **({"pad_id": tokenizer.pad_id} if tokenizer.kind == "pretrained" else {}),
       # For the record only; not checked on reuse.
       "dataset": config.dataset,
       "max_len": config.max_len,

@@ -1,7 +1,8 @@
 """The local-file source: a .csv / .tsv / .jsonl (or .json holding JSON lines) training file,
 plus optional `validation_file` / `test_file` in the same formats. A split without its own file
 is carved from the training file (`val_fraction` each, `data_seed` decides which rows). Text =
-the `text_fields` joined with " "; label ids follow the sorted distinct label values (as
+the `text_fields` joined with " " (a split file's own `validation_text_fields` /
+`test_text_fields` where its header names them otherwise); label ids follow the sorted distinct label values (as
 strings) of all the files. A CSV/TSV file's first row is its header, unless `columns` names the
 columns of headerless files ("label,title,description"); quoted fields may span lines; CRLF
 line endings are fine.
@@ -56,6 +57,9 @@ class FileSource:
     self.split_files = split_files(config)
     self.columns = column_names(config)
     self.text_fields = raw_lib.text_fields(config)
+    # Each split file's own text fields where the config names them (else text_fields).
+    self.own_fields = {split: raw_lib.text_fields(config, split) for split in self.split_files
+                       if str(config[f"{split}_text_fields"]).strip()}
     self.label_field = config.label_field
     self.description = ", ".join([self.path] + list(self.split_files.values()))
     self.cache_dir = cache_dir(config)
@@ -70,6 +74,8 @@ class FileSource:
                 self.label_field]
     for split, path in self.split_files.items():
       identity.append([f"{split}_file", content_digest(path, self.cache_dir, write)])
+      if split in self.own_fields:  # (only then: other entries keep their keys)
+        identity.append([f"{split}_text_fields", self.own_fields[split]])
     if self.columns:
       identity.append(["columns", self.columns])
     return identity
@@ -81,7 +87,7 @@ class FileSource:
     skipped = {}
     files = {"train": self.path, **self.split_files}
     read = {split: self._read_file(path, skipped, "file" if split == "train" else
-                                   f"{split}_file")
+                                   f"{split}_file", self.own_fields.get(split, self.text_fields))
             for split, path in files.items()}
     class_names, labels = raw_lib.index_labels({s: r[1] for s, r in read.items()})
     carved = [s for s in HELD_OUT if s not in self.split_files]
@@ -101,10 +107,10 @@ class FileSource:
         texts={s: [read[source[s]][0][i] for i in rows[s]] for s in source},
         labels=split_labels, class_names=class_names, skipped=skipped)
 
-  def _read_file(self, path: str, skipped: dict, key: str
+  def _read_file(self, path: str, skipped: dict, key: str, text_fields: list[str]
                  ) -> tuple[list[str], list[str], list[int]]:
-    """(texts, label strings, line numbers) of one file's non-empty examples; empty texts are
-    counted in skipped[key]."""
+    """(texts, label strings, line numbers) of one file's non-empty examples, its text from
+    `text_fields`; empty texts are counted in skipped[key]."""
     extension = os.path.splitext(path)[1].lower()
     if extension not in LOCAL_FORMATS:
       raise DataError(f"{path}: unsupported file type {extension!r}; use .csv, .tsv or "
@@ -122,9 +128,9 @@ class FileSource:
                       f"{e.start}).") from None
     delimiter = LOCAL_FORMATS[extension]
     if delimiter is None:
-      rows = self._jsonl_rows(path, text)
+      rows = self._jsonl_rows(path, text, text_fields)
     else:
-      rows = self._csv_rows(path, text, delimiter)
+      rows = self._csv_rows(path, text, delimiter, text_fields)
     texts, label_strings, lines = [], [], []
     for line, fields, label in rows:
       texts.append(raw_lib.join_fields(fields))
@@ -135,7 +141,7 @@ class FileSource:
     raw_lib.check_not_empty(texts, path)
     return texts, [label_strings[i] for i in keep], [lines[i] for i in keep]
 
-  def _csv_rows(self, path: str, text: str, delimiter: str
+  def _csv_rows(self, path: str, text: str, delimiter: str, text_fields: list[str]
                 ) -> Iterator[tuple[int, list[str], str]]:
     """(first line, text field values, label) per record; handles quoted newlines and CRLF."""
     csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
@@ -151,12 +157,13 @@ class FileSource:
                           f"--config.columns=NAME,NAME,... for a file without one).")
         header = [name.strip() for name in header]
         names = f"the header has {len(header)}"
-      missing = [f for f in self.text_fields + [self.label_field] if f not in header]
+      missing = [f for f in text_fields + [self.label_field] if f not in header]
       if missing:
         raise DataError(f"{path}, line 1: column(s) {missing} not found; "
                         f"{'config.columns is' if self.columns else 'the header has'} "
-                        f"{header} (set --config.text_fields / --config.label_field).")
-      text_columns = [header.index(f) for f in self.text_fields]
+                        f"{header} (set --config.{self._fields_option(path)} / "
+                        f"--config.label_field).")
+      text_columns = [header.index(f) for f in text_fields]
       label_column = header.index(self.label_field)
       line = reader.line_num + 1
       for record in reader:
@@ -180,15 +187,22 @@ class FileSource:
     except csv.Error as e:
       raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
 
-  def _jsonl_rows(self, path: str, text: str) -> Iterator[tuple[int, list[str], str]]:
+  def _fields_option(self, path: str) -> str:
+    """The option that names `path`'s text fields (text_fields, or a split file's own)."""
+    splits = [split for split, p in self.split_files.items() if p == path]
+    return f"{splits[0]}_text_fields" if splits and path != self.path else "text_fields"
+
+  def _jsonl_rows(self, path: str, text: str, text_fields: list[str]
+                  ) -> Iterator[tuple[int, list[str], str]]:
     for number, record in raw_lib.json_records(path, text):
       where = f"{path}, line {number}"
-      missing = [f for f in self.text_fields + [self.label_field] if f not in record]
+      missing = [f for f in text_fields + [self.label_field] if f not in record]
       if missing:
         raise DataError(f"{where}: field(s) {missing} missing; the record has "
-                        f"{sorted(record)} (set --config.text_fields / --config.label_field).")
+                        f"{sorted(record)} (set --config.{self._fields_option(path)} / "
+                        f"--config.label_field).")
       fields = []
-      for field in self.text_fields:
+      for field in text_fields:
         value = record[field]
         if value is None:
           value = ""

@@ -29,8 +29,11 @@ class Raw:
   skipped: dict[str, int]
 
 
-def text_fields(config) -> list[str]:
-  return [f.strip() for f in str(config.text_fields).split(",") if f.strip()]
+def text_fields(config, split: str = "train") -> list[str]:
+  """The text fields of a split's file: config.text_fields, or for a validation or test file
+  its own <split>_text_fields where set."""
+  own = str(config[f"{split}_text_fields"]) if split != "train" else ""
+  return [f.strip() for f in (own or str(config.text_fields)).split(",") if f.strip()]
 
 
 def decode(value: bytes | str, where: str) -> str:

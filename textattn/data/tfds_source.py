@@ -62,9 +62,19 @@ def network_available(host: str = "storage.googleapis.com", timeout: float = 3.0
     return False
 
 
+def quiet_tensorflow() -> None:
+  """Before TensorFlow's first import: without these its C++ start-up prints an INFO line about
+  oneDNN, once per library that links it (twice), plus an absl warning, on every TFDS read.
+  oneDNN only changes TF's own float kernels, which reading records never uses; a user's own
+  setting of either variable is kept."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+
 def _keep_tensorflow_off_accelerators() -> None:
   """TFDS reads through TensorFlow; without this TF would claim the GPU memory JAX trains in.
   Only the TFDS read path imports TensorFlow (seconds of start-up), so only it pays for this."""
+  quiet_tensorflow()
   try:
     import tensorflow as tf
     tf.config.set_visible_devices([], "GPU")
@@ -127,6 +137,7 @@ class TfdsSource:
     """The texts of a split read for its text only (e.g. IMDB's "unsupervised"); call after
     read(), which makes sure the data set is prepared. Empty texts are skipped. `field` names
     the config field that asked for it, in error messages."""
+    quiet_tensorflow()
     import tensorflow_datasets as tfds
     if not re.fullmatch(r"[A-Za-z0-9_]+", split):
       # TFDS would also take "unsupervised+test" or "test[:20%]": held-out text in the corpus.
@@ -155,6 +166,7 @@ class TfdsSource:
     return texts
 
   def read(self, val_fraction: float, data_seed: int) -> raw_lib.Raw:
+    quiet_tensorflow()
     import tensorflow_datasets as tfds  # Slow import; only needed on a cache miss.
     _keep_tensorflow_off_accelerators()
     builder = self._builder(tfds)

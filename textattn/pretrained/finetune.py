@@ -1,8 +1,25 @@
-"""Layer-wise learning-rate decay for fine-tuning a pretrained encoder (Clark et al. 2020,
-ELECTRA; Howard & Ruder 2018's discriminative rates): the classifier head and the pooler learn at
-the full rate, the last block at `decay` times it, each block below at `decay` times the one
-above, the embeddings at decay ** (num_layers + 1). Lower layers hold the most general features
-and move least.
+"""Fine-tuning a pretrained encoder in a classification run (config.model.pretrained), and
+layer-wise learning-rate decay.
+
+A run with model.pretrained = a Hugging Face model directory (or hf:ORG/NAME):
+- at start, before the workdir is touched: `validate_config` (one sentence, exit 2): a
+  directory that is not a BERT model, a max_len beyond its position table, settings that do
+  not apply to it (padding before the tokens, word-vector or word2vec starts, keras_adam);
+- data: the model's own tokenizer on the raw text (textattn/data/dataset.py), kept in the
+  workdir (tokenizer.json), and the encoder's BertConfig in pretrained_config.json, so a resume,
+  `textattn.predict` and `textattn.load` rebuild the model without the model directory;
+- model: bert.BertClassifier with the config's attention variant and pooling
+  (models.build_model);
+- a fresh start: every encoder parameter the checkpoint has a value of the same name and shape
+  for starts from it (hf.select), the rest is initialised; the three lines of hf.Transfer say
+  which (`start_params`).
+
+Layer-wise learning-rate decay (config.optimizer.layer_decay < 1; Clark et al. 2020, ELECTRA;
+Howard & Ruder 2018's discriminative rates): the classifier head and the pooler learn at the full
+rate, the last block at `decay` times it, each block below at `decay` times the one above, the
+embeddings at decay ** (num_layers + 1). Lower layers hold the most general features and move
+least. optim.make_optimizer appends `scale_by_depth(decay)`, which finds the depths from the
+parameters' names; with a built model's parameters at hand the same is
 
     tx = optax.chain(optax.adamw(schedule, weight_decay=0.01),
                      scale_by_layer_decay(layer_decay_scales(params, num_layers, 0.9)))
@@ -13,12 +30,19 @@ implementations do (they scale the layer's learning rate).
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import re
 
 import jax
 import optax
 
+from textattn.defaults import check_choice
+from textattn.errors import DataConfigError, DataError, UsageError
+
 _BLOCK = re.compile(r"^block_(\d+)$")
+WORKDIR_FILE = "pretrained_config.json"  # the encoder's BertConfig, as a run saved it
 
 
 def layer_depth(path: tuple[str, ...], num_layers: int) -> int:
@@ -54,3 +78,153 @@ def scale_by_layer_decay(scales) -> optax.GradientTransformation:
     return jax.tree_util.tree_map(lambda u, s: u * s, updates, scales), state
 
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def scale_by_depth(decay: float) -> optax.GradientTransformation:
+  """scale_by_layer_decay with the scales found from the updates' own names: the encoder's
+  depth is one more than its highest block_i, so the optimizer needs no model to be built
+  (optim.make_optimizer, config.optimizer.layer_decay)."""
+
+  def update(updates, state, params=None):
+    del params
+    depths = [int(match.group(1)) + 1 for path, _ in jax.tree_util.tree_leaves_with_path(updates)
+              for key in path
+              for match in [_BLOCK.match(str(getattr(key, "key", key)))] if match]
+    scales = layer_decay_scales(updates, max(depths, default=0), decay)
+    return jax.tree_util.tree_map(lambda u, s: u * s, updates, scales), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def enabled(config) -> bool:
+  return bool(config.model.pretrained)
+
+
+def validate_config(config) -> None:
+  """The checks of a fine-tuning config that need no JAX backend: one sentence naming the field
+  (a DataConfigError, exit 2, for a model directory that cannot be used). A hf:ORG/NAME model is
+  fetched, and its limits checked, when the run prepares its data (check_limits)."""
+  m = config.model
+  if not m.pretrained:
+    if config.optimizer.layer_decay != 1.0:
+      raise UsageError(f"config.optimizer.layer_decay={config.optimizer.layer_decay} decays the "
+                       f"rates of a pretrained encoder's layers; set config.model.pretrained, or "
+                       f"leave layer_decay=1.")
+    return
+  from textattn.pretrained import bert, hf
+  spec = m.pretrained
+  if not isinstance(spec, str):
+    raise UsageError(f"config.model.pretrained={spec!r} must be a model directory or "
+                     f"hf:ORG/NAME.")
+  check_choice("model.architecture", m.architecture, ("transformer",))
+  check_choice("model.pooling", m.pooling, bert.POOLINGS)
+  if m.embedding_init != "random":
+    raise UsageError(f"config.model.embedding_init={m.embedding_init!r} cannot be used with "
+                     f"config.model.pretrained: the pretrained model brings its own token "
+                     f"embeddings; use 'random'.")
+  if config.padding != "after_masked":
+    raise UsageError(f"config.padding={config.padding!r} cannot be used with "
+                     f"config.model.pretrained: BERT's positions count from the first token; "
+                     f"use 'after_masked'.")
+  if config.optimizer.name == "keras_adam":
+    raise UsageError("config.optimizer.name='keras_adam' (the Keras seed's token-table update) "
+                     "cannot be used with config.model.pretrained; use adamw.")
+  from textattn.recipes import pretrain
+  if pretrain.enabled(config):
+    raise UsageError(f"config.pretrain.objective={config.pretrain.objective!r} pretrains a model "
+                     f"from scratch; config.model.pretrained starts from one already trained: "
+                     f"set one of them.")
+  if spec.startswith(hf.HUB_PREFIX):
+    name = spec[len(hf.HUB_PREFIX):]
+    if name.count("/") != 1 or not all(name.split("/")):
+      raise UsageError(f"config.model.pretrained={spec!r} is not of the form hf:ORG/NAME.")
+    return
+  try:
+    directory = hf.resolve(spec)
+    hf.check_files(directory)
+    bert_config = hf.read_config(directory)
+    check_limits(config, bert_config,
+                 hf.read_tokenizer(directory, bert_config.pad_token_id).special_tokens())
+  except DataConfigError:
+    raise
+  except DataError as e:  # the config names a directory that cannot be used: exit 2
+    raise DataConfigError(str(e)) from None
+
+
+def check_limits(config, bert_config, special_tokens: int) -> None:
+  """What the config asks of the pretrained model it names: positions, room for a token beside
+  the `special_tokens` its tokenizer adds ([CLS], [SEP]), and its padding id."""
+  if config.max_len <= special_tokens:
+    raise DataConfigError(f"config.max_len={config.max_len} leaves no room for a token beside "
+                          f"the {special_tokens} special tokens the tokenizer of "
+                          f"config.model.pretrained={config.model.pretrained!r} adds; use a "
+                          f"larger max_len.")
+  if config.max_len > bert_config.max_positions:
+    raise DataConfigError(f"config.max_len={config.max_len} is longer than the "
+                          f"{bert_config.max_positions} positions of config.model.pretrained="
+                          f"{config.model.pretrained!r}; use max_len <= "
+                          f"{bert_config.max_positions}.")
+  if bert_config.pad_token_id != 0:
+    raise DataConfigError(f"config.model.pretrained={config.model.pretrained!r} pads with id "
+                          f"{bert_config.pad_token_id}; textattn's batches pad with id 0, so "
+                          f"only models whose pad_token_id is 0 (BERT's) can be fine-tuned.")
+
+
+def model_config(config):
+  """The BertConfig of config.model.pretrained, from its config.json alone (a hub model is
+  fetched): what builds the model where no workdir has saved it (textattn.summary, the
+  benchmark)."""
+  from textattn.pretrained import hf
+  try:
+    directory = hf.resolve(config.model.pretrained, _hub_cache(config))
+    return hf.read_config(directory)
+  except DataConfigError:
+    raise
+  except DataError as e:
+    raise DataConfigError(str(e)) from None
+
+
+def _hub_cache(config):
+  return os.path.join(config.cache_dir, "huggingface") if config.cache_dir else None
+
+
+def load(config):
+  """The model directory (or hf:ORG/NAME) of config.model.pretrained: hf.Pretrained."""
+  from textattn.pretrained import hf
+  pretrained = hf.load(config.model.pretrained, _hub_cache(config))
+  check_limits(config, pretrained.config, pretrained.tokenizer.special_tokens())
+  return pretrained
+
+
+def save_config(workdir: str, bert_config) -> None:
+  from textattn.data import atomic_write
+  atomic_write(os.path.join(workdir, WORKDIR_FILE),
+               lambda f: json.dump(dataclasses.asdict(bert_config), f, indent=2))
+
+
+def read_config(workdir: str):
+  """The BertConfig a run saved in `workdir`, or None if it has none yet."""
+  from textattn.pretrained import bert
+  path = os.path.join(workdir, WORKDIR_FILE)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      return bert.BertConfig(**json.load(f))
+  except (OSError, ValueError, TypeError) as e:
+    raise DataError(f"{path} is unreadable ({type(e).__name__}); restore it from a copy or use "
+                    f"a new workdir.") from None
+
+
+def start_params(model, length: int, pretrained, announce: bool):
+  """The checkpoint's values for `model`'s encoder parameters (the nested dict
+  step.init_train_state(pretrained_params=...) takes); `announce`: print what was kept."""
+  import jax.numpy as jnp
+
+  from textattn.pretrained import hf
+  abstract = jax.eval_shape(lambda: model.init(jax.random.key(0),
+                                               jnp.ones((1, length), jnp.int32)))["params"]
+  kept, report = hf.select(abstract, pretrained, prefix="encoder")
+  if announce:
+    print(report.summary(), flush=True)
+  return kept

@@ -293,15 +293,19 @@ def load(spec: str, cache_dir: str | None = None) -> Pretrained:
   check_files(directory)
   config = read_config(directory)
   params, sources, ignored = read_weights(directory, config)
-  try:
-    tokenizer = PretrainedTokenizer.from_file(directory / "tokenizer.json", config.pad_token_id)
-  except Exception as e:  # tokenizers raises a plain Exception for a file it cannot read
-    raise DataError(f"{directory / 'tokenizer.json'} cannot be read by Hugging Face tokenizers "
-                    f"({one_line(e, 160)}).") from e
+  tokenizer = read_tokenizer(directory, config.pad_token_id)
   if tokenizer.vocab_size > config.vocab_size:
     raise DataError(f"{directory / 'tokenizer.json'} has {tokenizer.vocab_size} tokens, more "
                     f"than the {config.vocab_size} rows of the model's embedding table.")
   return Pretrained(directory, config, params, sources, ignored, tokenizer)
+
+
+def read_tokenizer(directory: pathlib.Path, pad_id: int) -> PretrainedTokenizer:
+  try:
+    return PretrainedTokenizer.from_file(directory / "tokenizer.json", pad_id)
+  except Exception as e:  # tokenizers raises a plain Exception for a file it cannot read
+    raise DataError(f"{directory / 'tokenizer.json'} cannot be read by Hugging Face tokenizers "
+                    f"({one_line(e, 160)}).") from e
 
 
 def flatten(tree, prefix: str = "") -> dict:

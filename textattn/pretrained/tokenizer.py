@@ -4,7 +4,9 @@ interface of textattn.data.tokenizer: `encode(texts, max_len, truncation)` -> in
 
 The ids must be the ones the weights were trained with, so the text is not standardised first
 (the tokenizer's own normaliser does what it needs, e.g. BERT's lowercasing and accent
-stripping), and the special tokens its post-processor adds ([CLS] ... [SEP]) are kept. A
+stripping), and the special tokens its post-processor adds ([CLS] ... [SEP]) are kept. Only HTML
+line breaks ("<br />", IMDB has about four a review) become spaces, as the word tokenizer's
+standardisation does: BERT's tokenizer would spend four tokens of max_len on each. A
 tokenizer.json that enables its own truncation or padding (all-MiniLM-L6-v2's truncates and
 pads to 128) has both switched off: length is the run's config.max_len, which counts the
 special tokens, and "pre" truncation keeps the end of a text, "post" its start, as for every
@@ -14,6 +16,7 @@ textattn tokenizer.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +25,8 @@ from textattn.data.tokenizer import check_truncation
 from textattn.errors import UsageError
 
 DIRECTIONS = {"pre": "left", "post": "right"}  # textattn's truncation -> tokenizers' direction
+_LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+_TEXT_RULES = "line breaks as spaces"  # in the fingerprint: encoded arrays change with it
 
 
 class PretrainedTokenizer:
@@ -54,7 +59,8 @@ class PretrainedTokenizer:
 
   def fingerprint(self) -> str:
     """Changes whenever any id would change."""
-    return f"pretrained-{hashlib.sha256(self._json.encode('utf-8')).hexdigest()}"
+    digest = hashlib.sha256(f"{_TEXT_RULES}\n{self._json}".encode()).hexdigest()
+    return f"pretrained-{digest}"
 
   def encode(self, texts: Sequence[str], max_len: int, truncation: str, *,
              standardized: bool = False) -> np.ndarray:
@@ -62,20 +68,36 @@ class PretrainedTokenizer:
       raise ValueError("A pretrained tokenizer needs the raw text: standardising it first "
                        "(lowercase, no punctuation) would change its ids.")
     check_truncation(max_len, truncation)
-    added = self.hf.num_special_tokens_to_add(False)
+    added = self.special_tokens()
     if max_len <= added:
       raise UsageError(f"config.max_len={max_len} leaves no room for a token beside the "
                        f"{added} special tokens the pretrained tokenizer adds; use a larger "
                        f"max_len.")
     self.hf.enable_truncation(max_len, direction=DIRECTIONS[truncation])
     try:
-      encodings = self.hf.encode_batch(list(texts))
+      encodings = self.hf.encode_batch(self._clean(texts))
     finally:
       self.hf.no_truncation()
     out = np.full((len(encodings), max_len), self.pad_id, np.int32)
     for row, encoding in enumerate(encodings):
       out[row, :len(encoding.ids)] = encoding.ids
     return out
+
+  def special_tokens(self) -> int:
+    """How many tokens the post-processor adds to one text ([CLS] and [SEP]: 2)."""
+    return self.hf.num_special_tokens_to_add(False)
+
+  def lengths(self, texts: Sequence[str]) -> np.ndarray:
+    """Tokens of each text before truncation, the special tokens included (as max_len counts)."""
+    return np.array([len(e.ids) for e in self.hf.encode_batch(self._clean(texts))], np.int64)
+
+  @staticmethod
+  def _clean(texts: Sequence[str]) -> list[str]:
+    return [_LINE_BREAK.sub(" ", text) for text in texts]
+
+  def tokens(self, ids: Sequence[int]) -> list[str]:
+    """The token strings of `ids` ("[CLS]", "film", "##ing", ...), padding left out."""
+    return [self.hf.id_to_token(int(i)) for i in ids if int(i) != self.pad_id]
 
   def token_id(self, token: str) -> int | None:
     return self.hf.token_to_id(token)

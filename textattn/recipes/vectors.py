@@ -61,6 +61,32 @@ def check(embedding_init: str, tokenizer_kind: str) -> None:
                     f"give the path of a word2vec .txt/.bin or GloVe .txt file.")
 
 
+def validate_config(config) -> None:
+  """`check` for a run's config, as its errors: a UsageError (exit 2) naming the field."""
+  from textattn.errors import DataConfigError, UsageError
+  if config.model.vectors_scale not in SCALES:
+    raise UsageError(f"config.model.vectors_scale={config.model.vectors_scale!r} is invalid; "
+                     f"allowed: {', '.join(SCALES)}.")
+  try:
+    check(config.model.embedding_init, config.tokenizer)
+  except DataError as e:
+    raise DataConfigError(str(e)) from None
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+
+
+def token_table(config, tokenizer, vocab_size: int, announce: bool):
+  """(table, found) of config.model.embedding_init = "vectors:PATH" for the run's word
+  tokenizer, what step.init_train_state(pretrained_tokens=...) takes; `announce`: print the
+  coverage line."""
+  table, found, coverage = table_from_file(path_of(config.model.embedding_init), tokenizer,
+                                           vocab_size, int(config.model.embed_dim),
+                                           config.model.vectors_scale)
+  if announce:
+    print(coverage.summary(), flush=True)
+  return table, found
+
+
 def _open(path: str):
   return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 

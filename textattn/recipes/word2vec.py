@@ -65,9 +65,14 @@ def default_config() -> ml_collections.ConfigDict:
 def validate_config(config) -> None:
   """One sentence for a word2vec setting that cannot work, before any data is read."""
   init = config.model.embedding_init
+  from textattn.recipes import vectors
+  if vectors.is_vectors(init):  # a file of vectors, not this recipe (textattn/recipes/vectors.py)
+    vectors.validate_config(config)
+    return
   if init not in EMBEDDING_INITS:
     raise UsageError(f"config.model.embedding_init={init!r} is invalid; allowed: "
-                     f"{', '.join(repr(i) for i in EMBEDDING_INITS)}.")
+                     f"{', '.join(repr(i) for i in EMBEDDING_INITS)}, or 'vectors:PATH' (a "
+                     f"word2vec or GloVe file).")
   if init != "word2vec":
     return
   if "word2vec" not in config:

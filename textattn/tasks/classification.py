@@ -31,7 +31,8 @@ from textattn import data as data_lib
 from textattn.defaults import check_choice, check_integer
 from textattn.errors import RunError, UsageError
 from textattn.metrics import summarize_eval
-from textattn.recipes import pretrain, word2vec
+from textattn.pretrained import finetune
+from textattn.recipes import pretrain, vectors, word2vec
 
 EVAL_SPLITS = ("validation", "test")
 FINAL_PARAMS = ("best", "last")
@@ -53,6 +54,7 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None) -> Non
     return
   data_lib.validate_config(config)
   optim.validate_config(config.optimizer)
+  finetune.validate_config(config)
   check_choice("eval_split", config.eval_split, EVAL_SPLITS)
   check_choice("final_params", config.final_params, FINAL_PARAMS)
   if config.final_params == "best" and config.eval_split == "test":
@@ -76,6 +78,25 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None) -> Non
     raise UsageError(f"config.keep_checkpoints={config.keep_checkpoints} must be >= 1.")
 
 
+def collapse_warning(sums: dict, class_names, prefix: str) -> str | None:
+  """A line for an evaluation whose predictions all fall in one class although its examples
+  hold several (a model that learnt a constant: seen on a news set where the Keras seed config
+  scored 25% on four classes and reported it like any result), else None."""
+  confusion = np.asarray(sums["confusion"], np.float64)  # rows: true class, columns: predicted
+  predicted = np.flatnonzero(confusion.sum(0))
+  if len(predicted) != 1 or np.count_nonzero(confusion.sum(1)) < 2:
+    return None
+  count = float(sums["count"])
+  loss, chance = float(sums["loss_sum"]) / count, float(np.log(len(class_names)))
+  constant = (f"; its loss {loss:.4f} is near ln {len(class_names)} = {chance:.4f}, what a "
+              f"uniform guess scores" if abs(loss - chance) < 0.02 else "")
+  split = {"val": "validation"}.get(prefix, prefix)
+  return (f"Warning: all {int(count):,} {split} examples are predicted "
+          f"{class_names[int(predicted[0])]!r}: the model has collapsed to one class{constant}; "
+          f"try a lower optimizer.learning_rate, another seed, or on a small data set the n-gram "
+          f"baseline (configs/imdb_nbsvm.py).")
+
+
 def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class_names,
                    compiler_options=None):
   """evaluate(state, split, prefix) -> (metrics, class probabilities [N, C] for "test" else
@@ -97,7 +118,11 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
       if with_probabilities:
         probabilities.append(sums.pop("probabilities"))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-    metrics = summarize_eval(jax.device_get(totals), class_names, prefix)
+    totals = jax.device_get(totals)
+    metrics = summarize_eval(totals, class_names, prefix)
+    warning = collapse_warning(totals, class_names, prefix)
+    if warning and jax.process_index() == 0:
+      print(warning, flush=True)
     if not with_probabilities:
       return metrics, None
     return metrics, np.concatenate(jax.device_get(probabilities))[:len(split)]
@@ -106,7 +131,22 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
 
 
 def prepare(config, workdir: str, is_main: bool) -> run.Job:
-  return make_job(config, data_lib.load_dataset(config, workdir, write=is_main), workdir, is_main)
+  # A pretrained encoder: its config and tokenizer from the workdir once a run saved them (a
+  # resume needs no model directory), else from the model directory, whose weights a fresh
+  # start then uses.
+  bert_config = source = None
+  if finetune.enabled(config):
+    bert_config = finetune.read_config(workdir)
+    if bert_config is None:
+      source = finetune.load(config)
+      bert_config = source.config
+  data = data_lib.load_dataset(config, workdir, write=is_main,
+                               tokenizer=source.tokenizer if source else None)
+  if is_main:
+    print(data_lib.describe(config, data), flush=True)
+  if bert_config is not None and is_main and source is not None:
+    finetune.save_config(workdir, bert_config)
+  return make_job(config, data, workdir, is_main, bert_config=bert_config, source=source)
 
 
 def pinned_kernel(config, workdir: str | None, is_main: bool):
@@ -137,11 +177,14 @@ def pinned_kernel(config, workdir: str | None, is_main: bool):
   return pinned
 
 
-def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None) -> run.Job:
+def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
+             bert_config=None, source=None) -> run.Job:
   """The runner's Job for `data` (a data.Dataset); `pretrained`: the fresh start's (token table,
-  parameters) when the caller has them (a sweep's export), else the config's recipes."""
+  parameters) when the caller has them (a sweep's export), else the config's recipes;
+  `bert_config` / `source`: a pretrained encoder's config and loaded weights (finetune)."""
   kernel_config = pinned_kernel(config, workdir, is_main)
-  model = models.build_model(kernel_config, len(data.class_names), vocab_size=data.vocab_size)
+  model = models.build_model(kernel_config, len(data.class_names), vocab_size=data.vocab_size,
+                             pretrained_config=bert_config)
   train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
                                       jax.process_index(), jax.process_count())
   evaluator = None
@@ -156,6 +199,9 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None) 
     return evaluator(state, split, prefix)
 
   def report(state, report_step, reused):
+    if reused is None and is_main:  # (IMDB's 25,000 reviews: a minute or more on a CPU)
+      print(f"Evaluating the test split ({len(data.test):,} examples) with the parameters of "
+            f"step {report_step} ...", flush=True)
     metrics, probabilities = reused or evaluate(state, data.test, "test")
     if is_main:
       compare.write_predictions(workdir, data.test.labels, probabilities, data.class_names,
@@ -169,6 +215,17 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None) 
     if config.model.embedding_init == "word2vec":
       tokens = word2vec.pretrained_token_table(config, data.tokenizer, data.vocab_size,
                                                write=is_main)
+    if vectors.is_vectors(config.model.embedding_init):
+      tokens = vectors.token_table(config, data.tokenizer, data.vocab_size, announce=is_main)
+    if finetune.enabled(config):
+      nonlocal source
+      if source is None:  # (a workdir with no checkpoint yet: the weights are needed again)
+        source = finetune.load(config)
+        if source.config != bert_config:
+          raise UsageError(f"config.model.pretrained={config.model.pretrained!r} is not the "
+                           f"model this workdir was started with (its "
+                           f"{finetune.WORKDIR_FILE} differs); use a new workdir.")
+      params = finetune.start_params(model, config.max_len, source, announce=is_main)
     if pretrain.enabled(config):
       # Every process writes its cache (atomically; identical content): caches may be per host.
       params, curve = pretrain.pretrain(config, data.tokenizer, data.vocab_size)

@@ -128,6 +128,10 @@ def validate(config, device_count: int | None) -> None:
     raise UsageError("config.model.share_embeddings=True needs one vocabulary for both sides: "
                      "set config.shared_vocab=True (or share_embeddings=False).")
   optim.validate_config(config.optimizer)
+  if config.optimizer.layer_decay != 1.0:
+    raise UsageError(f"config.optimizer.layer_decay={config.optimizer.layer_decay} decays the "
+                     f"rates of a pretrained encoder's layers (a classification run's "
+                     f"model.pretrained); a translation model has none: leave it at 1.")
   for field in ("batch_size", "eval_batch_size"):
     if not isinstance(config[field], int) or isinstance(config[field], bool) or config[field] < 1:
       raise UsageError(f"config.{field}={config[field]!r} must be a positive multiple of the "

@@ -5,7 +5,8 @@ parallel.h) are compiled with the system C++ compiler (`$CXX`, else `c++`/`g++`/
 against the XLA FFI headers that ship with jaxlib, for this machine's CPU (`-march=native`), into
 one library in a cache directory:
 
-    $TEXTATTN_NATIVE_CACHE, else $XDG_CACHE_HOME/textattn/native, else ~/.cache/textattn/native
+    $TEXTATTN_NATIVE_CACHE, else native/ in defaults.cache_root() ($TEXTATTN_CACHE, else
+    $XDG_CACHE_HOME/textattn, else ~/.cache/textattn)
 
 The library's file name carries a hash of the sources, the compiler, its flags, jaxlib's version
 and the CPU's feature flags, so a changed source or machine builds a new library instead of
@@ -60,8 +61,8 @@ class NativeUnavailable(RuntimeError):
 def cache_dir() -> Path:
   if os.environ.get("TEXTATTN_NATIVE_CACHE"):
     return Path(os.environ["TEXTATTN_NATIVE_CACHE"])
-  base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-  return Path(base) / "textattn" / "native"
+  from textattn.defaults import cache_root
+  return Path(cache_root()) / "native"
 
 
 def find_compiler() -> list[str] | None:
