@@ -31,6 +31,7 @@ import re
 import jax
 import numpy as np
 
+from textattn.checkpointing import flatten, unflatten
 from textattn.data.splits import DataError
 from textattn.errors import one_line
 from textattn.pretrained.bert import ACTIVATIONS, BertConfig
@@ -39,7 +40,7 @@ from textattn.pretrained.tokenizer import PretrainedTokenizer
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
 MODEL_TYPES = ("bert",)
 HUB_PREFIX = "hf:"
-SEPARATOR = "/"
+SEPARATOR = "/"  # parameter paths, as checkpointing.flatten joins them
 
 
 @dataclasses.dataclass
@@ -306,25 +307,6 @@ def read_tokenizer(directory: pathlib.Path, pad_id: int) -> PretrainedTokenizer:
   except Exception as e:  # tokenizers raises a plain Exception for a file it cannot read
     raise DataError(f"{directory / 'tokenizer.json'} cannot be read by Hugging Face tokenizers "
                     f"({one_line(e, 160)}).") from e
-
-
-def flatten(tree, prefix: str = "") -> dict:
-  out = {}
-  for key, value in tree.items():
-    name = f"{prefix}{SEPARATOR}{key}" if prefix else str(key)
-    out.update(flatten(value, name) if isinstance(value, dict) else {name: value})
-  return out
-
-
-def unflatten(flat: dict) -> dict:
-  tree: dict = {}
-  for name, value in flat.items():
-    *parents, leaf = name.split(SEPARATOR)
-    node = tree
-    for part in parents:
-      node = node.setdefault(part, {})
-    node[leaf] = value
-  return tree
 
 
 def select(model_params, pretrained: Pretrained, prefix: str = "encoder"):
