@@ -270,9 +270,22 @@ def _ring_bwd(layout, residuals, d_out):
       return d_q, d_k, d_v
 
     (d_q, *d_kv), _ = _schedule(layout, t, me, owner, n, apply, (d_q, *d_kv))
+    # Keys, values and their gradients travel as one array, the mask as int8. Sent as the
+    # forward pass sent them (the same ppermutes of the same arrays), XLA's CSE would reuse the
+    # forward's results, keeping every block a device received alive until the backward pass
+    # (memory O(length), not O(length / S)); an optimization_barrier did not stop it.
+    head_dim = key.shape[-1]
     if t < shards - 1:
-      kv = _shift(kv, shards)
-    d_kv = _shift(tuple(d_kv), shards)  # after the last step: home to the keys' owner
+      k_all, v_all, k_mask = kv
+      packed = _shift(jnp.concatenate([k_all.astype(f32), v_all.astype(f32), *d_kv], -1),
+                      shards)
+      kv = (packed[..., :head_dim].astype(key.dtype),
+            packed[..., head_dim:2 * head_dim].astype(value.dtype),
+            _shift(k_mask.astype(jnp.int8), shards).astype(bool))
+      d_kv = (packed[..., 2 * head_dim:3 * head_dim], packed[..., 3 * head_dim:])
+    else:  # home to the keys' owner
+      packed = _shift(jnp.concatenate(d_kv, -1), shards)
+      d_kv = (packed[..., :head_dim], packed[..., head_dim:])
   d_k, d_v = d_kv
   return ((d_q * scale).astype(query.dtype), d_k.astype(key.dtype), d_v.astype(value.dtype),
           None)
