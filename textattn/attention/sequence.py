@@ -294,9 +294,9 @@ def _ring_bwd(layout, residuals, d_out):
 ring_attention_shard.defvjp(_ring_fwd, _ring_bwd)
 
 
-def _zigzag_halves(me, shards: int):
-  """Whether this device's zig-zag chunk i (its first) is the even one of its pair."""
-  return me % 2 == 0
+def _first_chunk_is_even() -> Array:
+  """Whether this device's first zig-zag chunk (chunk i of device i) is its even one."""
+  return jax.lax.axis_index(SEQUENCE) % 2 == 0
 
 
 def to_zigzag(x: Array) -> Array:
@@ -313,7 +313,7 @@ def to_zigzag(x: Array) -> Array:
 
   even = jax.lax.ppermute(x[:, :half], SEQUENCE, [(j, home(2 * j)) for j in range(shards)])
   odd = jax.lax.ppermute(x[:, half:], SEQUENCE, [(j, home(2 * j + 1)) for j in range(shards)])
-  first_is_even = _zigzag_halves(jax.lax.axis_index(SEQUENCE), shards)
+  first_is_even = _first_chunk_is_even()
   return jnp.where(first_is_even, jnp.concatenate([even, odd], 1),
                    jnp.concatenate([odd, even], 1))
 
@@ -322,7 +322,7 @@ def from_zigzag(x: Array) -> Array:
   """The inverse of `to_zigzag`."""
   shards = jax.lax.axis_size(SEQUENCE)
   half = x.shape[1] // 2
-  first_is_even = _zigzag_halves(jax.lax.axis_index(SEQUENCE), shards)
+  first_is_even = _first_chunk_is_even()
   first, second = x[:, :half], x[:, half:]
   even = jnp.where(first_is_even, first, second)
   odd = jnp.where(first_is_even, second, first)
