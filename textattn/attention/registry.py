@@ -47,6 +47,10 @@ class Variant:
   # per implementation ("naive", "flash", "native", ...).
   forward_flops: Callable[[int, int, int, int], float] | None = None
   kernels: tuple[tuple[str, str], ...] = ()
+  # Sequence parallelism: shard(mesh=, **build's keywords) returns a module with build's
+  # parameters whose core runs split over the mesh's "sequence" axis (None: it cannot be split;
+  # textattn/attention/sequence.py declares the built-ins' with `declare_shard`).
+  shard: Callable[..., nn.Module] | None = None
 
   def __post_init__(self):
     if self.reference not in self.implementations:
@@ -72,6 +76,13 @@ def register(variant: Variant) -> Variant:
     raise ValueError(f"attention variant {variant.name!r} is already registered "
                      f"({existing.description or existing.build}); choose another name.")
   _VARIANTS[variant.name] = variant
+  return variant
+
+
+def declare_shard(name: str, shard: Callable[..., nn.Module]) -> Variant:
+  """Gives the registered variant `name` its sequence-sharded build (Variant.shard)."""
+  variant = dataclasses.replace(get(name), shard=shard)
+  _VARIANTS[name] = variant
   return variant
 
 

@@ -1,0 +1,219 @@
+"""Sequence parallelism (textattn/attention/sequence.py): every variant that declares sharding
+gives one device's outputs and gradients on 2, 4 and 8 sequence shards and on a 2 x 4
+(data x sequence) mesh; the causal ring is balanced; what cannot be split is refused.
+
+The multi-device checks run in a subprocess on 8 fake CPU devices (XLA reads the device count
+when JAX starts, and the rest of the suite runs on one); this file is also that subprocess's
+script: `python tests/test_sequence.py CHECK VARIANT` prints one JSON line.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SHARDED = ("softmax", "causal", "additive", "causal_additive_recurrent")
+MESHES = ((1, 2), (1, 4), (1, 8), (2, 4))  # (data, sequence)
+TOLERANCE = 1e-5  # relative to the largest value of the compared output or gradient
+
+
+def run_on_eight_devices(*args: str) -> dict:
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
+                       f"--xla_force_host_platform_device_count=8")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+  done = subprocess.run([sys.executable, os.path.abspath(__file__), *args], env=env,
+                        check=False, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("variant", SHARDED)
+def test_sharded_outputs_and_gradients_equal_one_device(variant):
+  """Padding sits inside shards, at their ends, fills whole shards, and (causal) leaves the
+  first positions with no visible key."""
+  result = run_on_eight_devices("exactness", variant)
+  assert result["same_parameters"], result
+  for mesh, errors in result["errors"].items():
+    assert errors["output"] <= TOLERANCE, (mesh, errors)
+    assert errors["gradient"] <= TOLERANCE, (mesh, errors)
+
+
+@pytest.mark.cpu_only
+def test_causal_ring_computes_the_same_blocks_on_every_device():
+  """Zig-zag: 3 + 2(S-1) chunk-blocks on every device. The contiguous layout, which a ring
+  without load balancing uses, fails the same check (device S-1 does S times device 0's
+  work), so the check can tell them apart."""
+  result = run_on_eight_devices("balance", "causal")
+  for shards in ("2", "4", "8"):
+    zigzag = result["zigzag"][shards]
+    assert max(zigzag) - min(zigzag) <= 1, result
+    assert zigzag[0] == 3 + 2 * (int(shards) - 1), result
+    # 4 blocks per step, S-1 steps skipped on device 0, none on device S-1.
+    contiguous = result["contiguous"][shards]
+    assert max(contiguous) - min(contiguous) == 4 * (int(shards) - 1), result
+
+
+@pytest.mark.cpu_only
+def test_communication_per_layer_is_the_stated_formula():
+  """Collective bytes of one layer's forward + backward, read from the compiled program, equal
+  experiments/seq_parallel/memory_comm.py's formulas. The ring's backward once sent the blocks
+  as the forward had, and XLA reused the forward's transfers: fewer bytes than the formula
+  (and every received block kept alive until the backward)."""
+  result = run_on_eight_devices("communication", "-")
+  for name, (measured, expected) in result.items():
+    assert measured == expected, (name, measured, expected)
+
+
+@pytest.mark.cpu_only
+def test_lengths_the_mesh_does_not_divide_are_refused():
+  result = run_on_eight_devices("refusals", "-")
+  assert result["additive"] == (
+      "a sequence length of 30 cannot be split over 4 sequence shards: it must be a multiple "
+      "of 4; pad the batch to such a length (config.max_len) or choose another mesh.sequence.")
+  # The zig-zag layout splits each shard in two: 36 = 4 x 9 is not enough.
+  assert result["causal"].startswith(
+      "a sequence length of 36 cannot be split over 4 sequence shards (the causal ring's "
+      "zig-zag layout halves each shard): it must be a multiple of 4 x 2 = 8;"), result
+  assert all("Traceback" not in message for message in result.values())
+
+
+def test_a_variant_without_sharding_is_refused_in_one_sentence():
+  import jax
+
+  from textattn import attention
+  from textattn.attention import sequence
+  from textattn.errors import UsageError
+
+  mesh = jax.sharding.AbstractMesh((1, 4), ("data", "sequence"))
+  variant = attention.get("causal_additive")  # the direct form declares none
+  with pytest.raises(UsageError, match=r"^config.model.attention='causal_additive' declares no "
+                     r"sequence sharding, so it cannot run with mesh.sequence=4; use "
+                     r"mesh.sequence=1 or a variant that does \(softmax, causal, additive, "
+                     r"causal_additive_recurrent\)\.$"):
+    sequence.build(variant, mesh, num_heads=2, name="attention")
+  # One sequence shard needs no declaration.
+  one = jax.sharding.AbstractMesh((4, 1), ("data", "sequence"))
+  assert type(sequence.build(variant, one, num_heads=2)) is type(variant.build(num_heads=2))
+
+
+def test_builtins_declare_sharding_in_the_registry():
+  from textattn import attention
+  declared = {name for name in attention.names() if attention.get(name).shard is not None}
+  assert declared == set(SHARDED)
+
+
+# --------------------------------------------------------------------------------------------
+# The subprocess (8 fake CPU devices).
+
+def _inputs(batch=2, length=32, embed=8):
+  import jax.numpy as jnp
+  import numpy as np
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(batch, length, embed)), jnp.float32)
+  cotangent = jnp.asarray(rng.normal(size=(batch, length, embed)), jnp.float32)
+  mask = np.ones((batch, length), bool)
+  # Row 0: padding at 5-7 (the end of a shard for S = 4 and 8, inside one for S = 2), then from
+  # 20 on (whole shards). Row 1: its first three positions (causal rows seeing no real key), one
+  # inside a shard (13) and the last two.
+  mask[0, 5:8] = False
+  mask[0, 20:] = False
+  mask[1, :3] = False
+  mask[1, [13, 30, 31]] = False
+  return x, jnp.asarray(mask), cotangent
+
+
+def _exactness(name: str) -> dict:
+  import jax
+  import jax.numpy as jnp
+
+  from textattn import attention, sharding
+  from textattn.attention import sequence
+
+  x, mask, cotangent = _inputs()
+  variant = attention.get(name)
+  kwargs = {"num_heads": 2, "implementation": "xla", "dtype": jnp.float32, "name": "attention"}
+  one = variant.build(**kwargs)
+  params = one.init(jax.random.key(0), x, mask)
+
+  def outputs_and_gradients(module):
+    def loss(params, x):
+      out = module.apply(params, x, mask)
+      return jnp.sum(out * cotangent), out
+    return jax.jit(jax.grad(loss, argnums=(0, 1), has_aux=True))(params, x)
+
+  def relative(a, b):
+    return float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
+
+  reference_gradients, reference = outputs_and_gradients(one)
+  errors, same_parameters = {}, True
+  for data, shards in MESHES:
+    mesh = sharding.make_mesh(data, shards)
+    module = sequence.build(variant, mesh, **kwargs)
+    shapes = jax.eval_shape(module.init, jax.random.key(0), x, mask)
+    same_parameters &= jax.tree.structure(shapes) == jax.tree.structure(params)
+    gradients, out = outputs_and_gradients(module)
+    # Each gradient against its largest entry's scale: a leaf whose exact gradient is 0 (the
+    # key bias under softmax) is compared at the scale of the whole gradient.
+    scale = max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(reference_gradients))
+    gradient_error = max(float(jnp.max(jnp.abs(a - b))) / scale for a, b in
+                         zip(jax.tree.leaves(gradients), jax.tree.leaves(reference_gradients)))
+    errors[f"{data}x{shards}"] = {"output": relative(out, reference), "gradient": gradient_error}
+  return {"errors": errors, "same_parameters": bool(same_parameters)}
+
+
+def _balance() -> dict:
+  from textattn import sharding
+  from textattn.attention import sequence
+  result = {}
+  for layout in ("zigzag", "contiguous"):
+    result[layout] = {
+        str(shards): [int(c) for c in sequence.ring_block_counts(
+            sharding.make_mesh(1, shards), layout, batch=1, length=2 * shards)]
+        for shards in (2, 4, 8)}
+  return result
+
+
+def _communication() -> dict:
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "experiments", "seq_parallel"))
+  import memory_comm
+  result = {}
+  for name in SHARDED:
+    row = memory_comm.measure(name, 4, batch=1, length=32, embed=8, heads=2)
+    result[name] = (row["comm_total"], row["comm_formula"])
+  return result
+
+
+def _refusals() -> dict:
+  import jax.numpy as jnp
+
+  from textattn import sharding
+  from textattn.attention import sequence
+  from textattn.errors import UsageError
+
+  mesh = sharding.make_mesh(1, 4)
+  messages = {}
+  for name, length in (("additive", 30), ("causal", 36)):
+    q = jnp.zeros((1, length, 1, 2))
+    mask = jnp.ones((1, length), bool)
+    try:
+      if name == "additive":
+        sequence.sharded_additive(q, q, mask, jnp.zeros((2, 1)), jnp.zeros((2, 1)), mesh=mesh)
+      else:
+        sequence.sharded_softmax(q, q, q, mask, mesh=mesh, causal=True)
+      messages[name] = "not refused"
+    except UsageError as error:
+      messages[name] = str(error)
+  return messages
+
+
+if __name__ == "__main__":
+  check, variant = sys.argv[1:3]
+  result = {"exactness": lambda: _exactness(variant), "balance": _balance,
+            "refusals": _refusals, "communication": _communication}[check]()
+  print(json.dumps(result))

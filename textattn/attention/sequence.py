@@ -1,0 +1,495 @@
+"""Sequence (context) parallelism: attention with the length split over a mesh's "sequence" axis.
+
+Each built-in variant that can be split declares it here, in one place, as `Variant.shard`: a
+build function like `Variant.build` plus `mesh=`, returning a module with the same parameters
+whose attention core runs under `jax.shard_map` along the "sequence" axis (and "data", if the
+mesh has one). Inputs and outputs are [batch, length, embed] in the model's order, length split
+into contiguous equal shards; the per-token projections run outside the shard_map, where XLA
+keeps them sharded. `build(variant, mesh, ...)` picks the module; a variant that declares no
+sharding is refused when the sequence axis has more than one device.
+
+The cores, each exact against one device (tests/test_sequence.py; n = length / S per shard):
+- additive (Fastformer): each shard's partial softmax sums (max, weighted sum, weight sum) are
+  merged across the axis, pmax then psum, for the global query; then likewise for the global
+  key. Two dependent rounds of O(batch x heads x head_dim) bytes per layer, whatever the length.
+- softmax, causal: ring attention. Key/value blocks travel around the ring with ppermute; each
+  device merges its queries' partial results online in float32 (flash attention's running max
+  and sum). A custom VJP sends the blocks round again in the backward pass with their gradients,
+  so no device ever holds more than two blocks of keys and values, and recomputes the scores:
+  memory O(n^2 + n), not O(length). Causal attention uses the zig-zag layout (shard i holds
+  chunks i and 2S-1-i of 2S), so that every device computes 3 + 2(S-1) chunk-blocks and skips
+  the fully masked ones; the module reorders its queries/keys/values into it and back with two
+  ppermutes each (a runner that lays the batch out in zig-zag order can skip that).
+- causal additive, recurrent form: each shard's local prefix sums (an associative scan), then the
+  exclusive prefix of the shards' totals (all_gather of their totals, combined below the shard's
+  index) merged in; once for the global query, then, depending on it, for the global key.
+The direct causal additive form (O(length^2), each key re-scored per position) declares nothing.
+
+On every platform the per-block computation is XLA's einsum (a flash kernel per block on GPUs is
+not wired in), and only the xla semantics are offered: `implementation` is accepted and ignored.
+Decoding (decode=True) stays on one device.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from textattn import sharding
+from textattn.attention import registry
+from textattn.attention.additive import fastformer_output, fastformer_projections
+from textattn.attention.causal_additive import _combine, _scores
+from textattn.attention.common import MASK_VALUE, Array, dense_init
+from textattn.errors import UsageError
+
+SEQUENCE = sharding.SEQUENCE
+
+
+def _mean(total_values: Array, total_weights: Array) -> Array:
+  """total_values / total_weights, 0 where the weight is 0 (no real token). A merged softmax sum
+  has weight >= 1 wherever it has a token (its largest term is exp(0)), so the divisor is
+  replaced by 1 elsewhere, which keeps the gradient finite too (a floor like 1e-30, squared in
+  the quotient's derivative, underflows float32 and turns 0 * 1/0 into NaN)."""
+  seen = total_weights > 0
+  safe = jnp.where(seen, total_weights, 1.0)
+  return jnp.where(seen[..., None], total_values / safe[..., None], 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Additive (Fastformer): two rounds of (pmax, psum).
+
+def _pooled_over_shards(scores: Array, values: Array, padding_mask: Array) -> Array:
+  """sum_i softmax_i(scores) values_i over the real tokens of every shard -> [batch, heads, dim].
+
+  scores float32 [batch, n, heads], values [batch, n, heads, dim]. The global max is only for
+  stability (the quotient does not depend on it), so it carries no gradient; a row with no real
+  token anywhere pools to 0, as `masked_softmax_over_tokens` makes it on one device."""
+  real = padding_mask[:, :, None]
+  local_max = jnp.max(jnp.where(real, scores, MASK_VALUE), axis=1)
+  top = jax.lax.pmax(jax.lax.stop_gradient(local_max), SEQUENCE)
+  weights = jnp.where(real, jnp.exp(scores - top[:, None]), 0.0)
+  weighted = jnp.einsum("blh,blhd->bhd", weights, values.astype(jnp.float32))
+  weighted, total = jax.lax.psum((weighted, jnp.sum(weights, axis=1)), SEQUENCE)
+  return _mean(weighted, total)
+
+
+def additive_shard(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
+                   beta_kernel: Array) -> Array:
+  """One shard's `additive.additive_attention` (call inside shard_map over "sequence")."""
+  global_query = _pooled_over_shards(_scores(query, alpha_kernel), query, padding_mask)
+  mixed = key.astype(jnp.float32) * global_query[:, None]
+  global_key = _pooled_over_shards(_scores(mixed, beta_kernel), mixed, padding_mask)
+  return (query.astype(jnp.float32) * global_key[:, None]).astype(query.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Causal additive, recurrent form: local scan + exclusive prefix of the shards' totals.
+
+def _prefix_over_shards(scores: Array, values: Array, padding_mask: Array) -> Array:
+  """`causal_additive.prefix_softmax_sum` of the whole sequence, for this shard's positions."""
+  real = padding_mask[:, :, None]
+  m = jnp.where(real, scores, MASK_VALUE)
+  w = jnp.broadcast_to(real, scores.shape).astype(jnp.float32)
+  v = values.astype(jnp.float32) * w[..., None]
+  run_m, run_v, run_w = jax.lax.associative_scan(_combine, (m, v, w), axis=1)
+  # Every shard's total (its last running sum); those of the shards before this one are merged.
+  totals = jax.lax.all_gather((run_m[:, -1], run_v[:, -1], run_w[:, -1]), SEQUENCE)
+  shards = totals[0].shape[0]
+  before = jnp.arange(shards) < jax.lax.axis_index(SEQUENCE)
+  m_all = jnp.where(before[:, None, None], totals[0], MASK_VALUE)  # [S, batch, heads]
+  top = jax.lax.stop_gradient(jnp.max(m_all, axis=0))
+  scale = jnp.where(before[:, None, None], jnp.exp(m_all - top), 0.0)
+  prefix_v = jnp.sum(totals[1] * scale[..., None], axis=0)
+  prefix_w = jnp.sum(totals[2] * scale, axis=0)
+  _, total_v, total_w = _combine((top[:, None], prefix_v[:, None], prefix_w[:, None]),
+                                 (run_m, run_v, run_w))
+  return _mean(total_v, total_w)
+
+
+def recurrent_causal_additive_shard(query: Array, key: Array, padding_mask: Array,
+                                    alpha_kernel: Array, beta_kernel: Array) -> Array:
+  """One shard's `causal_additive.recurrent_causal_additive` (inside shard_map)."""
+  global_query = _prefix_over_shards(_scores(query, alpha_kernel), query, padding_mask)
+  mixed = key.astype(jnp.float32) * global_query  # p_i = g_q(i) * k_i needs the corrected g_q
+  global_key = _prefix_over_shards(_scores(mixed, beta_kernel), mixed, padding_mask)
+  return (query.astype(jnp.float32) * global_key).astype(query.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ring attention (softmax, causal).
+#
+# Within a shard of n positions, a causal ring splits queries and keys into two chunks of
+# c = n / 2. A "block" below is a static list of (query slice, key slice) pairs to compute;
+# `_schedule` picks it from the step t and the key block's owner j (traced), and counts
+# computed c x c chunk-blocks. The mask is always applied from true positions, so the schedule
+# only decides what is skipped, never what is seen.
+
+def _shift(x, shards: int):
+  """Pass to the next device in the ring: device i's value goes to i + 1."""
+  return jax.lax.ppermute(x, SEQUENCE, [(i, (i + 1) % shards) for i in range(shards)])
+
+
+def _positions(owner, n: int, shards: int, causal_layout: str | None) -> Array:
+  """Global positions of the n rows a device holds (the owner's), in its layout."""
+  if causal_layout == "zigzag":
+    c = n // 2
+    return jnp.concatenate([owner * c + jnp.arange(c), (2 * shards - 1 - owner) * c
+                            + jnp.arange(c)])
+  return owner * n + jnp.arange(n)
+
+
+def _schedule(layout: str | None, t: int, me, owner, n: int, apply: Callable, carry):
+  """apply(carry, blocks) for the blocks device `me` computes against `owner`'s keys at step t;
+  returns (carry, chunk-blocks computed)."""
+  whole, first, second = slice(0, n), slice(0, n // 2), slice(n // 2, n)
+  if layout is None:  # not causal: everything
+    return apply(carry, [(whole, whole)]), 4
+  if layout == "zigzag":
+    if t == 0:  # chunks (me, 2S-1-me) against themselves: the (me, 2S-1-me) corner is masked
+      return apply(carry, [(whole, first), (second, second)]), 3
+    # Keys from a lower device: both query chunks see its first chunk only; from a higher one,
+    # only the second query chunk sees anything, and it sees both key chunks. 2 either way.
+    return jax.lax.cond(owner < me, lambda c: apply(c, [(whole, first)]),
+                        lambda c: apply(c, [(second, whole)]), carry), 2
+  # Contiguous causal layout (for comparison): lower devices' blocks whole, higher ones skipped.
+  if t == 0:
+    return apply(carry, [(whole, whole)]), 4
+  computed = jnp.where(owner < me, 4, 0)
+  return jax.lax.cond(owner < me, lambda c: apply(c, [(whole, whole)]), lambda c: c,
+                      carry), computed
+
+
+def _visible(key_mask, q_pos, k_pos, causal: bool) -> Array:
+  """bool [batch, 1, q, k]."""
+  visible = key_mask[:, None, None, :]
+  if causal:
+    visible = visible & (q_pos[:, None] >= k_pos[None, :])[None, None]
+  return visible
+
+
+def _ring_forward(query, key, value, padding_mask, layout):
+  """Forward ring on one shard: (out [b, n, h, d], logsumexp [b, h, n], chunk-blocks)."""
+  shards = jax.lax.axis_size(SEQUENCE)
+  me = jax.lax.axis_index(SEQUENCE)
+  batch, n, heads, head_dim = query.shape
+  f32 = jnp.float32
+  causal = layout is not None
+  q = query.astype(f32) * head_dim ** -0.5
+  q_pos = _positions(me, n, shards, layout)
+  running = (jnp.full((batch, heads, n), MASK_VALUE, f32), jnp.zeros((batch, heads, n), f32),
+             jnp.zeros((batch, heads, n, head_dim), f32))
+  kv = (key, value, padding_mask)
+  computed = 0
+  for t in range(shards):
+    owner = (me - t) % shards
+    k_pos = _positions(owner, n, shards, layout)
+
+    def apply(running, blocks, kv=kv, k_pos=k_pos):
+      k_all, v_all, k_mask = kv
+      m_run, l_run, o_run = running
+      for qs, ks in blocks:
+        s = jnp.einsum("bqhd,bkhd->bhqk", q[:, qs], k_all[:, ks].astype(f32))
+        visible = _visible(k_mask[:, ks], q_pos[qs], k_pos[ks], causal)
+        m_blk = jnp.max(jnp.where(visible, s, MASK_VALUE), axis=-1)
+        p = jnp.where(visible, jnp.exp(s - m_blk[..., None]), 0.0)
+        m_old = m_run[..., qs]
+        m_new = jnp.maximum(m_old, m_blk)
+        old_scale, blk_scale = jnp.exp(m_old - m_new), jnp.exp(m_blk - m_new)
+        pv = jnp.einsum("bhqk,bkhd->bhqd", p, v_all[:, ks].astype(f32))
+        m_run = m_run.at[..., qs].set(m_new)
+        l_run = l_run.at[..., qs].set(l_run[..., qs] * old_scale + p.sum(-1) * blk_scale)
+        o_run = o_run.at[..., qs, :].set(o_run[..., qs, :] * old_scale[..., None]
+                                         + pv * blk_scale[..., None])
+      return m_run, l_run, o_run
+
+    running, blocks = _schedule(layout, t, me, owner, n, apply, running)
+    computed = computed + blocks
+    if t < shards - 1:
+      kv = _shift(kv, shards)
+  m_run, l_run, o_run = running
+  out = _mean(o_run, l_run)  # a query with no visible key outputs 0, as on one device
+  logsumexp = jnp.where(l_run > 0, m_run + jnp.log(jnp.where(l_run > 0, l_run, 1.0)), 0.0)
+  return out.transpose(0, 2, 1, 3).astype(query.dtype), logsumexp, computed
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def ring_attention_shard(query: Array, key: Array, value: Array, padding_mask: Array,
+                         layout: str | None = None) -> Array:
+  """One shard of exact softmax attention by a ring (inside shard_map over "sequence").
+
+  layout None: bidirectional, contiguous shards. "zigzag": causal, shard i holding chunks i and
+  2S-1-i of the sequence (`to_zigzag`). "contiguous": causal on contiguous shards (unbalanced:
+  the last device computes S times the blocks of the first; kept to show the difference)."""
+  return _ring_forward(query, key, value, padding_mask, layout)[0]
+
+
+def _ring_fwd(query, key, value, padding_mask, layout):
+  out, logsumexp, _ = _ring_forward(query, key, value, padding_mask, layout)
+  return out, (query, key, value, padding_mask, out, logsumexp)
+
+
+def _ring_bwd(layout, residuals, d_out):
+  """Flash attention's backward, ring by ring: the key/value blocks travel round again with their
+  gradient accumulators, which a last pass brings home."""
+  query, key, value, padding_mask, out, logsumexp = residuals
+  shards = jax.lax.axis_size(SEQUENCE)
+  me = jax.lax.axis_index(SEQUENCE)
+  n, head_dim = query.shape[1], query.shape[-1]
+  f32 = jnp.float32
+  causal = layout is not None
+  scale = head_dim ** -0.5
+  q = query.astype(f32) * scale
+  q_pos = _positions(me, n, shards, layout)
+  d_o = d_out.astype(f32).transpose(0, 2, 1, 3)  # [b, h, n, d]
+  delta = jnp.sum(d_o * out.astype(f32).transpose(0, 2, 1, 3), axis=-1)  # [b, h, n]
+  d_q = jnp.zeros(q.shape, f32)
+  kv = (key, value, padding_mask)
+  d_kv = (jnp.zeros(key.shape, f32), jnp.zeros(value.shape, f32))
+  for t in range(shards):
+    owner = (me - t) % shards
+    k_pos = _positions(owner, n, shards, layout)
+
+    def apply(grads, blocks, kv=kv, k_pos=k_pos):
+      k_all, v_all, k_mask = kv
+      d_q, d_k, d_v = grads
+      for qs, ks in blocks:
+        k_blk, v_blk = k_all[:, ks].astype(f32), v_all[:, ks].astype(f32)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q[:, qs], k_blk)
+        visible = _visible(k_mask[:, ks], q_pos[qs], k_pos[ks], causal)
+        p = jnp.where(visible, jnp.exp(s - logsumexp[..., qs, None]), 0.0)
+        d_v = d_v.at[:, ks].add(jnp.einsum("bhqk,bhqd->bkhd", p, d_o[..., qs, :]))
+        d_p = jnp.einsum("bhqd,bkhd->bhqk", d_o[..., qs, :], v_blk)
+        d_s = p * (d_p - delta[..., qs, None])
+        d_q = d_q.at[:, qs].add(jnp.einsum("bhqk,bkhd->bqhd", d_s, k_blk))
+        d_k = d_k.at[:, ks].add(jnp.einsum("bhqk,bqhd->bkhd", d_s, q[:, qs]))
+      return d_q, d_k, d_v
+
+    (d_q, *d_kv), _ = _schedule(layout, t, me, owner, n, apply, (d_q, *d_kv))
+    # Keys, values and their gradients travel as one array, the mask as int8. Sent as the
+    # forward pass sent them (the same ppermutes of the same arrays), XLA's CSE would reuse the
+    # forward's results, keeping every block a device received alive until the backward pass
+    # (memory O(length), not O(length / S)); an optimization_barrier did not stop it.
+    head_dim = key.shape[-1]
+    if t < shards - 1:
+      k_all, v_all, k_mask = kv
+      packed = _shift(jnp.concatenate([k_all.astype(f32), v_all.astype(f32), *d_kv], -1),
+                      shards)
+      kv = (packed[..., :head_dim].astype(key.dtype),
+            packed[..., head_dim:2 * head_dim].astype(value.dtype),
+            _shift(k_mask.astype(jnp.int8), shards).astype(bool))
+      d_kv = (packed[..., 2 * head_dim:3 * head_dim], packed[..., 3 * head_dim:])
+    else:  # home to the keys' owner
+      packed = _shift(jnp.concatenate(d_kv, -1), shards)
+      d_kv = (packed[..., :head_dim], packed[..., head_dim:])
+  d_k, d_v = d_kv
+  return ((d_q * scale).astype(query.dtype), d_k.astype(key.dtype), d_v.astype(value.dtype),
+          None)
+
+
+ring_attention_shard.defvjp(_ring_fwd, _ring_bwd)
+
+
+def _first_chunk_is_even() -> Array:
+  """Whether this device's first zig-zag chunk (chunk i of device i) is its even one."""
+  return jax.lax.axis_index(SEQUENCE) % 2 == 0
+
+
+def to_zigzag(x: Array) -> Array:
+  """A contiguous shard [.., chunks 2i, 2i+1 ..] (length axis 1) -> zig-zag [chunks i, 2S-1-i].
+
+  Each device's even chunk goes to the device holding it in zig-zag order, likewise its odd
+  chunk: two ppermutes; every device receives exactly one even and one odd chunk, since i and
+  2S-1-i differ in parity."""
+  shards = jax.lax.axis_size(SEQUENCE)
+  half = x.shape[1] // 2
+
+  def home(chunk):
+    return chunk if chunk < shards else 2 * shards - 1 - chunk
+
+  even = jax.lax.ppermute(x[:, :half], SEQUENCE, [(j, home(2 * j)) for j in range(shards)])
+  odd = jax.lax.ppermute(x[:, half:], SEQUENCE, [(j, home(2 * j + 1)) for j in range(shards)])
+  first_is_even = _first_chunk_is_even()
+  return jnp.where(first_is_even, jnp.concatenate([even, odd], 1),
+                   jnp.concatenate([odd, even], 1))
+
+
+def from_zigzag(x: Array) -> Array:
+  """The inverse of `to_zigzag`."""
+  shards = jax.lax.axis_size(SEQUENCE)
+  half = x.shape[1] // 2
+  first_is_even = _first_chunk_is_even()
+  first, second = x[:, :half], x[:, half:]
+  even = jnp.where(first_is_even, first, second)
+  odd = jnp.where(first_is_even, second, first)
+
+  def even_chunk(i):
+    return i if i % 2 == 0 else 2 * shards - 1 - i
+
+  even = jax.lax.ppermute(even, SEQUENCE, [(i, even_chunk(i) // 2) for i in range(shards)])
+  odd = jax.lax.ppermute(odd, SEQUENCE,
+                         [(i, (2 * shards - 1 - even_chunk(i)) // 2) for i in range(shards)])
+  return jnp.concatenate([even, odd], 1)
+
+
+def ring_block_counts(mesh: jax.sharding.Mesh, layout: str | None, batch: int, length: int,
+                      heads: int = 1, head_dim: int = 1) -> Array:
+  """Chunk-blocks each device of the sequence axis computes in the forward ring (the backward
+  follows the same schedule): int32 [S]. Runs `_ring_forward`, the forward of
+  `ring_attention_shard` itself."""
+  shape = (batch, length, heads, head_dim)
+
+  def count(q, k, v, mask):
+    return jnp.reshape(_ring_forward(q, k, v, mask, layout)[2], (1,))
+
+  spec = jax.P(None, SEQUENCE)
+  counted = jax.shard_map(count, mesh=mesh, in_specs=(spec, spec, spec, spec),
+                          out_specs=jax.P(SEQUENCE))
+  zeros = jnp.zeros(shape, jnp.float32)
+  return jax.jit(counted)(zeros, zeros, zeros, jnp.ones((batch, length), bool))
+
+
+# ---------------------------------------------------------------------------------------------
+# The global (shard_map) forms and the modules.
+
+def _sharded(core: Callable, mesh: jax.sharding.Mesh, token_args: int, replicated_args: int):
+  """core under shard_map: the first `token_args` arguments [batch, length, ...] split along
+  (data, sequence), the next `replicated_args` whole on every device; output split like x."""
+  data = sharding.data_axis(mesh)
+
+  def spec(ndim):
+    return jax.P(data, SEQUENCE, *([None] * (ndim - 2)))
+
+  def run(*args):
+    in_specs = tuple(spec(a.ndim) for a in args[:token_args]) + (jax.P(),) * replicated_args
+    return jax.shard_map(core, mesh=mesh, in_specs=in_specs,
+                         out_specs=spec(args[0].ndim))(*args)
+  return run
+
+
+def _check_shards(mesh, length: int, multiple: int = 1) -> None:
+  why = " (the causal ring's zig-zag layout halves each shard)" if multiple == 2 else ""
+  sharding.check_length(length, sharding.sequence_size(mesh), multiple, why)
+
+
+def sharded_additive(query, key, padding_mask, alpha_kernel, beta_kernel, *, mesh) -> Array:
+  """`additive.additive_attention` with the length split over mesh's "sequence" axis."""
+  _check_shards(mesh, query.shape[1])
+  return _sharded(additive_shard, mesh, 3, 2)(query, key, padding_mask, alpha_kernel,
+                                              beta_kernel)
+
+
+def sharded_recurrent_causal_additive(query, key, padding_mask, alpha_kernel, beta_kernel, *,
+                                      mesh) -> Array:
+  """`causal_additive.recurrent_causal_additive`, length split over "sequence"."""
+  _check_shards(mesh, query.shape[1])
+  return _sharded(recurrent_causal_additive_shard, mesh, 3, 2)(
+      query, key, padding_mask, alpha_kernel, beta_kernel)
+
+
+def sharded_softmax(query, key, value, padding_mask, *, mesh, causal: bool = False,
+                    layout: str = "zigzag", zigzag_input: bool = False) -> Array:
+  """Exact softmax attention (causal: look-ahead masked) by ring over "sequence".
+
+  Arguments in the model's (contiguous) order unless zigzag_input (then already in zig-zag order
+  along each shard pair, as `to_zigzag` leaves them). Causal layouts: "zigzag" (balanced) or
+  "contiguous" (for comparison)."""
+  multiple = 2 if causal and layout == "zigzag" else 1
+  _check_shards(mesh, query.shape[1], multiple)
+  ring_layout = layout if causal else None
+  reorder = ring_layout == "zigzag" and not zigzag_input
+
+  def core(q, k, v, mask):
+    if reorder:
+      q, k, v, mask = (to_zigzag(a) for a in (q, k, v, mask))
+    out = ring_attention_shard(q, k, v, mask, ring_layout)
+    return from_zigzag(out) if reorder else out
+  return _sharded(core, mesh, 4, 0)(query, key, value, padding_mask)
+
+
+class ShardedAdditiveAttention(nn.Module):
+  """`additive.AdditiveAttention` (same parameters) with its core split over "sequence"."""
+  num_heads: int
+  mesh: Any = None
+  implementation: str = "xla"  # accepted for the registry's signature; the core is XLA
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array) -> Array:
+    query, key, alpha_kernel, beta_kernel = fastformer_projections(self, x, self.num_heads,
+                                                                   self.dtype)
+    u = sharded_additive(query, key, padding_mask, alpha_kernel.astype(self.dtype),
+                         beta_kernel.astype(self.dtype), mesh=self.mesh)
+    return fastformer_output(u, query, self.dtype)
+
+
+class ShardedCausalAdditiveAttention(nn.Module):
+  """`causal_additive.CausalAdditiveAttention(form="recurrent")` split over "sequence"."""
+  num_heads: int
+  mesh: Any = None
+  implementation: str = "xla"
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array) -> Array:
+    query, key, alpha_kernel, beta_kernel = fastformer_projections(self, x, self.num_heads,
+                                                                   self.dtype)
+    u = sharded_recurrent_causal_additive(query, key, padding_mask, alpha_kernel, beta_kernel,
+                                          mesh=self.mesh)
+    return fastformer_output(u, query, self.dtype)
+
+
+class ShardedSelfAttention(nn.Module):
+  """`softmax.SelfAttention` (same parameters) with a ring over "sequence" as its kernel."""
+  num_heads: int
+  causal: bool = False
+  mesh: Any = None
+  implementation: str = "xla"
+  dtype: Any = jnp.float32
+  head_dim: int | None = None
+  layout: str = "zigzag"  # causal only: "zigzag" (balanced) or "contiguous"
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array) -> Array:
+    embed = x.shape[-1]
+    head_dim = self.head_dim or embed // self.num_heads
+    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
+                              dtype=self.dtype, kernel_init=dense_init())
+    query, key, value = (dense(name=name)(x) for name in ("query", "key", "value"))
+    out = sharded_softmax(query, key, value, padding_mask, mesh=self.mesh, causal=self.causal,
+                          layout=self.layout)
+    return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                           name="out")(out)
+
+
+def build(variant: registry.Variant, mesh: jax.sharding.Mesh | None, **build_kwargs) -> nn.Module:
+  """variant.build(**build_kwargs) without a mesh or with one sequence shard, else the variant's
+  sequence-sharded module; a variant that declares none is refused in one sentence."""
+  shards = sharding.sequence_size(mesh)
+  if shards == 1:
+    return variant.build(**build_kwargs)
+  if variant.shard is None:
+    raise UsageError(f"config.model.attention={variant.name!r} declares no sequence sharding, so "
+                     f"it cannot run with mesh.sequence={shards}; use mesh.sequence=1 or a "
+                     f"variant that does ({', '.join(sharded_names())}).")
+  return variant.shard(mesh=mesh, **build_kwargs)
+
+
+def sharded_names() -> tuple[str, ...]:
+  return tuple(name for name in registry.names() if registry.get(name).shard is not None)
+
+
+# The built-in variants' declarations, in one place.
+SHARDED_BUILDS = {
+    "softmax": functools.partial(ShardedSelfAttention, causal=False),
+    "causal": functools.partial(ShardedSelfAttention, causal=True),
+    "additive": ShardedAdditiveAttention,
+    "causal_additive_recurrent": ShardedCausalAdditiveAttention,
+}
+for _name, _build in SHARDED_BUILDS.items():
+  registry.declare_shard(_name, _build)
+del _name, _build
