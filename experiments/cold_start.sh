@@ -5,7 +5,8 @@
 #   bash experiments/cold_start.sh --config.model.embedding_init=random
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
-export TFDS_DATA_DIR=${TFDS_DATA_DIR:-../shared/tensorflow_datasets} TEXTATTN_NATIVE_CACHE=$tmp/native
+export TFDS_DATA_DIR=${TFDS_DATA_DIR:-../shared/tensorflow_datasets} TEXTATTN_NATIVE_CACHE=$tmp/native \
+  TEXTATTN_CACHE=$tmp/caches
 start=$(date +%s.%N)
 python -m textattn.main --config=configs/imdb_fastformer.py --workdir="$tmp/run" \
   --config.cache_dir="$tmp/cache" "$@" > "$tmp/stdout.log" 2>&1 &
