@@ -16,9 +16,9 @@ import pytest
 import textattn
 from tests.test_failures import STOP_LINE, has_checkpoint, start_main, wait_for
 from tests.test_train import assert_trees_identical, final_report, read_metrics, restore_params
-from textattn import defaults, loop, tasks
+from textattn import defaults, loop, predict, tasks
 from textattn import run as runner
-from textattn.errors import RunError
+from textattn.errors import DataError, RunError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "textattn"
@@ -52,6 +52,8 @@ def test_a_plugin_task_trains_stops_resumes_bit_identically_and_loads(tmp_path):
   test = toy_task.make_data(config).test.inputs
   predicted = reverser.reverse(test[:, :config.length])
   assert np.mean(predicted == test[:, config.length:]) == pytest.approx(report["test/accuracy"])
+  with pytest.raises(DataError, match="is a toy_reverse run, not a classifier's workdir"):
+    predict.load(str(stopped), plugins=["tests.toy_task"])  # (the classifier's own loader)
 
 
 def _python_files(root):

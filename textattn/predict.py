@@ -53,6 +53,9 @@ class Classifier:
     self.workdir = workdir
     # The recorded config, migrated to today's fields (plugins loaded first, as in training).
     self.config = config if config is not None else defaults.read_workdir_config(workdir, plugins)
+    if "max_len" not in self.config or "label_field" not in self.config:  # (no classifier's)
+      raise data_lib.DataError(f"{workdir} is a {self.config.task} run, not a classifier's "
+                               f"workdir; textattn.load({workdir!r}) gives what its task offers.")
     self.tokenizer, self.class_names = data_lib.load_tokenizer(workdir)
     if self.tokenizer is None:
       raise data_lib.DataError(f"{workdir} has no saved vocabulary ({data_lib.DATA_INFO_FILE}).")
