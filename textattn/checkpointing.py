@@ -143,24 +143,20 @@ def _same(a, b) -> bool:
 
 
 def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: str,
-                   latest_step: int, base: ml_collections.ConfigDict | None = None) -> None:
+                   latest_step: int, base: ml_collections.ConfigDict) -> None:
   """RunError unless `current` (run_contract of this command) continues the run `saved` was
-  written by. With `base` (the task's default config) the saved contract is first migrated to
-  today's fields (defaults.migrate), and every field either side has is compared; without it,
-  only the fields both have."""
+  written by. The saved contract is first migrated to today's fields (defaults.migrate, with
+  `base` the task's default config), then every field either side has is compared."""
   if saved is None:
     logging.warning("The checkpoints in %s predate run contracts; the resume is not checked.",
                     workdir)
     return
   before, now = saved["config"], current["config"]
-  if base is not None:
-    before = {k: v for k, v in flatten(defaults.migrate(unflatten(before, "."), base),
-                                       separator=".").items() if k not in RESUMABLE_CHANGES}
-    before = {k: before.get(k, "(absent)") for k in set(before) | set(now)}
-    now = {k: now.get(k, "(absent)") for k in before}
-    differing = sorted(k for k in before if not _same(before[k], now[k]))
-  else:
-    differing = sorted(k for k in set(before) & set(now) if not _same(before[k], now[k]))
+  before = {k: v for k, v in flatten(defaults.migrate(unflatten(before, "."), base),
+                                     separator=".").items() if k not in RESUMABLE_CHANGES}
+  before = {k: before.get(k, "(absent)") for k in set(before) | set(now)}
+  now = {k: now.get(k, "(absent)") for k in before}
+  differing = sorted(k for k in before if not _same(before[k], now[k]))
   if differing:
     first = differing[0]
     more = f" (and {len(differing) - 1} more: {', '.join(differing[1:4])}" + (
@@ -310,11 +306,12 @@ def open_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
 
 
 def check_resume(manager, workdir: str, shapes: dict, contract: dict, schedule: str,
-                 other_checks=(), base: ml_collections.ConfigDict | None = None) -> dict | None:
+                 base: ml_collections.ConfigDict, other_checks=()) -> dict | None:
   """The newest checkpoint's meta item if there is one and this run may resume from it, else
   None for a fresh run. Every check that can stop a resume runs here, before any collective,
   and the processes agree on the verdict (one of them may see a damaged file the others do
-  not), so none is left waiting. `other_checks`: more callables that raise RunError."""
+  not), so none is left waiting. `base`: the task's default config, which older run contracts
+  are migrated to. `other_checks`: more callables that raise RunError."""
   latest = manager.latest_step()
   problem = meta = None
   if latest is not None:

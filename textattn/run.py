@@ -96,7 +96,9 @@ def schedule(config, steps_per_epoch: int) -> loop.Schedule:
     checkpoint_every = automatic
     if config.final_params == "best" and checkpoint_every % eval_every:
       checkpoint_every = max(eval_every, checkpoint_every // eval_every * eval_every)
-  plan = loop.Schedule(total, config.log_every_steps, eval_every, checkpoint_every)
+  plan = loop.Schedule(total, config.log_every_steps, eval_every, checkpoint_every,
+                       batch_size=config.batch_size, steps_per_epoch=steps_per_epoch,
+                       compiler_options=platform.step_compiler_options(config))
   if config.final_params == "best" and plan.checkpoint_every % plan.eval_every:
     raise UsageError(
         f"config.checkpoint_every_steps={config.checkpoint_every_steps} must be a multiple of "
@@ -132,15 +134,10 @@ def train_only(config: ml_collections.ConfigDict, job: Job) -> list[tuple[int, d
   report), evaluating its validation split at the run's evaluation interval; returns
   [(step, metrics)]. What validation sweeps run (textattn/sweep.py)."""
   _, replicated = platform.data_parallel_shardings()
-  plan = schedule(config, job.train_iter.steps_per_epoch)
-  plan = dataclasses.replace(plan, log_every=0, checkpoint_every=0, batch_size=config.batch_size,
-                             compiler_options=platform.step_compiler_options(config))
+  plan = dataclasses.replace(schedule(config, job.train_iter.steps_per_epoch), log_every=0,
+                             checkpoint_every=0)
   tx = optim.make_optimizer(config.optimizer, plan.total_steps, frozen=job.frozen)
-
-  def init(rng, pretrained_tokens=None, pretrained_params=None):
-    return step.init_train_state(job.module, tx, rng, job.init_length, config.optimizer,
-                                 pretrained_tokens, pretrained_params)
-
+  init = _initializer(config, job, tx)
   rng, start = jax.random.key(config.seed), job.pretrained()
   state_sharding = jax.tree.map(lambda _: replicated, jax.eval_shape(init, rng, *start))
   state = jax.jit(init, out_shardings=state_sharding)(rng, *start)
@@ -152,6 +149,14 @@ def train_only(config: ml_collections.ConfigDict, job: Job) -> list[tuple[int, d
   loop.fit(state, job.train_step, job.train_iter, plan,
            loop.Hooks(evaluate=evaluate, progress=False))
   return curve
+
+
+def _initializer(config, job: Job, tx):
+  """init(rng, pretrained_tokens=None, pretrained_params=None) -> a fresh train state of `job`."""
+  def init(rng, pretrained_tokens=None, pretrained_params=None):
+    return step.init_train_state(job.module, tx, rng, job.init_length, config.optimizer,
+                                 pretrained_tokens, pretrained_params)
+  return init
 
 
 def in_workdir(workdir: str, body):
@@ -219,9 +224,8 @@ def resume_or_start(config, workdir, manager, shapes, contract, machine, abstrac
   metrics_path = os.path.join(workdir, "metrics.jsonl")
   metrics_check = (lambda: MetricWriter.read_rows(metrics_path, warn=False)) if is_main else None
   meta = checkpointing.check_resume(manager, workdir, shapes, contract,
-                                    config.optimizer.schedule,
-                                    [metrics_check] if metrics_check else [],
-                                    tasks.get(config.task).defaults())
+                                    config.optimizer.schedule, tasks.get(config.task).defaults(),
+                                    [metrics_check] if metrics_check else [])
   if meta is None:
     return fresh(), 0, None, []
   if is_main:
@@ -350,7 +354,6 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
   _, replicated = platform.data_parallel_shardings()
   job = task.prepare(config, workdir, is_main)
   plan = schedule(config, job.train_iter.steps_per_epoch)
-  plan.batch_size, plan.steps_per_epoch = config.batch_size, job.train_iter.steps_per_epoch
   tx = optim.make_optimizer(config.optimizer, plan.total_steps, frozen=job.frozen)
   contract = checkpointing.run_contract(config, checkpointing.data_fingerprint(job.data),
                                         plan.total_steps, plan.eval_every,
@@ -361,9 +364,7 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
     raise UsageError(f"config.eval_split={job.eval_split!r} selects an empty split; with "
                      f"eval_split='validation' set config.val_fraction > 0.")
 
-  def init(rng, pretrained_tokens=None, pretrained_params=None):
-    return step.init_train_state(job.module, tx, rng, job.init_length, config.optimizer,
-                                 pretrained_tokens, pretrained_params)
+  init = _initializer(config, job, tx)
 
   def attach(restored):  # a restored state gets the functions a checkpoint does not hold
     return restored.replace(apply_fn=job.module.apply, tx=tx)
@@ -387,7 +388,6 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
   if is_main:
     write_config(workdir, config, start_step)
 
-  plan.compiler_options = platform.step_compiler_options(config)
   last_eval = {}
 
   def evaluate(state, done, is_last):
