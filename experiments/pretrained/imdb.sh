@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# IMDB test accuracy of all-MiniLM-L6-v2 fine-tuned (configs/imdb_minilm.py: 256 tokens, 1 epoch)
+# with its own softmax attention and with additive attention swapped in
+# (configs/imdb_minilm_additive.py), paired by seed, one run at a time. Each run resumes exactly
+# where it stopped when the script is run again (a finished run only re-reports), so the
+# seeds can be spread over several sittings.
+#   MINILM=DIR/all-MiniLM-L6-v2 TFDS_DATA_DIR=... bash experiments/pretrained/imdb.sh runs/imdb_pre
+#   python experiments/summarize_runs.py runs/imdb_pre          (mean ± sd per config)
+#   python -m textattn.compare runs/imdb_pre/softmax_s0 runs/imdb_pre/additive_s0   (paired)
+set -euo pipefail
+out=${1:?give an output directory}
+seeds=${SEEDS:-0 1 2}
+mkdir -p "$out"
+for seed in $seeds; do
+  for variant in softmax additive; do
+    config=imdb_minilm; [ "$variant" = additive ] && config=imdb_minilm_additive
+    dir="$out/${variant}_s$seed"
+    [ -f "$dir/test_predictions.npz" ] && continue
+    python -m textattn.main --config=$config --workdir="$dir" \
+      --config.model.pretrained="${MINILM:?set MINILM to the model directory}" \
+      --config.seed=$seed >> "$out/${variant}_s$seed.log" 2>&1
+  done
+done
