@@ -61,7 +61,7 @@ def test_causal_ring_computes_the_same_blocks_on_every_device():
 @pytest.mark.cpu_only
 def test_communication_per_layer_is_the_stated_formula():
   """Collective bytes of one layer's forward + backward, read from the compiled program, equal
-  experiments/seq_parallel/memory_comm.py's formulas. The ring's backward once sent the blocks
+  the formulas stated in textattn/benchmark/collectives.py. The ring's backward once sent the blocks
   as the forward had, and XLA reused the forward's transfers: fewer bytes than the formula
   (and every received block kept alive until the backward)."""
   result = run_on_eight_devices("communication", "-")
@@ -179,12 +179,12 @@ def _balance() -> dict:
 
 
 def _communication() -> dict:
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                  "experiments", "seq_parallel"))
-  import memory_comm
+  from textattn import sharding
+  from textattn.benchmark import layer_cost
   result = {}
   for name in SHARDED:
-    row = memory_comm.measure(name, 4, batch=1, length=32, embed=8, heads=2)
+    row = layer_cost.layer_cost(name, sharding.make_mesh(1, 4), batch=1, length=32, embed=8,
+                                heads=2, always_sharded=True)
     result[name] = (row["comm_total"], row["comm_formula"])
   return result
 

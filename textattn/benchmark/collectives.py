@@ -1,0 +1,81 @@
+"""Bytes communicated by a compiled program, read from its HLO text, and the stated formulas for
+one sequence-sharded attention layer (issue 43).
+
+Per device, one layer, forward + backward: the operand bytes of every collective in the compiled
+HLO (all-reduce and collective-permute: the result's size; all-gather: the result / S;
+reduce-scatter: the result x S). The formulas, with B the batch per device (the batch / data
+shards), H heads, D head_dim, n = length / S per shard, f = 4 bytes (float32), P parameters,
+KV = B n H D f (one shard's keys or values) and MK = B n (its padding mask, 1 byte a token):
+  additive:      2 rounds x (pmax B H + psum B H (D + 1)) f forward, 2 x psum B H D f backward
+                 (the cotangents of the global query and key) = (4 B H D + 4 B H) f
+  recurrent:     2 rounds x all_gather of the shard totals B H (D + 2) f forward; backward the
+                 transposes, reduce-scatters of S x that = 2 (1 + S) B H (D + 2) f
+  softmax ring:  forward (S - 1)(2 KV + MK); backward (S - 1)(2 KV + MK) for the blocks and
+                 S x 2 KV for their gradients (the last pass brings them home)
+  causal ring:   the softmax ring's, plus the zig-zag reorder of q, k, v, mask and out and, in
+                 the backward pass, of their gradients: 8 KV + MK
+  every variant: + P f (the parameter gradients' all-reduce, the one data parallelism does too)
+                 + f (the loss, a sum over shards)
+The formulas are for float32 activations (the ring sends keys and values in the compute dtype);
+`formula` returns None for another dtype.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+COLLECTIVE = re.compile(r"=\s*(\(.*?\)|\S+)\s+(all-reduce|all-gather|collective-permute|"
+                        r"reduce-scatter|all-to-all)(-start)?\(")
+SHAPE = re.compile(r"(pred|s8|u8|s32|u32|f16|bf16|f32|f64|s64)\[([\d,]*)\]")
+BYTES = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+         "f64": 8, "s64": 8}
+# The variants whose communication has a formula here (sequence.SHARDED_BUILDS' names).
+FORMULA_VARIANTS = ("softmax", "causal", "additive", "causal_additive_recurrent")
+
+
+def shape_bytes(text: str) -> int:
+  """Bytes of every array shape (e.g. "f32[4,16]", tuples included) named in `text`."""
+  return sum(BYTES[dtype] * int(np.prod([int(d) for d in dims.split(",") if d]))
+             for dtype, dims in SHAPE.findall(text))
+
+
+def collective_bytes(hlo: str, shards: int) -> dict[str, int]:
+  """Operand bytes per collective kind in a compiled module's text (`compiled.as_text()`);
+  `shards`: the size of the gathered / scattered axis."""
+  totals: dict[str, int] = {}
+  for line in hlo.splitlines():
+    match = COLLECTIVE.search(line)
+    if match is None:
+      continue
+    result, kind = match.group(1), match.group(2)
+    size = shape_bytes(result)
+    if kind == "all-gather":
+      size //= shards
+    elif kind == "reduce-scatter":
+      size *= shards
+    totals[kind] = totals.get(kind, 0) + size
+  return totals
+
+
+def formula(name: str, batch: int, length: int, heads: int, head_dim: int, shards: int,
+            param_count: int, dtype: str = "float32") -> int | None:
+  """The stated bytes per device of one layer's forward + backward (module docstring); `batch`
+  is the batch one device holds. 0 on one device (no collective moves anything); None where no
+  formula is stated (another variant or dtype)."""
+  if name not in FORMULA_VARIANTS or dtype != "float32":
+    return None
+  if shards == 1:
+    return 0
+  f = 4
+  n = length // shards
+  kv, mk = batch * n * heads * head_dim * f, batch * n
+  bh = batch * heads
+  core = {
+      "additive": (4 * bh * head_dim + 4 * bh) * f,
+      "causal_additive_recurrent": 2 * (1 + shards) * bh * (head_dim + 2) * f,
+      "softmax": 2 * (shards - 1) * (2 * kv + mk) + shards * 2 * kv,
+      "causal": 2 * (shards - 1) * (2 * kv + mk) + shards * 2 * kv + 8 * kv + mk,
+  }[name]
+  return core + param_count * f + f
