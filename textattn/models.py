@@ -311,11 +311,13 @@ class Classifier(nn.Module):
       x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), x[:, :1].shape), x], axis=1)
       padding_mask = jnp.concatenate([jnp.ones_like(padding_mask[:, :1]), padding_mask], axis=1)
     length = x.shape[1]
-    x, padding_mask = pad_for_mesh(x, padding_mask, self.mesh,
+    # (Initialised without the mesh: the same parameters, from a dummy batch of one row.)
+    mesh = None if self.is_initializing() else self.mesh
+    x, padding_mask = pad_for_mesh(x, padding_mask, mesh,
                                    attention_lib.get(self.attention).causal)
     for i in range(self.num_layers):
       x = EncoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate, self.norm,
-                       self.attention_impl, self.dtype, mesh=self.mesh, name=f"block_{i}")(
+                       self.attention_impl, self.dtype, mesh=mesh, name=f"block_{i}")(
                            x, padding_mask, deterministic=not train, length=length)
     if self.norm == "pre":
       x = nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name="final_norm")(x)

@@ -23,12 +23,6 @@ def run_mesh(sequence: int = 1) -> jax.sharding.Mesh:
   return sharding.make_mesh(jax.device_count() // sequence, sequence)
 
 
-def data_parallel_shardings() -> tuple[jax.NamedSharding, jax.NamedSharding]:
-  """(batch sharded along "data" over all devices, replicated): `run_mesh()`'s."""
-  mesh = run_mesh()
-  return jax.NamedSharding(mesh, jax.P(sharding.DATA)), replicated(mesh)
-
-
 def config_mesh(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
   """`run_mesh` of config.mesh.sequence: the one mesh of a run (the same for every caller)."""
   return run_mesh(config.mesh.sequence)
