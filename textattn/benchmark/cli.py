@@ -95,6 +95,13 @@ _PROFILE_DIR = flags.DEFINE_string(
     "profile_dir", "", "If set: after its timed calls, each point runs a few more under "
     "jax.profiler.trace, each annotated as step 'benchmark_step', into DIR/<variant>_L<length> "
     "(view with TensorBoard's profile plugin or XProf: tensorboard --logdir=DIR).")
+_MESH = flags.DEFINE_string(
+    "mesh", "", "data:D,sequence:S: run each point on a D x S device mesh, the batch split over "
+    "D devices and the length over S (sequence parallelism, textattn/attention/sequence.py; "
+    "modes attention, attention+backward, forward, forward+backward; on a CPU the point's "
+    "process gets D x S CPU devices). Rows add per-device memory, bytes communicated per "
+    "attention layer (compiled HLO and formula) and the causal ring's blocks per device. "
+    "Default: no mesh (one device's modules).")
 _POINT_SPEC = flags.DEFINE_string(
     "point_spec", None, "Internal: run the one point described in this JSON file (the sweep "
     "starts one such subprocess per point).")
@@ -130,14 +137,15 @@ def _plan(config, mode: str) -> list[dict]:
            "batch_size": _BATCH_SIZE.value, "embed_dim": _EMBED_DIM.value,
            "num_heads": _NUM_HEADS.value, "num_layers": _NUM_LAYERS.value,
            "dtype": _DTYPE.value, "vocab_size": _VOCAB_SIZE.value}
-  settings = plan.resolve_settings(config, mode, given)
+  mesh = plan.parse_mesh(_MESH.value)
+  settings = plan.resolve_settings(config, mode, given, mesh)
   injections = plan.parse_injections(_INJECT_FAILURE.value)
   specs = plan.plan_points(
       config, settings, mode, warmup=_WARMUP.value, repeats=_REPEATS.value,
       time_budget_s=_POINT_TIME_BUDGET_S.value, memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
       check_against_reference=_CHECK_AGAINST_REFERENCE.value, seed=_SEED.value,
       num_classes=_NUM_CLASSES.value, injections=injections, lengths=_LENGTHS.value,
-      plugins=tuple(_PLUGINS.value), profile_dir=_PROFILE_DIR.value)
+      plugins=tuple(_PLUGINS.value), profile_dir=_PROFILE_DIR.value, mesh=mesh)
   for spec in specs:  # the config errors a point would hit, once, before any point runs
     models.validate_model_config(ml_collections.ConfigDict(json.loads(spec["config"])))
   return specs

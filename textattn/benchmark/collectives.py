@@ -15,7 +15,12 @@ KV = B n H D f (one shard's keys or values) and MK = B n (its padding mask, 1 by
   causal ring:   the softmax ring's, plus the zig-zag reorder of q, k, v, mask and out and, in
                  the backward pass, of their gradients: 8 KV + MK
   every variant: + P f (the parameter gradients' all-reduce, the one data parallelism does too)
-                 + f (the loss, a sum over shards)
+                 + f (the loss, a sum over shards), on a 1 x S mesh. On a D x S mesh with D > 1,
+                 XLA reduces the gradients of the parameters used outside the shard_map (the
+                 projections) and the loss once per axis, data then sequence: 2 (P - Pc) f + Pc f
+                 + 2 f, where Pc are the parameters the shard_map core takes itself (additive and
+                 recurrent: the two scoring kernels, 2 H D H; the rings: none), whose gradients
+                 shard_map sums over both axes at once
 The formulas are for float32 activations (the ring sends keys and values in the compute dtype);
 `formula` returns None for another dtype.
 """
@@ -60,11 +65,12 @@ def collective_bytes(hlo: str, shards: int) -> dict[str, int]:
 
 
 def formula(name: str, batch: int, length: int, heads: int, head_dim: int, shards: int,
-            param_count: int, dtype: str = "float32") -> int | None:
-  """The stated bytes per device of one layer's forward + backward (module docstring); `batch`
-  is the batch one device holds. 0 on one device (no collective moves anything); None where no
-  formula is stated (another variant or dtype)."""
-  if name not in FORMULA_VARIANTS or dtype != "float32":
+            param_count: int, dtype: str = "float32", data: int = 1) -> int | None:
+  """The stated bytes per device of one layer's forward + backward (module docstring) on a
+  data x shards mesh; `batch` is the batch one device holds. 0 on one device (no collective
+  moves anything); None where no formula is stated (another variant or dtype, or S = 1 with
+  D > 1: data parallelism alone)."""
+  if name not in FORMULA_VARIANTS or dtype != "float32" or (shards == 1 and data > 1):
     return None
   if shards == 1:
     return 0
@@ -78,4 +84,6 @@ def formula(name: str, batch: int, length: int, heads: int, head_dim: int, shard
       "softmax": 2 * (shards - 1) * (2 * kv + mk) + shards * 2 * kv,
       "causal": 2 * (shards - 1) * (2 * kv + mk) + shards * 2 * kv + 8 * kv + mk,
   }[name]
-  return core + param_count * f + f
+  core_params = 2 * heads * head_dim * heads if "additive" in name else 0
+  axes = 2 if data > 1 else 1
+  return core + (axes * (param_count - core_params) + core_params) * f + axes * f

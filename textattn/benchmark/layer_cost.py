@@ -51,7 +51,9 @@ def compile_layer(module, mesh: jax.sharding.Mesh, batch: int, length: int, embe
   mask = jax.ShapeDtypeStruct((batch, length), jnp.bool_,
                               sharding=sharding.length_sharding(mesh, 2))
   shards = sharding.sequence_size(mesh)
-  small = (jnp.zeros((1, 2 * shards, embed), DTYPES[dtype]), jnp.ones((1, 2 * shards), bool))
+  rows = mesh.devices.size // shards  # one row per data shard: the sharded module splits it
+  small = (jnp.zeros((rows, 2 * shards, embed), DTYPES[dtype]),
+           jnp.ones((rows, 2 * shards), bool))
   param_shapes = jax.eval_shape(module.init, jax.random.key(0), *small)
   replicated = jax.NamedSharding(mesh, jax.P())
   params = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=replicated),
@@ -91,5 +93,6 @@ def layer_cost(name: str, mesh: jax.sharding.Mesh, batch: int, length: int, embe
   if communication:
     comm = collectives.collective_bytes(compiled.as_text(), shards)
     row.update(comm=comm, comm_total=sum(comm.values()), comm_formula=collectives.formula(
-        name, batch // row["D"], length, heads, embed // heads, shards, param_count, dtype))
+        name, batch // row["D"], length, heads, embed // heads, shards, param_count, dtype,
+        data=row["D"]))
   return row

@@ -57,29 +57,41 @@ def _random_inputs(spec: dict, seq_len: int, batch_size: int):
   return rng, padding_mask, tokens, labels
 
 
-def _build_attention(config, rng, padding_mask, key, short, backward=False):
+def _build_attention(config, rng, padding_mask, key, short, backward=False, mesh=None):
+  """The attention layer alone; with a `mesh` its sequence-sharded module (sequence.build) on
+  inputs split along (data, sequence), parameters replicated, and the cotangent an argument
+  split like x (captured, it would be a constant whole on every device)."""
   import jax
   import jax.numpy as jnp
 
   from textattn import attention as attention_lib
-  from textattn import models
+  from textattn import models, sharding
+  from textattn.attention import sequence
 
   models.validate_model_config(config)
   m = config.model
   dtype = models.DTYPES[m.dtype]
-  module = attention_lib.get(m.attention).build(
-      num_heads=m.num_heads, implementation=m.attention_impl, dtype=dtype)
+  module = sequence.build(attention_lib.get(m.attention), mesh, num_heads=m.num_heads,
+                          implementation=m.attention_impl, dtype=dtype)
   batch_size, seq_len = padding_mask.shape
   x = jnp.asarray(rng.standard_normal((batch_size, seq_len, m.embed_dim)), dtype)
   mask = jnp.asarray(padding_mask)
   params = jax.jit(module.init)(key, x[:1, :short], mask[:1, :short])["params"]
+  if mesh is not None:
+    params = jax.device_put(params, jax.NamedSharding(mesh, jax.P()))
+    x = jax.device_put(x, sharding.length_sharding(mesh, 3))
+    mask = jax.device_put(mask, sharding.length_sharding(mesh, 2))
   if backward:  # gradients of the parameters and the input, for a fixed random cotangent
     cotangent = jnp.asarray(rng.standard_normal(x.shape), dtype)
 
-    def loss(p, x, mask):
+    def loss(p, x, mask, cotangent):
       return jnp.sum((module.apply({"params": p}, x, mask) * cotangent).astype(jnp.float32))
 
-    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), (params, x, mask)
+    gradient = jax.value_and_grad(loss, argnums=(0, 1))
+    if mesh is not None:
+      cotangent = jax.device_put(cotangent, sharding.length_sharding(mesh, 3))
+      return jax.jit(gradient), (params, x, mask, cotangent)
+    return jax.jit(lambda p, x, mask: gradient(p, x, mask, cotangent)), (params, x, mask)
   return jax.jit(lambda p, x, mask: module.apply({"params": p}, x, mask)), (params, x, mask)
 
 
@@ -135,6 +147,62 @@ def _build_train_step(spec, config, model, tokens, labels, key, short):
                  compiler_options=platform.step_compiler_options(config)), (state, batch)
 
 
+def mesh_shape(spec: dict) -> tuple[int, int] | None:
+  """(data, sequence) of the point's --mesh ("DxS" in its spec), or None."""
+  if not spec.get("mesh"):
+    return None
+  data, shards = spec["mesh"].split("x")
+  return int(data), int(shards)
+
+
+def point_mesh(spec: dict):
+  """The point's (data, sequence) mesh from --mesh, or None."""
+  if mesh_shape(spec) is None:
+    return None
+  from textattn import sharding
+  return sharding.make_mesh(*mesh_shape(spec))
+
+
+def request_mesh_devices(spec: dict) -> None:
+  """On a CPU, D x S devices for a --mesh point (before any JAX operation), unless XLA_FLAGS
+  sets the count already."""
+  if spec.get("mesh") and "xla_force_host_platform_device_count" not in os.environ.get(
+      "XLA_FLAGS", ""):
+    import jax
+    data, shards = mesh_shape(spec)
+    jax.config.update("jax_num_cpu_devices", data * shards)
+
+
+# The rings' layouts (textattn/attention/sequence.py), whose blocks per device a --mesh row counts.
+RING_LAYOUTS = {"softmax": None, "causal": "zigzag"}
+
+
+def mesh_fields(spec: dict, config, compiled) -> dict:
+  """A --mesh point's communication and load balance: collective bytes of the timed program
+  (comm_step_bytes); of one attention layer's forward + backward at the point's sizes, compiled
+  apart (textattn/benchmark/layer_cost.py), and its stated formula (comm_layer_bytes,
+  comm_formula_bytes; collectives.py); for a ring, the chunk-blocks each device of the
+  sequence axis computes in the forward pass (the backward follows the same schedule), from the
+  ring's schedule, which depends on S and the layout only (run at length 2S)."""
+  from textattn import sharding
+  from textattn.attention import sequence
+  from textattn.benchmark import collectives, layer_cost
+
+  mesh = point_mesh(spec)
+  shards = mesh_shape(spec)[1]
+  m = config.model
+  layer = layer_cost.layer_cost(spec["attention"], mesh, spec["batch_size"], spec["seq_len"],
+                                m.embed_dim, m.num_heads, m.dtype)
+  fields = {"comm_step_bytes": sum(collectives.collective_bytes(compiled.as_text(),
+                                                                shards).values()),
+            "comm_layer_bytes": layer["comm_total"], "comm_formula_bytes": layer["comm_formula"]}
+  if spec["attention"] in RING_LAYOUTS and sharding.sequence_size(mesh) > 1:
+    counts = sequence.ring_block_counts(mesh, RING_LAYOUTS[spec["attention"]], batch=1,
+                                        length=2 * shards)
+    fields["ring_blocks"] = "/".join(str(int(c)) for c in counts)
+  return fields
+
+
 def _build(spec: dict, config, implementation: str | None = None):
   """(jitted function, its arguments) for the spec's mode. `implementation` overrides the
   attention's kernel (the reference check builds the same function on the reference one)."""
@@ -156,17 +224,23 @@ def _build(spec: dict, config, implementation: str | None = None):
   key = jax.random.key(spec["seed"])
   short = min(seq_len, 8)  # parameter shapes do not depend on the length: init cheaply
 
+  mesh = point_mesh(spec)
   if mode.startswith("attention"):
     return _build_attention(config, rng, padding_mask, key, short,
-                            backward=mode == "attention+backward")
+                            backward=mode == "attention+backward", mesh=mesh)
   if mode == "decode_step":
     return _build_decode_step(config, rng, key, short)
-  model = models.build_model(config, spec["num_classes"])
+  model = models.build_model(config, spec["num_classes"], mesh=mesh)
   tokens, labels = jnp.asarray(tokens), jnp.asarray(labels)
   if mode == "train_step":
     return _build_train_step(spec, config, model, tokens, labels, key, short)
 
   params = jax.jit(model.init)(key, tokens[:1, :short])["params"]
+  if mesh is not None:  # the batch split along (data, sequence), the parameters replicated
+    from textattn import platform
+    params = jax.device_put(params, platform.replicated(mesh))
+    tokens = jax.device_put(tokens, platform.batch_sharding(mesh, tokens.shape))
+    labels = jax.device_put(labels, platform.batch_sharding(mesh, labels.shape))
   if mode == "forward":
     return jax.jit(lambda p, t: model.apply({"params": p}, t, train=False)), (params, tokens)
 
@@ -270,6 +344,7 @@ def _measure(spec: dict, result: dict, save) -> None:
   import ml_collections
 
   config = ml_collections.ConfigDict(json.loads(spec["config"]))
+  request_mesh_devices(spec)
   if spec["mode"] == "train_step":
     from textattn import platform as platform_lib
     platform_lib.request_cpu_devices(config)  # before any JAX operation
@@ -328,6 +403,8 @@ def _compile(spec: dict, config, result: dict, save):
   if platform == "cpu":
     result["peak_bytes"] = memory.get("footprint_bytes")
     result["peak_source"] = "memory_analysis"
+  if spec.get("mesh"):
+    result.update(mesh_fields(spec, config, compiled))
   result["message"] = "compiled"
   save()
   if memory_limit and memory.get("footprint_bytes", 0) > memory_limit:

@@ -123,9 +123,66 @@ def parse_injections(text: str) -> dict[tuple[str, int], str]:
   return injections
 
 
-def resolve_settings(config, mode: str, given: dict[str, Any]) -> dict[str, Any]:
+MESH_MODES = ("attention", "attention+backward", "forward", "forward+backward")
+
+
+def parse_mesh(text: str) -> tuple[int, int] | None:
+  """--mesh: "data:D,sequence:S" -> (D, S); "" -> None (no mesh: one device's modules)."""
+  if not text:
+    return None
+  sizes = {}
+  for part in text.split(","):
+    name, _, value = part.strip().partition(":")
+    if name in sizes or not value.isdigit() or int(value) < 1:
+      sizes = None
+      break
+    sizes[name] = int(value)
+  if sizes is None or sorted(sizes) != ["data", "sequence"]:
+    raise UsageError(f"--mesh={text!r} must be data:D,sequence:S with D and S positive integers "
+                     f"(e.g. data:1,sequence:4: the batch split over D devices, the length "
+                     f"over S).")
+  return sizes["data"], sizes["sequence"]
+
+
+def check_mesh(mesh: tuple[int, int] | None, mode: str, settings: dict[str, Any]) -> None:
+  """UsageError (one sentence) for a --mesh the benchmark cannot run: its mode, a variant
+  without sequence sharding or not by its bare name, a batch D does not divide, or a length S
+  does not divide (2S for a causal variant, as models.pad_for_mesh pads: the causal ring's
+  zig-zag layout halves each shard)."""
+  if mesh is None:
+    return
+  data, shards = mesh
+  if mode not in MESH_MODES:
+    raise UsageError(f"--mesh applies to the modes {', '.join(MESH_MODES)}; --mode={mode} runs "
+                     f"without one.")
+  if settings["batch_size"] % data:
+    raise UsageError(f"--batch_size={settings['batch_size']} must be a multiple of the mesh's "
+                     f"data={data}.")
+  if shards == 1:
+    return
+  from textattn.attention import sequence
+  for variant in settings["variants"]:
+    attention, _ = parse_variant(variant)
+    if _registry().get(attention).shard is None:
+      raise UsageError(f"--variants: {variant!r} declares no sequence sharding, so it cannot run "
+                       f"with --mesh sequence:{shards}; allowed: "
+                       f"{', '.join(sequence.sharded_names())}.")
+    if variant != attention:
+      raise UsageError(f"--variants: with --mesh sequence:{shards} each attention runs its "
+                       f"sequence-sharded core whatever the implementation, so name it "
+                       f"{attention!r}, not {variant!r}.")
+    unit = shards * (2 if _registry().get(attention).causal else 1)
+    for seq_len in settings["seq_lens"]:
+      if seq_len % unit:
+        raise UsageError(f"--seq_lens: {seq_len} cannot be split over sequence:{shards} for "
+                         f"{variant!r}: give multiples of {unit}.")
+
+
+def resolve_settings(config, mode: str, given: dict[str, Any],
+                     mesh: tuple[int, int] | None = None) -> dict[str, Any]:
   """The benchmarked sizes: flags given explicitly win; otherwise the config's (train_step) or
-  SYNTHETIC_DEFAULTS (the other modes)."""
+  SYNTHETIC_DEFAULTS (the other modes; with a --mesh of sequence > 1 the variants default to
+  those that declare sequence sharding)."""
   if mode == "train_step":
     from_config = {
         "variants": variant_name(config.model.attention, config.model.attention_impl),
@@ -135,6 +192,9 @@ def resolve_settings(config, mode: str, given: dict[str, Any]) -> dict[str, Any]
         "vocab_size": vocab_size_for(config)}
   else:
     from_config = DECODE_DEFAULTS if mode == "decode_step" else SYNTHETIC_DEFAULTS
+    if mesh is not None and mesh[1] > 1:
+      from textattn.attention import sequence
+      from_config = {**from_config, "variants": ",".join(sequence.sharded_names())}
   settings = {name: given[name] if given.get(name) is not None else default
               for name, default in from_config.items()}
   settings["variants"] = [v.strip() for v in settings["variants"].split(",") if v.strip()]
@@ -153,11 +213,14 @@ def resolve_settings(config, mode: str, given: dict[str, Any]) -> dict[str, Any]
   if settings["embed_dim"] % settings["num_heads"]:
     raise UsageError(f"--num_heads={settings['num_heads']} must divide "
                      f"--embed_dim={settings['embed_dim']}.")
+  check_mesh(mesh, mode, settings)
   return settings
 
 
-def point_config(config, settings: dict[str, Any], variant: str, seq_len: int):
-  """The config of one point: the base config with the benchmarked fields set."""
+def point_config(config, settings: dict[str, Any], variant: str, seq_len: int,
+                 mesh: tuple[int, int] | None = None):
+  """The config of one point: the base config with the benchmarked fields set (config.mesh's
+  sequence from --mesh)."""
   config = config.copy_and_resolve_references()
   with config.unlocked():
     attention, implementation = parse_variant(variant)
@@ -170,6 +233,7 @@ def point_config(config, settings: dict[str, Any], variant: str, seq_len: int):
     config.vocab_size = settings["vocab_size"]
     config.batch_size = settings["batch_size"]
     config.max_len = seq_len
+    config.mesh.sequence = mesh[1] if mesh else 1
   return config
 
 
@@ -177,10 +241,12 @@ def plan_points(config, settings: dict, mode: str, *, warmup: int = 2, repeats: 
                 time_budget_s: float = 0.0, memory_limit_gb: float = 8.0,
                 check_against_reference: bool = False, seed: int = 0, num_classes: int = 2,
                 injections: dict | None = None, lengths: str = "half_to_full",
-                plugins: tuple[str, ...] = (), profile_dir: str = "") -> list[dict]:
+                plugins: tuple[str, ...] = (), profile_dir: str = "",
+                mesh: tuple[int, int] | None = None) -> list[dict]:
   """One spec (everything its subprocess needs, JSON-able) per variant x length. `plugins`:
   modules the subprocess imports before building the point (--plugin); `profile_dir`: where
-  the point writes its profiler trace (--profile_dir; "" = none)."""
+  the point writes its profiler trace (--profile_dir; "" = none); `mesh`: (data, sequence)
+  devices the point runs on (--mesh; None = one device's modules), in the spec as "DxS"."""
   if lengths not in LENGTHS:
     raise UsageError(f"--lengths={lengths!r} is invalid; allowed: {', '.join(LENGTHS)}.")
   specs = []
@@ -197,8 +263,8 @@ def plan_points(config, settings: dict, mode: str, *, warmup: int = 2, repeats: 
           "lengths": lengths,
           "memory_limit_gb": memory_limit_gb, "check_against_reference": check_against_reference,
           "inject": (injections or {}).get((variant, seq_len)),
-          "plugins": list(plugins),
+          "plugins": list(plugins), "mesh": "x".join(map(str, mesh)) if mesh else "",
           "profile_dir": (os.path.join(os.path.abspath(profile_dir), f"{variant}_L{seq_len}")
                           if profile_dir else ""),
-          "config": point_config(config, settings, variant, seq_len).to_json()})
+          "config": point_config(config, settings, variant, seq_len, mesh).to_json()})
   return specs

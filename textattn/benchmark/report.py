@@ -15,7 +15,8 @@ COLUMNS = ("variant", "attention", "implementation", "seq_len", "batch_size", "m
            "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "rss_peak_bytes",
            "flops", "max_abs_diff", "warmup", "repeats", "lengths", "platform", "load_1m",
            "kernel", "attention_tflops", "model_tflops", "mfu_pct", "peak_tflops", "pct_of_peak",
-           "bytes_accessed", "achieved_tbps", "peak_tbps", "pct_of_bandwidth", "message")
+           "bytes_accessed", "achieved_tbps", "peak_tbps", "pct_of_bandwidth", "mesh",
+           "comm_layer_bytes", "comm_formula_bytes", "comm_step_bytes", "ring_blocks", "message")
 OUTPUTS = ("results.csv", "results.md", "time_vs_length.png", "memory_vs_length.png")
 
 
@@ -142,8 +143,47 @@ def write_markdown(rows: Sequence[dict], path: str, command: str, sweep_settings
                    + " | ".join(_number_text(row.get(k)) for k in (
                        "attention_tflops", "pct_of_peak", "achieved_tbps", "pct_of_bandwidth",
                        "model_tflops", "mfu_pct", "peak_tflops")) + " |")
+  lines += _mesh_lines(rows)
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
+
+
+def comm_ratio(row: dict) -> str:
+  """HLO bytes / formula bytes of one layer, or "-" where there is no formula."""
+  measured, expected = _number(row.get("comm_layer_bytes")), _number(row.get("comm_formula_bytes"))
+  return f"{measured / expected:.3f}" if measured is not None and expected else "-"
+
+
+def _mesh_lines(rows: Sequence[dict]) -> list[str]:
+  """The --mesh section: memory per device, time, communication and load balance per point."""
+  rows = [row for row in rows if row.get("mesh")]
+  if not rows:
+    return []
+  cpu = str(rows[0].get("platform", "")).startswith("cpu")
+  lines = ["", "## Sequence parallelism (--mesh = data x sequence)", "",
+           "peak: per device (" + ("compiled memory_analysis" if cpu else "memory_stats") + "). "
+           + ("Step time: the mesh's devices are fake CPU devices sharing this machine's cores, "
+              "so it says nothing about the speed of that many real devices. " if cpu else "")
+           + "Comm per layer: collective operand bytes per device of one attention layer's "
+           "forward + backward at the point's sizes, read from its compiled HLO, against the "
+           "formula stated in textattn/benchmark/collectives.py (float32); step: the timed "
+           "program's collectives (every layer, the parameter gradients, the loss). Ring blocks: "
+           "chunk-blocks each device of the sequence axis computes (forward; the backward "
+           "follows the same schedule).", "",
+           ("| variant | L | mesh | status | peak MiB per device | median ms | comm per layer "
+            "(HLO) | comm per layer (formula) | HLO/formula | step collectives | ring blocks |"),
+           "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
+  def count(row, key):
+    value = _number(row.get(key))
+    return "-" if value is None else f"{value:,.0f}"
+
+  for row in rows:
+    lines.append(f"| {row['variant']} | {row['seq_len']} | {row['mesh']} | {row['status']} "
+                 f"| {_format(row.get('peak_bytes'), 'mib')} "
+                 f"| {_format(row.get('median_ms'), 'ms')} | {count(row, 'comm_layer_bytes')} "
+                 f"| {count(row, 'comm_formula_bytes')} | {comm_ratio(row)} "
+                 f"| {count(row, 'comm_step_bytes')} | {row.get('ring_blocks') or '-'} |")
+  return lines
 
 
 def _number_text(value) -> str:
