@@ -16,6 +16,7 @@ import pytest
 
 from textattn import defaults
 from textattn.benchmark import measure, plan, report, sweep
+from textattn.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIRED_COLUMNS = ("variant", "seq_len", "batch_size", "mode", "dtype", "status", "compile_s",
@@ -33,6 +34,10 @@ COMMANDS = {
                    "--config.model.attention=additive", "--config.model.embed_dim=16",
                    "--config.vocab_size=100", "--seq_lens=16", "--batch_size=4", "--warmup=1",
                    "--repeats=2"),
+    # Sequence parallelism on a 2 x 4 mesh: the point's process gets 8 CPU devices.
+    "mesh": ("--mode=forward+backward", "--mesh=data:2,sequence:4", "--variants=additive,causal",
+             "--seq_lens=32", "--embed_dim=16", "--num_heads=2", "--batch_size=2", "--warmup=0",
+             "--repeats=1"),
 }
 
 
@@ -135,6 +140,65 @@ def test_sweep_writes_a_row_per_point_and_all_outputs(runs):
   assert "additive" in stdout and "median ms" in stdout  # the compact table
 
 
+def test_mesh_rows_report_memory_per_device_communication_and_ring_blocks(runs):
+  """--mesh=data:2,sequence:4: the model's forward + backward runs split over 8 devices; each
+  row has its per-device memory, step time, one layer's collective bytes read from the compiled
+  HLO equal to the stated formula, and the causal zig-zag ring's 3 + 2(S-1) = 9 blocks on every
+  device (a missing or miscounted collective, or a formula that forgot the second mesh axis,
+  makes them differ)."""
+  returncode, _, stderr, out_dir = runs("mesh")
+  assert returncode == 0, stderr[-2000:]
+  rows = {row["variant"]: row for row in rows_of(out_dir)}
+  assert sorted(rows) == ["additive", "causal"]
+  for row in rows.values():
+    assert row["status"] == "ok", row["message"]
+    assert row["mesh"] == "2x4" and row["platform"].endswith("x8"), row
+    assert int(row["peak_bytes"]) > 0 and float(row["median_ms"]) > 0
+    assert int(row["comm_layer_bytes"]) == int(row["comm_formula_bytes"]) > 0, row
+    assert int(row["comm_step_bytes"]) > 0
+  assert rows["causal"]["ring_blocks"] == "9/9/9/9"
+  assert rows["additive"]["ring_blocks"] == ""
+  with open(os.path.join(out_dir, "results.md")) as f:
+    markdown = f.read()
+  assert "## Sequence parallelism (--mesh = data x sequence)" in markdown
+  assert "| causal | 32 | 2x4 | ok |" in markdown and "| 1.000 |" in markdown
+
+
+@pytest.mark.parametrize("text", ["data:2", "data:1,sequence:0", "data:1,sequence:x",
+                                  "data:1,sequence:2,data:1", "data:1,seq:2", "1x2"])
+def test_malformed_mesh_specs_are_refused_in_one_sentence(text):
+  with pytest.raises(UsageError) as error:
+    plan.parse_mesh(text)
+  assert str(error.value) == (
+      f"--mesh={text!r} must be data:D,sequence:S with D and S positive integers (e.g. "
+      f"data:1,sequence:4: the batch split over D devices, the length over S).")
+
+
+@pytest.mark.parametrize("mode,given,message", [
+    ("decode_step", {}, ("--mesh applies to the modes attention, attention+backward, forward, "
+                        "forward+backward; --mode=decode_step runs without one.")),
+    ("forward", {"variants": "causal_additive"},
+     ("--variants: 'causal_additive' declares no sequence sharding, so it cannot run with --mesh "
+     "sequence:4; allowed: softmax, causal, additive, causal_additive_recurrent.")),
+    ("attention", {"variants": "softmax_chunked"},
+     ("--variants: with --mesh sequence:4 each attention runs its sequence-sharded core whatever "
+     "the implementation, so name it 'softmax', not 'softmax_chunked'.")),
+    ("forward", {"variants": "additive", "seq_lens": "16,30"},
+     "--seq_lens: 30 cannot be split over sequence:4 for 'additive': give multiples of 4."),
+    ("forward", {"variants": "causal", "seq_lens": "36"},  # the zig-zag ring halves each shard
+     "--seq_lens: 36 cannot be split over sequence:4 for 'causal': give multiples of 8."),
+    ("forward", {"batch_size": 3}, "--batch_size=3 must be a multiple of the mesh's data=2."),
+], ids=["mode", "unsharded", "implementation", "length", "causal_length", "batch"])
+def test_meshes_the_benchmark_cannot_run_are_refused_in_one_sentence(mode, given, message):
+  given = {"batch_size": 2, "seq_lens": "32", **given}
+  with pytest.raises(UsageError) as error:
+    plan.resolve_settings(defaults.classification(), mode, given, mesh=(2, 4))
+  assert str(error.value) == message
+  # Without --variants a mesh benchmarks the variants that declare sequence sharding.
+  settings = plan.resolve_settings(defaults.classification(), "forward", {}, mesh=(1, 2))
+  assert settings["variants"] == ["softmax", "causal", "additive", "causal_additive_recurrent"]
+
+
 def test_failed_points_are_recorded_and_the_sweep_goes_on(runs):
   returncode, _, stderr, out_dir = runs("sweep")
   assert returncode == 0, stderr[-2000:]
@@ -235,7 +299,9 @@ def test_a_point_over_the_memory_limit_is_recorded_as_oom_without_running(points
     # Results already there (the committed tables): a sweep would rewrite them point by point.
     ("--out_dir={dir}", ("error: --out_dir={dir} already holds results (results.csv); give a "
                          "new --out_dir, or --overwrite")),
-], ids=["variant", "out_dir", "out_dir_with_results"])
+    ("--mesh=data:2", ("error: --mesh='data:2' must be data:D,sequence:S with D and S positive "
+                       "integers")),
+], ids=["variant", "out_dir", "out_dir_with_results", "mesh"])
 def test_bad_flags_fail_with_one_sentence_and_touch_nothing(tmp_path, bad, message):
   a_file = tmp_path / "results.csv"
   a_file.write_text("kept\n")

@@ -144,6 +144,12 @@ def parse_mesh(text: str) -> tuple[int, int] | None:
   return sizes["data"], sizes["sequence"]
 
 
+def check_mesh_mode(mesh: tuple[int, int] | None, mode: str) -> None:
+  if mesh is not None and mode not in MESH_MODES:
+    raise UsageError(f"--mesh applies to the modes {', '.join(MESH_MODES)}; --mode={mode} runs "
+                     f"without one.")
+
+
 def check_mesh(mesh: tuple[int, int] | None, mode: str, settings: dict[str, Any]) -> None:
   """UsageError (one sentence) for a --mesh the benchmark cannot run: its mode, a variant
   without sequence sharding or not by its bare name, a batch D does not divide, or a length S
@@ -152,9 +158,7 @@ def check_mesh(mesh: tuple[int, int] | None, mode: str, settings: dict[str, Any]
   if mesh is None:
     return
   data, shards = mesh
-  if mode not in MESH_MODES:
-    raise UsageError(f"--mesh applies to the modes {', '.join(MESH_MODES)}; --mode={mode} runs "
-                     f"without one.")
+  check_mesh_mode(mesh, mode)
   if settings["batch_size"] % data:
     raise UsageError(f"--batch_size={settings['batch_size']} must be a multiple of the mesh's "
                      f"data={data}.")
@@ -183,6 +187,7 @@ def resolve_settings(config, mode: str, given: dict[str, Any],
   """The benchmarked sizes: flags given explicitly win; otherwise the config's (train_step) or
   SYNTHETIC_DEFAULTS (the other modes; with a --mesh of sequence > 1 the variants default to
   those that declare sequence sharding)."""
+  check_mesh_mode(mesh, mode)
   if mode == "train_step":
     from_config = {
         "variants": variant_name(config.model.attention, config.model.attention_impl),
