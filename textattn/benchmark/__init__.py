@@ -69,6 +69,16 @@ A point whose memory_analysis footprint exceeds --point_memory_limit_gb (CPU onl
 "oom" without being run; before it runs, the child's address space is capped at its size after
 compilation plus that limit (RLIMIT_AS), so a footprint the analysis underestimated fails as
 "oom" too instead of swapping the machine.
+--mesh=data:D,sequence:S (modes attention, attention+backward, forward, forward+backward): each
+point runs on a D x S device mesh, the batch split over D and the length over S (the variants'
+sequence-sharded attention, textattn/attention/sequence.py; the model via models.build_model's
+mesh; on a CPU the point's process gets D x S fake devices, whose step times share the machine's
+cores and say nothing about real devices). Extra columns: mesh ("DxS"); peak_bytes is per
+device; comm_layer_bytes, the collective operand bytes per device of one attention layer's
+forward + backward at the point's sizes, read from its compiled HLO, and comm_formula_bytes, the
+stated formula's figure (collectives.py; float32 only); comm_step_bytes, the timed program's
+collectives; ring_blocks, the chunk-blocks each sequence device computes in softmax's and causal's
+ring ("9/9/9/9": balanced).
 --profile_dir=DIR: after its timed calls each point runs 3 more under jax.profiler.trace, each
 annotated as step "benchmark_step", into DIR/<variant>_L<length> (tensorboard --logdir=DIR, or
 XProf, shows where a step's time goes).
@@ -76,5 +86,7 @@ XProf, shows where a step's time goes).
 row says how many warm-up and timed calls it made.
 
 Modules: cli.py (flags, main), plan.py (variant names, sizes, one spec per point), sweep.py (the
-subprocess per point), measure.py (one point, in its subprocess), report.py (CSV, Markdown, plots).
+subprocess per point), measure.py (one point, in its subprocess), report.py (CSV, Markdown, plots),
+collectives.py (bytes communicated, from HLO and by formula), layer_cost.py (one layer's compiled
+memory and communication on a mesh, also for experiments/seq_parallel).
 """
