@@ -18,6 +18,6 @@ for seed in $seeds; do
     [ -f "$dir/test_predictions.npz" ] && continue
     python -m textattn.main --config=$config --workdir="$dir" \
       --config.model.pretrained="${MINILM:?set MINILM to the model directory}" \
-      --config.seed=$seed >> "$out/${variant}_s$seed.log" 2>&1
+      --config.checkpoint_every_steps=100 --config.seed=$seed >> "$out/${variant}_s$seed.log" 2>&1
   done
 done
