@@ -175,6 +175,11 @@ def test_chunked_form_keeps_rows_whose_scores_lie_far_below_a_later_one_in_the_c
   assert_relatively_close(chunked(chunk)(q, k, mask, wa, wb), want, 1e-6)
 
 
+# Chunks of the Pallas kernel's tests: 8 in interpret mode; Triton's `dot` (on a GPU, where
+# experiments/gpu/accelerators.sh runs these tests compiled) needs at least 16.
+PALLAS_CHUNK = 8 if jax.default_backend() == "cpu" else 16
+
+
 def pallas(chunk_size):
   return functools.partial(causal_additive_pallas.pallas_recurrent_causal_additive,
                            chunk_size=chunk_size)
@@ -196,9 +201,9 @@ def test_chunked_form_is_causal_across_and_inside_chunks(kernel):
 @pytest.mark.parametrize("spread", [1.0, 30.0], ids=["scores_O(1)", "scores_O(30)"])
 def test_pallas_chunked_kernel_matches_float64_definition(spread, dtype, tolerance):
   # Pallas in interpret mode on a CPU. 3 heads of 4 (12 features, padded to 16 in the kernel),
-  # 21 positions in chunks of 8 (a ragged last chunk), the padding of inputs(); bfloat16 inputs
-  # are compared with float64 on the same rounded values (bound: 2e-2 of the scale; bfloat16's
-  # step is 3.9e-3).
+  # 21 positions in chunks of PALLAS_CHUNK (a ragged last chunk), the padding of inputs();
+  # bfloat16 inputs are compared with float64 on the same rounded values (bound: 2e-2 of the
+  # scale; bfloat16's step is 3.9e-3).
   rng = np.random.default_rng(5)
   batch, length, heads, head_dim = 2, 21, 3, 4
   q, k = (np.asarray(jnp.asarray(rng.normal(size=(batch, length, heads, head_dim)), dtype),
@@ -208,7 +213,7 @@ def test_pallas_chunked_kernel_matches_float64_definition(spread, dtype, toleran
   mask = np.ones((batch, length), bool)
   mask[1, 15:], mask[1, 0] = False, False
   want = reference(q, k, mask, wa, wb, "recurrent")
-  got = jax.jit(pallas(8))(*(jnp.asarray(x, dtype) for x in (q, k)), jnp.asarray(mask),
+  got = jax.jit(pallas(PALLAS_CHUNK))(*(jnp.asarray(x, dtype) for x in (q, k)), jnp.asarray(mask),
                            *(jnp.asarray(x, dtype) for x in (wa, wb)))
   assert got.dtype == dtype
   assert_relatively_close(jnp.asarray(got, jnp.float32), want, tolerance, "u")
@@ -237,14 +242,14 @@ def float64_recurrent(q, k, wa, wb, mask):
 def pallas_vjp(q, k, mask, wa, wb, cotangent):
   """u and the gradients of <u, cotangent> w.r.t. q, k and both scoring kernels, through the
   Pallas backward kernel (one compilation per dtype for every test below)."""
-  u, pullback = jax.vjp(lambda *args: pallas(8)(args[0], args[1], mask, *args[2:]), q, k, wa, wb)
+  u, pullback = jax.vjp(lambda *args: pallas(PALLAS_CHUNK)(args[0], args[1], mask, *args[2:]), q, k, wa, wb)
   return (u,) + pullback(cotangent.astype(u.dtype))
 
 
 def pallas_gradient_inputs(dtype, spread=1.0, seed=6):
-  """3 heads of 4 (12 features, padded to 16 in the kernel), 21 positions in chunks of 8 (a
-  ragged last chunk); padding inside example 0, at the end of example 1 and at its first
-  position. Values rounded to `dtype`, returned in float64 with a float64 cotangent."""
+  """3 heads of 4 (12 features, padded to 16 in the kernel), 21 positions in chunks of
+  PALLAS_CHUNK (a ragged last chunk); padding inside example 0, at the end of example 1 and at
+  its first position. Values rounded to `dtype`, returned in float64 with a float64 cotangent."""
   rng = np.random.default_rng(seed)
   batch, length, heads, head_dim = 2, 21, 3, 4
   q, k, cotangent = (rng.normal(size=(batch, length, heads, head_dim)) for _ in range(3))
