@@ -38,7 +38,8 @@ t, and s_i <= lse(t) for a real i <= t, so exp(s_i - R) and exp(R - lse(t)) are 
 row i adds exp(s_i - R) S to D_i and exp(s_i - R) S_c to E_i. Then dk = dp * g_q,
 dg_q = dp * k, and dq = (the alpha pooling's dx) + du * g_k. The kernels' gradients are
 per-example partial sums, added over the batch in XLA.
-Bytes the backward moves: reads q, k, du (input dtype) and g_q, g_k (float32), writes dq, dk.
+Bytes the backward moves: reads q, k, du (input dtype), g_q, g_k (float32) and both lse (float32
+[L, heads padded]), writes dq, dk.
 """
 
 from __future__ import annotations
