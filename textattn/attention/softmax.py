@@ -7,13 +7,15 @@ adds the look-ahead mask, which is how textattn/attention/causal.py reuses them)
   cudnn        its cuDNN flash attention (NVIDIA GPU, bfloat16/float16; padding as key lengths).
                Tested against the float64 reference only when the suite runs on a GPU
                (tests/test_attention.py); no GPU has run it yet.
+  splash       JAX's Pallas TPU splash attention (textattn/attention/splash.py; TPU, any dtype;
+               padding as segment ids). Tested in TPU interpret mode on a CPU; no TPU has run it.
   chunked      exact, query-chunked and rematerialised: memory O(length * chunk), not O(length^2).
   fused        the CPU fast path: batched-matmul layout, mask as one additive bias, hand-written
                flash-style backward.
   native       the same maths as two C++ XLA FFI kernels (CPU, one device; built on first use by
                textattn.attention.native).
   auto         native on a one-device CPU run where it builds, else fused; cudnn on a GPU in
-               bfloat16, dot_product there in float32 and on TPUs (`resolve`).
+               bfloat16, dot_product there in float32; splash on a TPU (`resolve`).
 Every kernel is checked against a float64 NumPy transcription in tests/test_attention.py.
 """
 
@@ -27,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from textattn.attention import registry
+from textattn.attention import registry, splash
 from textattn.attention.common import (
   MASK_VALUE,
   Array,
@@ -38,7 +40,7 @@ from textattn.attention.common import (
 )
 from textattn.errors import UsageError
 
-IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn")
+IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn", "splash")
 
 
 def softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
@@ -231,7 +233,8 @@ def native_softmax_attention(query: Array, key: Array, value: Array, padding_mas
 
 
 KERNEL_LABELS = (("xla", "naive"), ("dot_product", "naive (XLA)"), ("chunked", "chunked"),
-                 ("fused", "fused"), ("native", "native"), ("cudnn", "flash"))
+                 ("fused", "fused"), ("native", "native"), ("cudnn", "flash"),
+                 ("splash", "splash"))
 
 
 def forward_flops(batch: int, length: int, heads: int, head_dim: int) -> float:
@@ -241,7 +244,8 @@ def forward_flops(batch: int, length: int, heads: int, head_dim: int) -> float:
 
 KERNELS = {"xla": softmax_attention, "dot_product": dot_product_attention,
            "chunked": chunked_softmax_attention, "fused": fused_softmax_attention,
-           "native": native_softmax_attention, "cudnn": cudnn_attention}
+           "native": native_softmax_attention, "cudnn": cudnn_attention,
+           "splash": splash.splash_attention}
 
 
 def native_runs_here() -> bool:
@@ -275,9 +279,9 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
 
   'auto': on a CPU, 'native' for a one-device run where the native kernels build, else 'fused'
   (both exact); on a GPU, 'cudnn' (flash attention) for bfloat16/float16 compute, else
-  'dot_product' (XLA's default path; cuDNN's flash kernel takes no float32); on a TPU and
-  anything else, 'dot_product' (XLA's default path: the Pallas flash kernel that ships with JAX
-  is not used, as this project cannot test it). Each fallback's reason is warned once."""
+  'dot_product' (XLA's default path; cuDNN's flash kernel takes no float32); on a TPU, 'splash'
+  (JAX's Pallas TPU splash attention, every dtype); anything else, 'dot_product' (XLA's default
+  path). Each fallback's reason is warned once."""
   del head_dim
   if implementation != "auto":
     return implementation
@@ -293,6 +297,8 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
     warn_fallback(variant, "dot_product", f"model.dtype={str(dtype)!r}: cuDNN flash attention "
                    f"needs bfloat16 or float16")
     return "dot_product"
+  if backend == "tpu":
+    return "splash"
   warn_fallback(variant, "dot_product", f"no flash kernel is used on the {backend} backend")
   return "dot_product"
 
@@ -328,6 +334,10 @@ def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "flo
     raise UsageError(f"config.model.attention_impl='cudnn' needs a GPU and "
                      f"config.model.dtype='bfloat16' (here: {jax.default_backend()}, "
                      f"{dtype!r}); use 'fused' or 'dot_product' otherwise.")
+  if implementation == "splash" and jax.default_backend() not in ("tpu", "cpu"):
+    raise UsageError(f"config.model.attention_impl='splash' runs on a TPU (or in interpret mode "
+                     f"on a CPU), not on the {jax.default_backend()} backend; use 'auto' or "
+                     f"'cudnn' on a GPU.")
 
 
 class SelfAttention(nn.Module):
