@@ -13,6 +13,10 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+# "auto" on a CPU picks native or XLA kernels by timing them per shape on first use
+# (textattn/attention/calibration.py); the suite must not depend on timings, so it keeps the
+# rule that needs none (native wherever it runs). Tests of the calibration set it themselves.
+os.environ.setdefault("TEXTATTN_CPU_AUTO", "native")
 # The suite's models are tiny, so on the CPU it spends most of its time in XLA's compiler, not
 # running code: LLVM at -O0 (with the jitted seq2seq tests, the suite 24 -> 12 min on CPU-5,
 # experiments/RESULTS.md section 20).

@@ -4,7 +4,8 @@ Linear in the sequence length. Three kernels behind one signature: `additive_att
 function ("xla"); `native_additive_attention`, the same maths as two C++ XLA FFI kernels (CPU,
 one device, head_dim a multiple of 8); and `additive_pallas.pallas_additive_attention`, Pallas
 kernels in the Triton style ("pallas"; GPU, or interpret mode on a CPU). "auto" picks native
-where it runs; on a GPU, pallas where textattn/attention/pallas_allowlist.py lists the platform;
+where it runs and was measured faster than xla for the shape (textattn/attention/calibration.py);
+on a GPU, pallas where textattn/attention/pallas_allowlist.py lists the platform;
 else xla.
 The scoring vectors are shared across heads as in the authors' code: each head's score reads
 all heads' features (kernel [heads*dim, heads]).
@@ -125,12 +126,42 @@ KERNELS = {"xla": additive_attention, "native": native_additive_attention,
            "pallas": additive_pallas.pallas_additive_attention}
 
 
-def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32") -> str:
-  """'auto' -> 'native' where the native kernels serve this run and head_dim is a multiple of 8
-  (its kernel needs that); on a GPU, 'pallas' where the allow-list names this device kind and
+def calibration_problem(shape):
+  """The problem textattn.attention.calibration times for an additive shape class: forward and
+  backward of the core (sum of u times a fixed cotangent; gradients of the query, the key and
+  both scoring kernels) with the class's heads, at the bucket's length, on `rows` examples
+  (a multiple of the thread count, rows * length about 8K tokens, at most 32), padded as
+  calibration.padding_lengths says."""
+  import numpy as np
+
+  from textattn.attention import calibration
+  length, threads, heads = shape.length, shape.threads, shape.heads
+  rows = threads * max(1, min(32, (1 << 13) // length) // threads)
+  dtype = jnp.dtype(shape.dtype)
+  rng = np.random.default_rng(0)
+  q, k, cotangent = (jnp.asarray(rng.standard_normal((rows, length, heads, shape.head_dim)),
+                                 dtype) for _ in range(3))
+  w_alpha, w_beta = (jnp.asarray(0.05 * rng.standard_normal((heads * shape.head_dim, heads)),
+                                 dtype) for _ in range(2))
+  real = np.asarray(calibration.padding_lengths(rows, length))
+  mask = jnp.asarray(np.arange(length)[None, :] < real[:, None])
+
+  def problem(name):
+    def loss(q, k, w_alpha, w_beta):
+      u = KERNELS[name](q, k, mask, w_alpha, w_beta)
+      return jnp.sum((u * cotangent).astype(jnp.float32))
+    return jax.value_and_grad(loss, argnums=(0, 1, 2, 3)), (q, k, w_alpha, w_beta)
+  return problem
+
+
+def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32", *,
+            length: int | None = None, num_heads: int | None = None) -> str:
+  """'auto' -> on a one-device CPU where the native kernels serve this run and head_dim is a
+  multiple of 8 (its kernel needs that), 'native' where textattn.attention.calibration measured
+  it faster than 'xla' for this shape class (`length`, `head_dim`, `num_heads`; without them,
+  'native'), else 'xla'; on a GPU, 'pallas' where the allow-list names this device kind and
   JAX version (pallas_allowlist.py: a run there vouched for it), else 'xla' with the reason
   warned once; 'xla' elsewhere (memory-bound, linear in length, and XLA fuses it)."""
-  del dtype
   if implementation != "auto":
     return implementation
   if jax.default_backend() == "gpu":
@@ -142,7 +173,11 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
   if head_dim is not None and head_dim % 8:
     return "xla"
   if softmax.native_runs_here():
-    return "native"
+    if length is None or head_dim is None or num_heads is None:
+      return "native"
+    from textattn.attention import calibration
+    shape = calibration.shape("additive", length, head_dim, str(dtype), heads=num_heads)
+    return calibration.choose(shape, "xla", lambda: calibration_problem(shape))
   if jax.default_backend() == "cpu":  # (elsewhere 'xla' is the platform's best: no warning)
     softmax.warn_fallback("additive", "xla")
   return "xla"
@@ -195,7 +230,8 @@ class AdditiveAttention(nn.Module):
   def __call__(self, x: Array, padding_mask: Array) -> Array:
     query, key, alpha_kernel, beta_kernel = fastformer_projections(self, x, self.num_heads,
                                                                    self.dtype)
-    kernel = KERNELS[resolve(self.implementation, query.shape[-1])]
+    kernel = KERNELS[resolve(self.implementation, query.shape[-1], jnp.dtype(self.dtype).name,
+                             length=x.shape[1], num_heads=self.num_heads)]
     u = kernel(query, key, padding_mask, alpha_kernel.astype(self.dtype),
                beta_kernel.astype(self.dtype))
     return fastformer_output(u, query, self.dtype)

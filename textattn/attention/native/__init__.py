@@ -97,6 +97,15 @@ def _library_path(compiler: list[str]) -> Path:
   return cache_dir() / f"textattn_kernels-{key.hexdigest()[:16]}.so"
 
 
+@functools.cache
+def calibration_path() -> Path:
+  """Where textattn.attention.calibration keeps its verdicts for this machine's library: beside
+  it, named after it (`<library>.calibration.json`), so a rebuild or another CPU calibrates
+  again. Builds and loads the library first (NativeUnavailable if it cannot)."""
+  load()
+  return _library_path(find_compiler()).with_suffix(".calibration.json")
+
+
 def _sha256(path: Path) -> str:
   digest = hashlib.sha256()
   with open(path, "rb") as f:
