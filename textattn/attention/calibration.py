@@ -222,11 +222,14 @@ def _time_calls(make_problem: Callable[[], Problem], names: tuple[str, str], bud
   return times[names[0]], times[names[1]]
 
 
-def measure(make_problem: Callable[[], Problem], fallback: str, budget_s: float = BUDGET_S,
+def measure(shape_: Shape, make_problem: Callable[[], Problem], fallback: str,
+            budget_s: float = BUDGET_S,
             max_calls: int = MAX_CALLS) -> tuple[list[float], list[float]]:
   """Seconds of the timed calls of native and of `fallback`, on the problem `make_problem()`
-  builds. Runs in a thread of its own, so it works even when "auto" is resolved while JAX traces
+  builds for `shape_` (logged: calibration pauses the run a few seconds). Runs in a thread of its own, so it works even when "auto" is resolved while JAX traces
   a function (JAX's trace state is per thread: arrays made there are concrete)."""
+  logging.info("Timing the native and %r %s kernels at length %d (once on this machine; a few "
+               "seconds) ...", fallback, shape_.variant, shape_.length)
   outcome = {}
 
   def run():
@@ -271,9 +274,7 @@ def choose(shape_: Shape, fallback: str, problem: Callable[[], Problem]) -> str:
         entries = read_cache(path)  # another process may have measured it meanwhile
         entry = entries.get(shape_.key())
         if not _valid(entry, fallback):
-          logging.info("Timing the native and %r %s kernels at length %d (once on this "
-                       "machine; a few seconds) ...", fallback, shape_.variant, shape_.length)
-          native_s, fallback_s = measure(problem, fallback)
+          native_s, fallback_s = measure(shape_, problem, fallback)
           entry = verdict(shape_, fallback, 1e3 * _median(native_s), 1e3 * _median(fallback_s),
                           (len(native_s), len(fallback_s)))
           entries = {key: value for key, value in entries.items() if isinstance(value, dict)}
