@@ -228,8 +228,9 @@ def measure(shape_: Shape, make_problem: Callable[[], Problem], fallback: str,
   """Seconds of the timed calls of native and of `fallback`, on the problem `make_problem()`
   builds for `shape_` (logged: calibration pauses the run a few seconds). Runs in a thread of its own, so it works even when "auto" is resolved while JAX traces
   a function (JAX's trace state is per thread: arrays made there are concrete)."""
-  logging.info("Timing the native and %r %s kernels at length %d (once on this machine; a few "
-               "seconds) ...", fallback, shape_.variant, shape_.length)
+  # (Warnings: what a default run shows; textattn.main keeps absl's INFO quiet.)
+  logging.warning("Timing the native and %r %s kernels at length %d (once on this machine; a "
+                  "few seconds) ...", fallback, shape_.variant, shape_.length)
   outcome = {}
 
   def run():
@@ -291,8 +292,8 @@ def choose(shape_: Shape, fallback: str, problem: Callable[[], Problem]) -> str:
 
 @functools.cache
 def _announce_once(key: str, variant: str, choice: str, reason: str) -> None:
-  logging.info("%s attention_impl='auto': the %r kernel for %s (%s).", variant, choice, key,
-               reason)
+  logging.warning("%s attention_impl='auto': the %r kernel for %s (%s).", variant, choice, key,
+                  reason)
 
 
 def _announce(shape_: Shape, entry: dict) -> None:
