@@ -104,8 +104,9 @@ def classification() -> ml_collections.ConfigDict:
   config.model.attention = "softmax"  # a registered variant: softmax | causal | additive
   # kernel: auto | xla | dot_product | chunked | fused | native | cudnn (GPU, bf16) | splash
   # (TPU) for softmax/causal; auto | xla | native | pallas (GPU) for additive; auto | xla (scan) | chunked |
-  # pallas (GPU) for causal_additive_recurrent. auto = native on a one-device CPU; a Pallas kernel
-  # only where textattn/attention/pallas_allowlist.py lists the GPU.
+  # pallas (GPU) for causal_additive_recurrent. auto = on a one-device CPU, native where timed
+  # faster for the length (textattn/attention/calibration.py; $TEXTATTN_CPU_AUTO); a Pallas
+  # kernel only where textattn/attention/pallas_allowlist.py lists the GPU.
   config.model.attention_impl = "auto"
   config.model.embed_dim = 32
   config.model.num_heads = 2

@@ -24,7 +24,9 @@ another user) is refused outright: whoever can write there could plant code this
 unwritable, shared or noexec cache directory, a library that fails its hash check, fails to load
 or lacks a kernel's symbol, not a Linux or macOS host...); `available()` answers without
 raising, so `attention_impl='auto'` falls back to the XLA kernel (with one warning, from the
-attention variant's resolve()). Nothing here runs at import time.
+attention variant's resolve()). Where they load, "auto" still uses them only where they were
+timed faster (textattn/attention/calibration.py, whose verdicts live beside the library:
+`calibration_path()`). Nothing here runs at import time.
 """
 
 from __future__ import annotations
