@@ -223,3 +223,6 @@ def test_the_calibrated_choice_is_recorded_and_kept_on_resume(calibrated, tmp_pa
   assert models.resolved_kernel(config) == "native"
   pinned = classification.pinned_kernel(config, str(tmp_path / "run"), is_main=True)
   assert pinned.model.attention_impl == "fused"
+  # Prediction from the workdir uses it too (its report is reproduced to the bit).
+  from textattn import predict
+  assert predict.Classifier(str(tmp_path / "run")).model.attention_impl == "fused"
