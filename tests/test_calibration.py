@@ -226,3 +226,12 @@ def test_the_calibrated_choice_is_recorded_and_kept_on_resume(calibrated, tmp_pa
   # Prediction from the workdir uses it too (its report is reproduced to the bit).
   from textattn import predict
   assert predict.Classifier(str(tmp_path / "run")).model.attention_impl == "fused"
+
+
+def test_a_failed_timing_falls_back_uncached(calibrated, monkeypatch):
+  def out_of_memory(*args):
+    raise MemoryError("injected")
+
+  monkeypatch.setattr(calibration, "measure", out_of_memory)
+  assert resolve("softmax", 256) == "fused"
+  assert calibration.read_cache(calibration.cache_path()) == {}  # measured again next time

@@ -165,7 +165,12 @@ def _locked(path: Path):
   except ImportError:  # (the native kernels are built for Linux and macOS only)
     yield
     return
-  with open(Path(str(path) + ".lock"), "a") as lock:
+  try:
+    lock = open(Path(str(path) + ".lock"), "a")  # noqa: SIM115 -- closed below
+  except OSError:  # a read-only cache: nothing will be written there either
+    yield
+    return
+  with lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
       yield
@@ -258,36 +263,48 @@ _VERDICTS: dict[tuple[str, str], dict] = {}  # this process's, by (cache file, k
 
 def choose(shape_: Shape, fallback: str, problem: Callable[[], Problem]) -> str:
   """"native" or `fallback` for this shape class: the cached verdict, else measured now (and
-  cached). `problem()` builds the timed problem (called only to measure, in measure's thread). Logs the choice
-  and its reason once per process and shape class."""
+  cached). `problem()` builds the timed problem (called only to measure, in measure's thread).
+  Logs the choice and its reason once per process and shape class."""
   setting = mode()
   if setting == "native":
     return "native"
   if setting == "xla":
-    _announce(shape_, {"choice": fallback, "reason": f"${ENV}=xla"})
-    return fallback
-  path = cache_path()
-  memo = (str(path), shape_.key())
-  if memo not in _VERDICTS:
-    entry = read_cache(path).get(shape_.key())
-    if not _valid(entry, fallback):
-      with _locked(path):
-        entries = read_cache(path)  # another process may have measured it meanwhile
-        entry = entries.get(shape_.key())
-        if not _valid(entry, fallback):
-          native_s, fallback_s = measure(shape_, problem, fallback)
-          entry = verdict(shape_, fallback, 1e3 * _median(native_s), 1e3 * _median(fallback_s),
-                          (len(native_s), len(fallback_s)))
-          entries = {key: value for key, value in entries.items() if isinstance(value, dict)}
-          entries[shape_.key()] = entry
-          try:
-            write_cache(path, entries)
-          except OSError as error:  # a read-only cache: the verdict still serves this process
-            logging.warning("Could not write the kernel calibration cache %s (%s).", path, error)
-    _VERDICTS[memo] = entry
-  entry = _VERDICTS[memo]
+    entry = {"choice": fallback, "reason": f"${ENV}=xla"}
+  else:
+    path = cache_path()
+    memo = (str(path), shape_.key())
+    if memo not in _VERDICTS:
+      _VERDICTS[memo] = _cached_or_measured(path, shape_, fallback, problem)
+    entry = _VERDICTS[memo]
   _announce(shape_, entry)
   return entry["choice"]
+
+
+def _cached_or_measured(path: Path, shape_: Shape, fallback: str,
+                        problem: Callable[[], Problem]) -> dict:
+  key = shape_.key()
+  entry = read_cache(path).get(key)
+  if _valid(entry, fallback):
+    return entry
+  with _locked(path):
+    entries = read_cache(path)  # another process may have measured it meanwhile
+    if _valid(entries.get(key), fallback):
+      return entries[key]
+    try:
+      native_s, fallback_s = measure(shape_, problem, fallback)
+    except Exception as error:  # noqa: BLE001 -- e.g. out of memory: never a crash
+      logging.warning("Timing the %s kernels at length %d failed (%s: %s).", shape_.variant,
+                      shape_.length, type(error).__name__, error)
+      return {"choice": fallback, "reason": f"timing failed: {type(error).__name__} (not cached)"}
+    entry = verdict(shape_, fallback, 1e3 * _median(native_s), 1e3 * _median(fallback_s),
+                    (len(native_s), len(fallback_s)))
+    entries = {name: value for name, value in entries.items() if isinstance(value, dict)}
+    entries[key] = entry
+    try:
+      write_cache(path, entries)
+    except OSError as error:  # a read-only cache: the verdict still serves this process
+      logging.warning("Could not write the kernel calibration cache %s (%s).", path, error)
+  return entry
 
 
 @functools.cache
