@@ -102,13 +102,17 @@ def decide(native_ms: float, fallback_ms: float, margin: float = MARGIN) -> bool
   return native_ms * (1.0 + margin) <= fallback_ms
 
 
+def _ms(value: float) -> str:
+  return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def verdict(shape_: Shape, fallback: str, native_ms: float, fallback_ms: float,
             calls: tuple[int, int] = (0, 0)) -> dict:
   """The cache entry for measured times: the choice and the reason, in words."""
   choice = "native" if decide(native_ms, fallback_ms) else fallback
   relation = "faster" if choice == "native" else (
       "not faster" if native_ms >= fallback_ms else f"not {MARGIN:.0%} faster")
-  reason = (f"native {native_ms:.3g} ms vs {fallback} {fallback_ms:.3g} ms at length "
+  reason = (f"native {_ms(native_ms)} ms vs {fallback} {_ms(fallback_ms)} ms at length "
             f"{shape_.length}, forward+backward, measured on this CPU: native {relation}")
   return {"choice": choice, "fallback": fallback, "native_ms": native_ms,
           "fallback_ms": fallback_ms, "calls": list(calls), "reason": reason,
