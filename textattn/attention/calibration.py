@@ -4,8 +4,10 @@ measured faster than the XLA kernel on this machine, for that shape.
 The first time "auto" resolves a shape class on a CPU where the native kernels build, the two
 kernels' attention cores are timed, forward and backward (`jax.value_and_grad`), compiled first
 (compilation is not timed), their calls interleaved, each kernel's median taken, within about
-BUDGET_S seconds per kernel (at most MAX_CALLS timed calls each; a shape where one call alone
-takes longer is timed with one call of each). The verdict -- both times, the choice and a
+BUDGET_S seconds per kernel (at most MAX_CALLS timed calls each; stopped early once one kernel
+is more than CLEAR_WIN times faster; a shape where one call alone takes longer is timed with one
+call of each, so softmax at 4,096 tokens and beyond costs about one call of each kernel on two
+rows). On CPU-5 (2 cores, loaded) a shape class took 2-6 s at lengths 256-4,096. The verdict -- both times, the choice and a
 reason such as "native 1.80 ms vs xla 7.35 ms at length 256" -- is cached beside the built native
 library (`textattn_kernels-<hash>.calibration.json` in the native kernel cache): the library's
 hash covers its sources, compiler, jaxlib and this CPU's feature flags, so a rebuild or another
@@ -235,8 +237,9 @@ def measure(shape_: Shape, make_problem: Callable[[], Problem], fallback: str,
             budget_s: float = BUDGET_S,
             max_calls: int = MAX_CALLS) -> tuple[list[float], list[float]]:
   """Seconds of the timed calls of native and of `fallback`, on the problem `make_problem()`
-  builds for `shape_` (logged: calibration pauses the run a few seconds). Runs in a thread of its own, so it works even when "auto" is resolved while JAX traces
-  a function (JAX's trace state is per thread: arrays made there are concrete)."""
+  builds for `shape_` (logged: calibration pauses the run a few seconds). Runs in a thread of
+  its own, so it works even when "auto" is resolved while JAX traces a function (JAX's trace
+  state is per thread: arrays made there are concrete)."""
   # (Warnings: what a default run shows; textattn.main keeps absl's INFO quiet.)
   logging.warning("Timing the native and %r %s kernels at length %d (once on this machine; a "
                   "few seconds) ...", fallback, shape_.variant, shape_.length)
