@@ -7,9 +7,8 @@ kernels' attention cores are timed, forward and backward (`jax.value_and_grad`),
 BUDGET_S seconds per kernel (at most MAX_CALLS timed calls each; stopped early once one kernel
 is more than CLEAR_WIN times faster; a shape where one call alone takes longer is timed with one
 call of each, so softmax at 4,096 tokens and beyond costs about one call of each kernel on two
-rows). On CPU-5 (2 cores, loaded) a shape class took 2-6 s at lengths 256-4,096. The verdict -- both times, the choice and a
-reason such as "native 1.80 ms vs xla 7.35 ms at length 256" -- is cached beside the built native
-library (`textattn_kernels-<hash>.calibration.json` in the native kernel cache): the library's
+rows). The verdict -- both times, the choice and a reason such as "native 1.8 ms vs xla 7.35 ms
+at length 256" -- is cached beside the built native library (`textattn_kernels-<hash>.calibration.json` in the native kernel cache): the library's
 hash covers its sources, compiler, jaxlib and this CPU's feature flags, so a rebuild or another
 CPU calibrates again. Native is chosen where it took at most 1 / (1 + MARGIN) of the XLA
 kernel's time, else the XLA kernel (near a tie, the XLA kernel).
