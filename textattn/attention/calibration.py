@@ -8,9 +8,10 @@ BUDGET_S seconds per kernel (at most MAX_CALLS timed calls each; stopped early o
 is more than CLEAR_WIN times faster; a shape where one call alone takes longer is timed with one
 call of each, so softmax at 4,096 tokens and beyond costs about one call of each kernel on two
 rows). The verdict -- both times, the choice and a reason such as "native 1.8 ms vs xla 7.35 ms
-at length 256" -- is cached beside the built native library (`textattn_kernels-<hash>.calibration.json` in the native kernel cache): the library's
-hash covers its sources, compiler, jaxlib and this CPU's feature flags, so a rebuild or another
-CPU calibrates again. Native is chosen where it took at most 1 / (1 + MARGIN) of the XLA
+at length 256" -- is cached beside the built native library
+(`textattn_kernels-<hash>.calibration.json` in the native kernel cache): the library's hash
+covers its sources, compiler, jaxlib and this CPU's feature flags, so a rebuild or another CPU
+calibrates again. Native is chosen where it took at most 1 / (1 + MARGIN) of the XLA
 kernel's time, else the XLA kernel (near a tie, the XLA kernel).
 
 A shape class (`Shape`) is: the variant (softmax, causal and additive have their own), the length
