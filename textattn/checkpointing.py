@@ -79,6 +79,7 @@ RESUMABLE_CHANGES = frozenset({
     "dataset", "data_dir", "cache_dir", "text_fields", "label_field", "eval_batch_size",
     "validation_text_fields", "test_text_fields",
     "log_every_steps", "keep_checkpoints", "num_cpu_devices", "xla_flags", "deterministic",
+    "mesh.sequence",  # a resume may change the mesh (the machine signature notes it)
     "model.attention_impl", "num_epochs", "num_train_steps",
     "config_version"})  # (the format, not the training: older contracts are migrated)
 

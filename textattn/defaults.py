@@ -39,6 +39,11 @@ def run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   config.num_cpu_devices = 0  # CPU only: split the CPU into this many devices; 0 = JAX's default
   config.xla_flags = ""  # extra XLA flags for the train/eval steps ("--xla_name=value ...")
   config.deterministic = True  # bit-reproducible steps (--xla_gpu_deterministic_ops on GPUs)
+  # The device mesh: the length of every batch split over `sequence` devices (context
+  # parallelism; attention variants that declare it, textattn/attention/sequence.py), the batch
+  # over the rest (data = devices / sequence). 1 = data parallelism only.
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.sequence = 1
   return config
 
 

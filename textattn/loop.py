@@ -55,6 +55,9 @@ class Schedule:
   steps_per_epoch: int | None = None
   prefix: str = "train"
   compiler_options: dict | None = None
+  # The device mesh the steps run on (platform.run_mesh; None: data parallelism over all
+  # devices): batches laid out by platform.batch_sharding, the state replicated.
+  mesh: Any = None
 
 
 @dataclasses.dataclass
@@ -164,8 +167,8 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   the logged rows.
 
   train_step(state, batch) -> (state, sums): pure; sums hold "loss_sum", "correct", "count",
-    "nonfinite" and optionally "grad_norm_sum" with "steps". Compiled here over the data-parallel
-    mesh (batch sharded, state replicated and donated).
+    "nonfinite" and optionally "grad_norm_sum" with "steps". Compiled here over schedule.mesh
+    (batch split along its data and sequence axes, state replicated and donated).
   batches: yields this process's rows of each global batch (numpy).
   hooks: the periodic actions (Hooks: evaluation, checkpoints, metric log, signal stop, NaN
     recovery, progress lines); None: none of them.
@@ -175,7 +178,8 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   recover, skipped = hooks.recovery.recover, hooks.recovery.skipped
   nonfinite_advice, prefix = hooks.recovery.advice, schedule.prefix
   is_main = jax.process_index() == 0
-  data_sharding, replicated = platform.data_parallel_shardings()
+  mesh = schedule.mesh if schedule.mesh is not None else platform.run_mesh()
+  replicated = platform.replicated(mesh)
   state_sharding = jax.tree.map(lambda _: replicated, state)
   total = schedule.total_steps
   history: list[dict] = []
@@ -187,13 +191,15 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
 
   if start_step >= total:
     return FitResult(state, history)
-  jitted = jax.jit(train_step, in_shardings=(state_sharding, data_sharding),
+
+  def jitted(batch):
+    return jax.jit(train_step, in_shardings=(state_sharding, platform.batch_shardings(mesh, batch)),
                    out_shardings=(state_sharding, replicated), donate_argnums=0,
                    compiler_options=schedule.compiler_options)
   if is_main and hooks.progress:  # (seconds to minutes in which nothing else is printed)
     print(f"Compiling the {'training' if prefix == 'train' else prefix} step ...", flush=True)
   t0 = time.perf_counter()
-  batch = platform.to_global(next(batches), data_sharding)
+  batch = platform.to_global(next(batches), mesh)
   step_for = _Executables(jitted)
   step_for(state, batch)
   compile_s = time.perf_counter() - t0
@@ -208,7 +214,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   while step < total:
     profiler.before(step)
     if step + 1 in skipped:  # this step's batch made the loss NaN before: take the next one
-      batch = platform.to_global(next(batches), data_sharding)
+      batch = platform.to_global(next(batches), mesh)
       log(step + 1, {f"{prefix}/skipped_batch_of_step": step + 1})  # (in step order, on replay)
     with profiler.annotate(step + 1):
       state, sums = step_for(state, batch)(state, batch)
@@ -232,7 +238,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
           history[:] = [row for row in history if row["step"] <= step]
           progress.skipped(bad, step, len(skipped))
           pending, window_start = [], time.perf_counter()
-          batch = platform.to_global(next(batches), data_sharding)
+          batch = platform.to_global(next(batches), mesh)
           continue
       _check_finite(totals, done, len(pending), prefix, lambda: _skips_text(skipped)
                     + nonfinite_advice(), progress)
@@ -251,7 +257,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
     if signum:
       _stop_now(signum, done, state, pending, hooks, save_now, prefix, progress)
     if not is_last:
-      batch = platform.to_global(next(batches), data_sharding)
+      batch = platform.to_global(next(batches), mesh)
   progress.close()
   return FitResult(state, history)
 
@@ -288,7 +294,8 @@ class _Profiler:
 
 class _Executables:
   """One compiled step per batch shape: a task whose batches are cut to a few widths
-  (translation's length buckets) compiles each width once, on first use."""
+  (translation's length buckets) compiles each width once, on first use. jitted(batch) -> the
+  step jitted for that batch's shardings."""
 
   def __init__(self, jitted):
     self.jitted, self.compiled = jitted, {}
@@ -296,7 +303,7 @@ class _Executables:
   def __call__(self, state, batch: dict):
     shapes = tuple((key, batch[key].shape) for key in sorted(batch))
     if shapes not in self.compiled:
-      self.compiled[shapes] = self.jitted.lower(state, batch).compile()
+      self.compiled[shapes] = self.jitted(batch).lower(state, batch).compile()
     return self.compiled[shapes]
 
 

@@ -81,6 +81,7 @@ def main(argv):
   print(f"JAX process {jax.process_index()}/{jax.process_count()}, {jax.local_device_count()} "
         f"local / {jax.device_count()} global devices ({jax.default_backend()}).", flush=True)
   try:
+    platform.check_mesh(config, jax.device_count())
     task.validate(config, jax.device_count())  # the checks that ask the devices
     platform.check_xla_flags(config)
   except UsageError as error:

@@ -20,7 +20,8 @@ import numpy as np
 from absl import logging
 
 from textattn import attention as attention_lib
-from textattn import baselines
+from textattn import baselines, sharding
+from textattn.attention import sequence
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.defaults import check_choice, check_integer
 from textattn.errors import UsageError
@@ -78,16 +79,24 @@ class Dropout(nn.Module):
 
   The drop probability is `rate` rounded to a multiple of 1/65536 (0.1 -> 0.100006); kept
   values are scaled by the exact keep probability, so the expectation is unchanged.
+  `length`: the sequence length x [batch, length', ...] had before a sequence-parallel model
+  padded it to split over the mesh (`pad_for_mesh`): the bits are drawn for that length, so
+  every real position drops as it does unpadded (the padding's bits are never used).
   """
   rate: float
 
   @nn.compact
-  def __call__(self, x: Array, *, deterministic: bool) -> Array:
+  def __call__(self, x: Array, *, deterministic: bool, length: int | None = None) -> Array:
     if deterministic or self.rate == 0.0:
       return x
     threshold = round(self.rate * 65536)
     keep_prob = 1.0 - threshold / 65536
-    keep = dropout_bits(self.make_rng("dropout"), x.shape) >= threshold
+    if length is None or length == x.shape[1]:
+      bits = dropout_bits(self.make_rng("dropout"), x.shape)
+    else:
+      bits = dropout_bits(self.make_rng("dropout"), (x.shape[0], length, *x.shape[2:]))
+      bits = jnp.pad(bits, [(0, 0), (0, x.shape[1] - length)] + [(0, 0)] * (x.ndim - 2))
+    keep = bits >= threshold
     return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype), jnp.zeros_like(x))
 
 
@@ -171,15 +180,22 @@ class EncoderBlock(nn.Module):
   attention_impl: str = "auto"
   dtype: Any = jnp.float32
   head_dim: int | None = None  # None: embed // num_heads
+  # A mesh with a "sequence" axis of S > 1 devices: attention is the variant's sequence-sharded
+  # module (textattn/attention/sequence.py), x's length split over S; None: one device's.
+  mesh: Any = None
 
   @nn.compact
-  def __call__(self, x: Array, padding_mask: Array, *, deterministic: bool) -> Array:
+  def __call__(self, x: Array, padding_mask: Array, *, deterministic: bool,
+               length: int | None = None) -> Array:
+    """length: x's length before `pad_for_mesh` padded it (for dropout's bits; None: x's)."""
     embed = x.shape[-1]
-    attend = attention_lib.get(self.attention).build(
-        num_heads=self.num_heads, implementation=self.attention_impl, dtype=self.dtype,
-        name="attention", **head_dim_argument(self.head_dim))
+    attend = sequence.build(
+        attention_lib.get(self.attention), self.mesh, num_heads=self.num_heads,
+        implementation=self.attention_impl, dtype=self.dtype, name="attention",
+        **head_dim_argument(self.head_dim))
     layer_norm = lambda name: nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
-    dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic)
+    dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic,
+                                length=length)
 
     def feed_forward(h):
       h = nn.Dense(self.ffn_dim, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
@@ -193,6 +209,23 @@ class EncoderBlock(nn.Module):
       return layer_norm("norm_ffn")(x + dropout(feed_forward(x)))
     x = x + dropout(attend(layer_norm("norm_attention")(x), padding_mask))
     return x + dropout(feed_forward(layer_norm("norm_ffn")(x)))
+
+
+def pad_for_mesh(x: Array, padding_mask: Array, mesh, causal: bool) -> tuple[Array, Array]:
+  """x [batch, length, embed] and its mask padded at the end to a length the mesh's sequence
+  axis splits (S shards; 2S for a causal variant, whose zig-zag ring halves each shard), and
+  placed split along it. The padding is masked, so attention and every pooling are exact; it
+  is never a real token's key, and a causal query never sees it (it comes last). Unchanged
+  without a sequence axis of more than one device."""
+  shards = sharding.sequence_size(mesh)
+  if shards == 1:
+    return x, padding_mask
+  unit = shards * (2 if causal else 1)
+  extra = -x.shape[1] % unit
+  x = jnp.pad(x, ((0, 0), (0, extra), (0, 0)))
+  padding_mask = jnp.pad(padding_mask, ((0, 0), (0, extra)))
+  return (jax.lax.with_sharding_constraint(x, sharding.length_sharding(mesh, 3)),
+          jax.lax.with_sharding_constraint(padding_mask, sharding.length_sharding(mesh, 2)))
 
 
 def masked_mean(x: Array, padding_mask: Array) -> Array:
@@ -246,6 +279,7 @@ class Classifier(nn.Module):
   dtype: Any = jnp.float32
   mask_padding: bool = True
   bigram_buckets: int = 0
+  mesh: Any = None  # sequence parallelism (EncoderBlock.mesh); the length is padded to split
 
   @nn.compact
   def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
@@ -276,10 +310,15 @@ class Classifier(nn.Module):
       cls = self.param("cls", nn.initializers.normal(0.02), (self.embed_dim,))
       x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), x[:, :1].shape), x], axis=1)
       padding_mask = jnp.concatenate([jnp.ones_like(padding_mask[:, :1]), padding_mask], axis=1)
+    length = x.shape[1]
+    # (Initialised without the mesh: the same parameters, from a dummy batch of one row.)
+    mesh = None if self.is_initializing() else self.mesh
+    x, padding_mask = pad_for_mesh(x, padding_mask, mesh,
+                                   attention_lib.get(self.attention).causal)
     for i in range(self.num_layers):
       x = EncoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate, self.norm,
-                       self.attention_impl, self.dtype, name=f"block_{i}")(
-                           x, padding_mask, deterministic=not train)
+                       self.attention_impl, self.dtype, mesh=mesh, name=f"block_{i}")(
+                           x, padding_mask, deterministic=not train, length=length)
     if self.norm == "pre":
       x = nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name="final_norm")(x)
     if mlm_positions is not None:
@@ -321,6 +360,12 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   m = config.model
   architecture = m.architecture
   check_choice("model.architecture", architecture, baselines.ARCHITECTURES)
+  shards = config.mesh.sequence
+  if shards > 1 and (m.pretrained or architecture != "transformer"):
+    what = f"model.pretrained={m.pretrained!r}" if m.pretrained else f"model.architecture={architecture!r}"
+    raise UsageError(f"config.mesh.sequence={shards} splits the attention of the transformer "
+                     f"classifier, and config.{what} has none that is split; use "
+                     f"mesh.sequence=1.")
   if m.pretrained:  # a BERT encoder: its sizes come from its config.json (finetune.py)
     variant = attention_lib.get(m.attention)
     check_choice("model.dtype", m.dtype, tuple(DTYPES))
@@ -342,6 +387,7 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   for field, value in positive.items():
     check_integer(field, value, 1)
   variant.validate(m.attention_impl, m.embed_dim, m.num_heads, m.dtype)
+  sequence.check_declared(variant, shards)
   if variant.causal and m.pooling == "cls":
     raise UsageError(f"config.model.pooling='cls' cannot be used with config.model.attention="
                      f"{m.attention!r}: the CLS token comes first, so the look-ahead mask lets it "
@@ -388,8 +434,11 @@ def resolved_kernel(config: ml_collections.ConfigDict) -> str:
 
 
 def build_model(config: ml_collections.ConfigDict, num_classes: int,
-                vocab_size: int | None = None, pretrained_config=None) -> nn.Module:
-  """The classifier a config describes. `vocab_size` (ids the tokenizer uses) defaults to
+                vocab_size: int | None = None, pretrained_config=None,
+                mesh: jax.sharding.Mesh | None = None) -> nn.Module:
+  """The classifier a config describes; `mesh`: the run's (platform.config_mesh), whose
+  sequence axis, if it has more than one device, splits the encoder's attention (None: one
+  device's model, as for prediction). `vocab_size` (ids the tokenizer uses) defaults to
   config.vocab_size (258 for the byte tokenizer). With config.model.pretrained,
   `pretrained_config` is the encoder's BertConfig (finetune.load, or finetune.read_config of a
   workdir; None: read from the model's config.json) and the model is bert.BertClassifier."""
@@ -418,7 +467,8 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
       attention=m.attention, attention_impl=impl, position=m.position, norm=m.norm,
       pooling=m.pooling, dtype=DTYPES[m.dtype],
       mask_padding=config.padding != "before_as_token",
-      bigram_buckets=m.bigram_buckets)
+      bigram_buckets=m.bigram_buckets,
+      mesh=mesh if sharding.sequence_size(mesh) > 1 else None)
 
 
 def _pretrained_classifier(config, num_classes: int, bert_config) -> nn.Module:

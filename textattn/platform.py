@@ -9,19 +9,65 @@ import os
 import jax
 import ml_collections
 
+from textattn import sharding
 from textattn.errors import UsageError
 
 
-def data_parallel_shardings() -> tuple[jax.NamedSharding, jax.NamedSharding]:
-  """(batch sharded along a "data" axis over all devices, replicated) shardings."""
-  mesh = jax.make_mesh((jax.device_count(),), ("data",),
-                       axis_types=(jax.sharding.AxisType.Auto,))
-  return jax.NamedSharding(mesh, jax.P("data")), jax.NamedSharding(mesh, jax.P())
+def run_mesh(sequence: int = 1) -> jax.sharding.Mesh:
+  """The run's device mesh, over all devices: with sequence = 1 one "data" axis (data
+  parallelism, as every run had before config.mesh), else (data, sequence) with data =
+  devices / sequence (context parallelism, textattn/attention/sequence.py)."""
+  if sequence == 1:
+    return jax.make_mesh((jax.device_count(),), (sharding.DATA,),
+                         axis_types=(jax.sharding.AxisType.Auto,))
+  return sharding.make_mesh(jax.device_count() // sequence, sequence)
 
 
-def to_global(batch: dict, data_sharding: jax.NamedSharding) -> dict:
-  """This process's rows of a batch -> global arrays sharded along the data axis."""
-  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, x), batch)
+def config_mesh(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
+  """`run_mesh` of config.mesh.sequence: the one mesh of a run (the same for every caller)."""
+  return run_mesh(config.mesh.sequence)
+
+
+def replicated(mesh: jax.sharding.Mesh) -> jax.NamedSharding:
+  """Whole on every device of `mesh` (a train state)."""
+  return jax.NamedSharding(mesh, jax.P())
+
+
+def batch_sharding(mesh: jax.sharding.Mesh, shape: tuple[int, ...]) -> jax.NamedSharding:
+  """An array of a batch: [batch] split along "data"; [batch, length, ...] along "data" and,
+  on a mesh with a sequence axis, "sequence", when the length splits evenly (otherwise whole:
+  a model that pads the length to split it places it itself, models.Classifier)."""
+  shards = sharding.sequence_size(mesh)
+  if len(shape) >= 2 and shards > 1 and shape[1] % shards == 0:
+    return sharding.length_sharding(mesh, len(shape))
+  return jax.NamedSharding(mesh, jax.P(sharding.DATA))
+
+
+def batch_shardings(mesh: jax.sharding.Mesh, batch: dict) -> dict:
+  return jax.tree.map(lambda x: batch_sharding(mesh, x.shape), batch)
+
+
+def to_global(batch: dict, mesh: jax.sharding.Mesh) -> dict:
+  """This process's rows of a batch -> global arrays laid out as `batch_sharding` says."""
+  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(
+      batch_sharding(mesh, x.shape), x), batch)
+
+
+def check_mesh(config: ml_collections.ConfigDict, device_count: int) -> None:
+  """UsageError (one sentence) unless config.mesh fits this run's devices: mesh.sequence a
+  positive divisor of the device count, and within one process's devices (the batches are
+  read per process, row by row, so the sequence axis may not span processes)."""
+  shards = config.mesh.sequence
+  if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+    raise UsageError(f"config.mesh.sequence={shards!r} must be an integer >= 1 (the devices "
+                     f"each sequence is split over; 1 = none).")
+  if device_count % shards:
+    raise UsageError(f"config.mesh.sequence={shards} must divide the device count "
+                     f"({device_count}), so that data = devices / sequence is whole.")
+  local = jax.local_device_count() if device_count > 1 else 1
+  if shards > 1 and jax.process_count() > 1 and local % shards:
+    raise UsageError(f"config.mesh.sequence={shards} must divide each process's device count "
+                     f"({local}): a sequence axis that spans processes is not supported.")
 
 
 XlaOptionValue = str | bool | int | float
@@ -141,7 +187,9 @@ def machine_signature(config: ml_collections.ConfigDict, attention_impl: str) ->
                "attention_impl": attention_impl,
                "xla_flags": config.xla_flags, "deterministic": config.deterministic,
                # None: JAX's default (TF32 products on recent NVIDIA GPUs, float32 on CPUs).
-               "matmul_precision": jax.config.jax_default_matmul_precision}
+               "matmul_precision": jax.config.jax_default_matmul_precision,
+               # Absent before config.mesh (a resume from such a checkpoint notes nothing).
+               "mesh": dict(config_mesh(config).shape)}
   if signature["backend"] == "cpu":
     from textattn import attention
     from textattn.attention import native

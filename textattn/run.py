@@ -98,7 +98,8 @@ def schedule(config, steps_per_epoch: int) -> loop.Schedule:
       checkpoint_every = max(eval_every, checkpoint_every // eval_every * eval_every)
   plan = loop.Schedule(total, config.log_every_steps, eval_every, checkpoint_every,
                        batch_size=config.batch_size, steps_per_epoch=steps_per_epoch,
-                       compiler_options=platform.step_compiler_options(config))
+                       compiler_options=platform.step_compiler_options(config),
+                       mesh=platform.config_mesh(config))
   if config.final_params == "best" and plan.checkpoint_every % plan.eval_every:
     raise UsageError(
         f"config.checkpoint_every_steps={config.checkpoint_every_steps} must be a multiple of "
@@ -112,6 +113,7 @@ def validate(config: ml_collections.ConfigDict, device_count: int) -> None:
   """Every check of the config's task, static and device-dependent (UsageError, one sentence)."""
   task = tasks.get(config.task)
   task.validate(config, None)
+  platform.check_mesh(config, device_count)
   task.validate(config, device_count)
 
 
@@ -133,7 +135,7 @@ def train_only(config: ml_collections.ConfigDict, job: Job) -> list[tuple[int, d
   """Trains `job` from its fresh start with no workdir (no checkpoints, metric files, resume or
   report), evaluating its validation split at the run's evaluation interval; returns
   [(step, metrics)]. What validation sweeps run (textattn/sweep.py)."""
-  _, replicated = platform.data_parallel_shardings()
+  replicated = platform.replicated(platform.config_mesh(config))
   plan = dataclasses.replace(schedule(config, job.train_iter.steps_per_epoch), log_every=0,
                              checkpoint_every=0)
   tx = optim.make_optimizer(config.optimizer, plan.total_steps, frozen=job.frozen)
@@ -351,7 +353,7 @@ def restore_params(workdir: str, checkpoint: str, config, model, length: int | N
 
 
 def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict:
-  _, replicated = platform.data_parallel_shardings()
+  replicated = platform.replicated(platform.config_mesh(config))
   job = task.prepare(config, workdir, is_main)
   plan = schedule(config, job.train_iter.steps_per_epoch)
   tx = optim.make_optimizer(config.optimizer, plan.total_steps, frozen=job.frozen)

@@ -12,6 +12,11 @@ Decoding (`decode=True`, Flax examples/wmt's pattern; textattn/decoding.py): a f
 [batch, target_len] dummy allocates the "cache" collection; each later call feeds one token per
 row and returns that position's logits, reading and updating the cache (softmax: cached
 keys/values; causal additive: its running sums, plus the keys for the direct form).
+
+With a mesh whose sequence axis has S > 1 devices (training only; decoding stays on one
+device), sources and teacher-forced targets are padded to split over it (models.pad_for_mesh),
+the encoder's and the decoder's self-attention are their variants' sequence-sharded modules,
+and the cross-attention runs in JAX's global view (XLA gathers the memory's keys and values).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from textattn import attention as attention_lib
+from textattn.attention import sequence
 from textattn.attention.common import dense_init
 from textattn.attention.softmax import softmax_attention
 from textattn.errors import UsageError
@@ -33,6 +39,7 @@ from textattn.models import (
   EncoderBlock,
   head_dim_argument,
   keras_embedding_init,
+  pad_for_mesh,
 )
 
 Array = jax.Array
@@ -104,14 +111,17 @@ class DecoderBlock(nn.Module):
   dropout_rate: float = 0.1
   dtype: Any = jnp.float32
   head_dim: int | None = None  # None: embed // num_heads
+  mesh: Any = None  # sequence parallelism of the self-attention (EncoderBlock.mesh)
 
   @nn.compact
   def __call__(self, x, padding_mask, memory, memory_mask, *, deterministic: bool,
-               decode: bool = False):
+               decode: bool = False, length: int | None = None):
     embed = x.shape[-1]
-    dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic)
+    dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic,
+                                length=length)
     norm = lambda name: nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
-    attend = attention_lib.get(self.attention).build(
+    attend = sequence.build(
+        attention_lib.get(self.attention), None if decode else self.mesh,
         num_heads=self.num_heads, implementation="xla", dtype=self.dtype, name="self_attention",
         **head_dim_argument(self.head_dim))
     # (decode is passed only when asked: a plugin's variant need not support decoding)
@@ -143,6 +153,7 @@ class Seq2Seq(nn.Module):
   head_dim: int | None = None  # None: embed // num_heads; the chapter's Keras: 256 (= embed)
   share_embeddings: bool = False  # one token table for both sides (a shared vocabulary)
   tie_output: bool = False  # logits = x @ target token table^T + bias (no output kernel)
+  mesh: Any = None  # training with sequence parallelism (see the module's docstring)
 
   def setup(self):
     variant = attention_lib.get(self.decoder_attention)
@@ -161,11 +172,14 @@ class Seq2Seq(nn.Module):
                               table if self.share_embeddings else None)
     self.target_embed = Embed(self.target_vocab, self.target_len, self.embed_dim, self.dtype,
                               table)
+    # (Initialised without the mesh: the same parameters, from a dummy batch of one row.)
+    self._mesh = None if self.is_initializing() else self.mesh
     self.encoder = [EncoderBlock(self.encoder_attention, self.num_heads, self.ffn_dim,
-                                 self.dropout_rate, "post", "auto", self.dtype, self.head_dim)
+                                 self.dropout_rate, "post", "auto", self.dtype, self.head_dim,
+                                 mesh=self._mesh)
                     for _ in range(self.encoder_layers)]
     self.decoder = [DecoderBlock(self.decoder_attention, self.num_heads, self.ffn_dim,
-                                 self.dropout_rate, self.dtype, self.head_dim)
+                                 self.dropout_rate, self.dtype, self.head_dim, mesh=self._mesh)
                     for _ in range(self.decoder_layers)]
     self.output_dropout = Dropout(self.output_dropout_rate)
     if self.tie_output:
@@ -176,9 +190,11 @@ class Seq2Seq(nn.Module):
   def encode(self, sources: Array, *, train: bool = False) -> tuple[Array, Array]:
     mask = sources != 0
     x = self.source_embed(sources)
+    length = x.shape[1]
+    x, mask = pad_for_mesh(x, mask, self._mesh, attention_lib.get(self.encoder_attention).causal)
     for block in self.encoder:
-      x = block(x, mask, deterministic=not train)
-    return x, mask
+      x = block(x, mask, deterministic=not train, length=length)
+    return x, mask  # (with a mesh: padded to split over it, the padding masked)
 
   def decode(self, targets_in: Array, memory: Array, memory_mask: Array, *,
              train: bool = False, decode: bool = False) -> Array:
@@ -186,13 +202,19 @@ class Seq2Seq(nn.Module):
     if decode:  # in a decoding step every fed token is real (rows that ended are ignored)
       mask = jnp.ones_like(mask)
     x = self.target_embed(targets_in, decode=decode)
+    length = x.shape[1]
+    if not decode:
+      x, mask = pad_for_mesh(x, mask, self._mesh, causal=True)
     for block in self.decoder:
-      x = block(x, mask, memory, memory_mask, deterministic=not train, decode=decode)
-    x = self.output_dropout(x, deterministic=not train)
+      x = block(x, mask, memory, memory_mask, deterministic=not train, decode=decode,
+                length=length)
+    x = self.output_dropout(x, deterministic=not train, length=length)
     if self.tie_output:
       table = self.token_table.embedding.astype(jnp.float32)
-      return jnp.einsum("...d,vd->...v", x.astype(jnp.float32), table) + self.logits_bias
-    return self.logits(x)
+      logits = jnp.einsum("...d,vd->...v", x.astype(jnp.float32), table) + self.logits_bias
+    else:
+      logits = self.logits(x)
+    return logits[:, :length]  # (the mesh's padding dropped)
 
   def __call__(self, sources: Array, targets_in: Array, *, train: bool = False) -> Array:
     memory, memory_mask = self.encode(sources, train=train)

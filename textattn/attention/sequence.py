@@ -466,16 +466,21 @@ class ShardedSelfAttention(nn.Module):
                            name="out")(out)
 
 
+def check_declared(variant: registry.Variant, shards: int) -> None:
+  """UsageError (one sentence) if `variant` declares no sequence sharding and shards > 1."""
+  if shards > 1 and variant.shard is None:
+    raise UsageError(f"config.model.attention={variant.name!r} declares no sequence sharding, so "
+                     f"it cannot run with mesh.sequence={shards}; use mesh.sequence=1 or a "
+                     f"variant that does ({', '.join(sharded_names())}).")
+
+
 def build(variant: registry.Variant, mesh: jax.sharding.Mesh | None, **build_kwargs) -> nn.Module:
   """variant.build(**build_kwargs) without a mesh or with one sequence shard, else the variant's
   sequence-sharded module; a variant that declares none is refused in one sentence."""
   shards = sharding.sequence_size(mesh)
   if shards == 1:
     return variant.build(**build_kwargs)
-  if variant.shard is None:
-    raise UsageError(f"config.model.attention={variant.name!r} declares no sequence sharding, so "
-                     f"it cannot run with mesh.sequence={shards}; use mesh.sequence=1 or a "
-                     f"variant that does ({', '.join(sharded_names())}).")
+  check_declared(variant, shards)
   return variant.shard(mesh=mesh, **build_kwargs)
 
 

@@ -124,7 +124,8 @@ def _build_train_step(spec, config, model, tokens, labels, key, short):
 
   # As in training: the batch sharded over all devices (config.num_cpu_devices on a CPU), the
   # state replicated.
-  data_sharding, replicated = platform.data_parallel_shardings()
+  mesh = platform.run_mesh()
+  data_sharding, replicated = jax.NamedSharding(mesh, jax.P("data")), platform.replicated(mesh)
   if config.batch_size % jax.device_count():
     raise UsageError(f"config.batch_size={config.batch_size} must be a multiple of the device "
                      f"count ({jax.device_count()}).")

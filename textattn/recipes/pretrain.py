@@ -305,7 +305,7 @@ def train_encoder(config, inputs: np.ndarray, vocab_size: int):
     return step.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                                   dropout_key=jax.random.key_data(dropout_rng))
 
-  _, replicated = platform.data_parallel_shardings()
+  replicated = platform.replicated(platform.run_mesh())  # (data parallel: no mesh.sequence)
   abstract = jax.eval_shape(init, jax.random.key(p.seed))
   state = jax.jit(init, out_shardings=jax.tree.map(lambda _: replicated, abstract))(
       jax.random.key(p.seed))

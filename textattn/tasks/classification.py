@@ -28,6 +28,7 @@ from textattn import (
   tasks,
 )
 from textattn import data as data_lib
+from textattn.attention import sequence
 from textattn.defaults import check_choice, check_integer
 from textattn.errors import RunError, UsageError
 from textattn.metrics import summarize_eval
@@ -54,6 +55,9 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None) -> Non
     return
   data_lib.validate_config(config)
   optim.validate_config(config.optimizer)
+  if config.model.architecture == "transformer" and not config.model.pretrained:
+    # (before JAX starts: a variant that cannot be split is refused before anything runs)
+    sequence.check_declared(attention.get(config.model.attention), config.mesh.sequence)
   finetune.validate_config(config)
   check_choice("eval_split", config.eval_split, EVAL_SPLITS)
   check_choice("final_params", config.final_params, FINAL_PARAMS)
@@ -98,23 +102,27 @@ def collapse_warning(sums: dict, class_names, prefix: str) -> str | None:
 
 
 def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class_names,
-                   compiler_options=None):
+                   compiler_options=None, mesh=None):
   """evaluate(state, split, prefix) -> (metrics, class probabilities [N, C] for "test" else
-  None). Eval batches are consecutive examples with weight-0 padding at the end."""
-  data_sharding, replicated = platform.data_parallel_shardings()
-  compiled = {
-      with_probabilities: jax.jit(
-          lambda s, b, p=with_probabilities: step.eval_step(s, b, num_classes, probabilities=p),
-          in_shardings=(state_sharding, data_sharding), out_shardings=replicated,
-          compiler_options=compiler_options)
-      for with_probabilities in (False, True)}
+  None). Eval batches are consecutive examples with weight-0 padding at the end, laid out on
+  `mesh` (the run's, platform.run_mesh; None: data parallelism over all devices)."""
+  mesh = mesh if mesh is not None else platform.run_mesh()
+  jitted = {}
+
+  def compiled(with_probabilities, state, batch):
+    if with_probabilities not in jitted:  # (every eval batch has one shape)
+      jitted[with_probabilities] = jax.jit(
+          lambda s, b: step.eval_step(s, b, num_classes, probabilities=with_probabilities),
+          in_shardings=(state_sharding, platform.batch_shardings(mesh, batch)),
+          out_shardings=platform.replicated(mesh), compiler_options=compiler_options)
+    return jitted[with_probabilities](state, batch)
 
   def evaluate(state, split, prefix):
     with_probabilities = prefix == "test"
     totals, probabilities = None, []
     for batch in data_lib.eval_batches(split, eval_batch_size, jax.process_index(),
                                        jax.process_count()):
-      sums = compiled[with_probabilities](state, platform.to_global(batch, data_sharding))
+      sums = compiled(with_probabilities, state, platform.to_global(batch, mesh))
       if with_probabilities:
         probabilities.append(sums.pop("probabilities"))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
@@ -186,19 +194,19 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
   parameters) when the caller has them (a sweep's export), else the config's recipes;
   `bert_config` / `source`: a pretrained encoder's config and loaded weights (finetune)."""
   kernel_config = pinned_kernel(config, workdir, is_main)
+  mesh = platform.config_mesh(config)
   model = models.build_model(kernel_config, len(data.class_names), vocab_size=data.vocab_size,
-                             pretrained_config=bert_config)
+                             pretrained_config=bert_config, mesh=mesh)
   train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
                                       jax.process_index(), jax.process_count())
   evaluator = None
 
   def evaluate(state, split, prefix):
     nonlocal evaluator
-    if evaluator is None:  # (the state's sharding: replicated over the data-parallel mesh)
-      _, replicated = platform.data_parallel_shardings()
-      evaluator = make_evaluator(jax.tree.map(lambda _: replicated, state),
+    if evaluator is None:  # (the state's sharding: replicated over the run's mesh)
+      evaluator = make_evaluator(jax.tree.map(lambda _: platform.replicated(mesh), state),
                                  len(data.class_names), config.eval_batch_size,
-                                 data.class_names, platform.step_compiler_options(config))
+                                 data.class_names, platform.step_compiler_options(config), mesh)
     return evaluator(state, split, prefix)
 
   def report(state, report_step, reused):

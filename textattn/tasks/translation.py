@@ -75,7 +75,10 @@ def trimmer(source_len: int, target_len: int):
   return trim
 
 
-def build_model(config, source_vocab: int, target_vocab: int) -> seq2seq.Seq2Seq:
+def build_model(config, source_vocab: int, target_vocab: int,
+                mesh: jax.sharding.Mesh | None = None) -> seq2seq.Seq2Seq:
+  """The config's Seq2Seq; `mesh`: the run's, for training with sequence parallelism (None:
+  one device's, as decoding uses)."""
   m = config.model
   return seq2seq.Seq2Seq(
       source_vocab=source_vocab, target_vocab=target_vocab, source_len=config.source_len,
@@ -85,6 +88,7 @@ def build_model(config, source_vocab: int, target_vocab: int) -> seq2seq.Seq2Seq
       dropout_rate=m.dropout_rate, output_dropout_rate=m.output_dropout_rate,
       head_dim=m.head_dim or None, share_embeddings=m.share_embeddings,
       tie_output=m.tie_output,
+      mesh=mesh if config.mesh.sequence > 1 else None,
       dtype={"float32": jnp.float32, "bfloat16": jnp.bfloat16}[m.dtype])
 
 
@@ -104,6 +108,14 @@ def validate(config, device_count: int | None) -> None:
   check_integer("beam_size", config.beam_size, 0)
   check_integer("length_pool", config.length_pool, 0)
   attention.get(config.model.encoder_attention)
+  if config.mesh.sequence > 1:
+    for field in ("encoder_attention", "decoder_attention"):
+      if attention.get(config.model[field]).shard is None:
+        from textattn.attention.sequence import sharded_names
+        raise UsageError(f"config.model.{field}={config.model[field]!r} declares no sequence "
+                         f"sharding, so it cannot run with mesh.sequence={config.mesh.sequence}; "
+                         f"use mesh.sequence=1 or a variant that does "
+                         f"({', '.join(sharded_names())}).")
   if not attention.get(config.model.decoder_attention).causal:
     raise UsageError(f"config.model.decoder_attention={config.model.decoder_attention!r} is not "
                      f"a causal variant; allowed: "
@@ -252,12 +264,21 @@ def eval_step(state, batch):
 
 
 def make_evaluator(state_sharding, eval_batch_size: int, source_len: int, target_len: int,
-                   options=None):
+                   options=None, mesh=None):
   """evaluate(state, split, prefix) -> token loss/accuracy/count over the split; each global
-  batch cut to its own width (a split sorted by length, as validation is, cuts the most)."""
-  data_sharding, replicated = platform.data_parallel_shardings()
-  compiled = jax.jit(eval_step, in_shardings=(state_sharding, data_sharding),
-                     out_shardings=replicated, compiler_options=options)
+  batch cut to its own width (a split sorted by length, as validation is, cuts the most) and
+  laid out on `mesh` (the run's; None: data parallelism over all devices)."""
+  mesh = mesh if mesh is not None else platform.run_mesh()
+  jitted = {}
+
+  def compiled(state, batch):
+    shapes = tuple((key, batch[key].shape) for key in sorted(batch))
+    if shapes not in jitted:
+      jitted[shapes] = jax.jit(
+          eval_step, in_shardings=(state_sharding, platform.batch_shardings(mesh, batch)),
+          out_shardings=platform.replicated(mesh), compiler_options=options)
+    return jitted[shapes](state, batch)
+
   trim = trimmer(source_len, target_len)
 
   def evaluate(state, split, prefix):
@@ -267,7 +288,7 @@ def make_evaluator(state_sharding, eval_batch_size: int, source_len: int, target
                                                         jax.process_index(),
                                                         jax.process_count())):
       width = int(widths[index * eval_batch_size:(index + 1) * eval_batch_size].max())
-      sums = compiled(state, platform.to_global(trim(batch, width), data_sharding))
+      sums = compiled(state, platform.to_global(trim(batch, width), mesh))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.device_get(totals)
     count = max(float(totals["count"]), 1.0)
@@ -313,8 +334,9 @@ def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict:
 
 def prepare(config, workdir: str, is_main: bool) -> run.Job:
   data, source_tok, target_tok, references = load_data(config, workdir, write=is_main)
-  model = build_model(config, source_tok.vocab_size, target_tok.vocab_size)
-  packed = Packed(model)
+  model = build_model(config, source_tok.vocab_size, target_tok.vocab_size)  # (decoding's)
+  mesh = platform.config_mesh(config)
+  packed = Packed(build_model(config, source_tok.vocab_size, target_tok.vocab_size, mesh))
   train_iter = data_lib.TrainIterator(
       data.train, config.batch_size, config.seed, jax.process_index(), jax.process_count(),
       lengths=lengths(data.train.inputs, config.source_len), length_pool=config.length_pool,
@@ -324,10 +346,9 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
   def evaluate(state, split, prefix):
     nonlocal evaluator
     if evaluator is None:
-      _, replicated = platform.data_parallel_shardings()
-      evaluator = make_evaluator(jax.tree.map(lambda _: replicated, state),
+      evaluator = make_evaluator(jax.tree.map(lambda _: platform.replicated(mesh), state),
                                  config.eval_batch_size, config.source_len, config.target_len,
-                                 platform.step_compiler_options(config))
+                                 platform.step_compiler_options(config), mesh)
     return evaluator(state, split, prefix), None
 
   def report(state, report_step, reused):
