@@ -62,3 +62,17 @@ def pytest_unconfigure(config):
   if _OWN_CACHE:  # (the process that made it; xdist's workers inherit it from the controller)
     import shutil
     shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
+
+@pytest.fixture
+def toy():
+  """tests/toy_attention.py's plugin variant "toy_mean" imported in this process, and
+  unregistered afterwards: other tests in the same worker see the built-in variants only."""
+  import importlib
+  import sys
+
+  from textattn import attention
+  module = importlib.import_module("tests.toy_attention")
+  yield module
+  attention.unregister(module.VARIANT.name)
+  sys.modules.pop("tests.toy_attention", None)

@@ -166,8 +166,7 @@ def test_the_environment_forces_a_choice_without_timing(calibrated, monkeypatch)
     resolve("softmax", 256)
 
 
-def test_a_plugins_resolve_without_the_length_keywords_still_works():
-  from tests import toy_attention  # noqa: F401 -- registers "toy_mean"
+def test_a_plugins_resolve_without_the_length_keywords_still_works(toy):
   assert attention.get("toy_mean").kernel("auto", 8, "float32", length=64, num_heads=2) == "xla"
 
 
