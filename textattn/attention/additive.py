@@ -1,12 +1,16 @@
 """Fastformer additive attention (Wu et al. 2021, arXiv 2108.09084); registers "additive".
 
-Linear in the sequence length. Three kernels behind one signature: `additive_attention`, the XLA
+Linear in the sequence length. Four kernels behind one signature: `additive_attention`, the XLA
 function ("xla"); `native_additive_attention`, the same maths as two C++ XLA FFI kernels (CPU,
-one device, head_dim a multiple of 8); and `additive_pallas.pallas_additive_attention`, Pallas
-kernels in the Triton style ("pallas"; GPU, or interpret mode on a CPU). "auto" picks native
-where it runs and was measured faster than xla for the shape (textattn/attention/calibration.py);
-on a GPU, pallas where textattn/attention/pallas_allowlist.py lists the platform;
-else xla.
+one device, head_dim a multiple of 8); `additive_pallas.pallas_additive_attention`, Pallas
+kernels in the Triton style ("pallas"; GPU, or interpret mode on a CPU); and
+`additive_tpu.tpu_additive_attention`, the same algorithm as Pallas TPU (Mosaic) kernels
+("pallas_tpu"; TPU, or TPU interpret mode on a CPU; benchmark label "pallas" too). Two names, not
+one "pallas" dispatching per backend: they are different kernels (layouts, lowering, tests), each
+allow-listed separately, and on a CPU both run (in interpret mode) and are tested. "auto" picks
+native where it runs and was measured faster than xla for the shape
+(textattn/attention/calibration.py); on a GPU "pallas", on a TPU "pallas_tpu", where
+textattn/attention/pallas_allowlist.py lists the platform; else xla.
 The scoring vectors are shared across heads as in the authors' code: each head's score reads
 all heads' features (kernel [heads*dim, heads]).
 """
@@ -20,11 +24,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textattn.attention import additive_pallas, pallas_allowlist, registry, softmax
+from textattn.attention import additive_pallas, additive_tpu, pallas_allowlist, registry, softmax
 from textattn.attention.common import Array, dense_init, masked_softmax_over_tokens, usable_cores
 from textattn.errors import UsageError
 
-IMPLEMENTATIONS = ("auto", "xla", "native", "pallas")
+IMPLEMENTATIONS = ("auto", "xla", "native", "pallas", "pallas_tpu")
 
 
 def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
@@ -123,7 +127,10 @@ def native_additive_attention(query: Array, key: Array, padding_mask: Array, alp
 
 
 KERNELS = {"xla": additive_attention, "native": native_additive_attention,
-           "pallas": additive_pallas.pallas_additive_attention}
+           "pallas": additive_pallas.pallas_additive_attention,
+           "pallas_tpu": additive_tpu.tpu_additive_attention}
+# The Pallas kernel of each accelerator backend ("auto" may pick it where allow-listed).
+PALLAS_BY_BACKEND = {"gpu": "pallas", "tpu": "pallas_tpu"}
 
 
 def calibration_problem(shape):
@@ -159,15 +166,16 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
   """'auto' -> on a one-device CPU where the native kernels serve this run and head_dim is a
   multiple of 8 (its kernel needs that), 'native' where textattn.attention.calibration measured
   it faster than 'xla' for this shape class (`length`, `head_dim`, `num_heads`; without them,
-  'native'), else 'xla'; on a GPU, 'pallas' where the allow-list names this device kind and
-  JAX version (pallas_allowlist.py: a run there vouched for it), else 'xla' with the reason
-  warned once; 'xla' elsewhere (memory-bound, linear in length, and XLA fuses it)."""
+  'native'), else 'xla'; on a GPU 'pallas', on a TPU 'pallas_tpu', where the allow-list names
+  this device kind and JAX version (pallas_allowlist.py: a run there vouched for it), else 'xla'
+  with the reason warned once; 'xla' elsewhere (memory-bound, linear in length, and XLA fuses
+  it)."""
   if implementation != "auto":
     return implementation
-  if jax.default_backend() == "gpu":
+  if jax.default_backend() in PALLAS_BY_BACKEND:
     reason = pallas_allowlist.refusal("additive")
     if reason is None:
-      return "pallas"
+      return PALLAS_BY_BACKEND[jax.default_backend()]
     softmax.warn_fallback("additive", "xla", reason)
     return "xla"
   if head_dim is not None and head_dim % 8:
@@ -196,7 +204,11 @@ def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "flo
   if implementation == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
     raise UsageError(f"config.model.attention_impl='pallas' with additive attention runs on a GPU "
                      f"(or in interpret mode on a CPU), not on the {jax.default_backend()} "
-                     f"backend; use 'auto' or 'xla'.")
+                     f"backend; use 'auto', 'xla' or (on a TPU) 'pallas_tpu'.")
+  if implementation == "pallas_tpu" and jax.default_backend() not in ("tpu", "cpu"):
+    raise UsageError(f"config.model.attention_impl='pallas_tpu' with additive attention runs on a "
+                     f"TPU (or in TPU interpret mode on a CPU), not on the "
+                     f"{jax.default_backend()} backend; use 'auto', 'xla' or (on a GPU) 'pallas'.")
 
 
 def fastformer_projections(module: nn.Module, x: Array, num_heads: int, dtype: Any):
@@ -243,5 +255,6 @@ registry.register(registry.Variant(
     implementations=IMPLEMENTATIONS,
     resolve=resolve,
     check=check,
-    kernels=(("xla", "linear (XLA)"), ("native", "native"), ("pallas", "pallas")),
+    kernels=(("xla", "linear (XLA)"), ("native", "native"), ("pallas", "pallas"),
+             ("pallas_tpu", "pallas")),
     description="Fastformer additive attention, linear in length (arXiv 2108.09084)"))

@@ -20,8 +20,10 @@ bfloat16/float16 only; unverified), softmax_splash (JAX's Pallas TPU splash atte
 interpret mode on a CPU, so not a speed there), softmax_chunked (memory-efficient exact softmax),
 softmax_fused (CPU layout), causal (and causal_<implementation>), additive (Fastformer, the XLA
 function), additive_native (its C++ kernel), additive_pallas (its Pallas kernels; interpret mode on
-a CPU, so not a speed there), additive_auto (as "auto" in a config: native where it runs and was timed faster at that
-length, textattn/attention/calibration.py; each point resolves at its own length), and
+a CPU, so not a speed there), additive_pallas_tpu (its Pallas TPU kernels, also labelled "pallas";
+TPU interpret mode on a CPU), additive_auto (as "auto" in a config: native where it runs and was
+timed faster at that length, textattn/attention/calibration.py; each point resolves at its own
+length), and
 causal_additive_recurrent (the scan) with causal_additive_recurrent_chunked. Each row's `kernel`
 column names the kernel that ran (the registry's labels: naive, flash, splash, fused, native,
 pallas, scan, chunked, ...; an "auto" row is labelled by what it resolved to). The default
