@@ -13,6 +13,10 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+# "auto" on a CPU picks native or XLA kernels by timing them per shape on first use
+# (textattn/attention/calibration.py); the suite must not depend on timings, so it keeps the
+# rule that needs none (native wherever it runs). Tests of the calibration set it themselves.
+os.environ.setdefault("TEXTATTN_CPU_AUTO", "native")
 # The suite's models are tiny, so on the CPU it spends most of its time in XLA's compiler, not
 # running code: LLVM at -O0 (with the jitted seq2seq tests, the suite 24 -> 12 min on CPU-5,
 # experiments/RESULTS.md section 20).
@@ -58,3 +62,17 @@ def pytest_unconfigure(config):
   if _OWN_CACHE:  # (the process that made it; xdist's workers inherit it from the controller)
     import shutil
     shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
+
+@pytest.fixture
+def toy():
+  """tests/toy_attention.py's plugin variant "toy_mean" imported in this process, and
+  unregistered afterwards: other tests in the same worker see the built-in variants only."""
+  import importlib
+  import sys
+
+  from textattn import attention
+  module = importlib.import_module("tests.toy_attention")
+  yield module
+  attention.unregister(module.VARIANT.name)
+  sys.modules.pop("tests.toy_attention", None)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from textattn import attention
-from textattn.attention import additive, softmax
+from textattn.attention import additive, softmax, splash
 
 SHAPES = [(2, 7, 1, 4), (3, 16, 2, 8), (1, 33, 4, 16)]  # batch, length, heads, head_dim
 KERNELS = {
@@ -267,9 +267,11 @@ def test_native_kernels_do_not_depend_on_their_threads(monkeypatch, kernel):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-# cuDNN needs an NVIDIA GPU and bf16; everything else runs (and is tested) on the CPU.
-# "auto" is one of the others (test_auto_picks_the_native_kernel_on_this_cpu).
-CPU_IMPLEMENTATIONS = [i for i in softmax.IMPLEMENTATIONS if i not in ("cudnn", "auto")]
+# cuDNN needs an NVIDIA GPU and bf16; splash runs here in TPU interpret mode, too slowly for
+# these module tests (test_splash_attention_matches_float64_reference checks it); everything else
+# runs (and is tested) on the CPU. "auto" is one of the others
+# (test_auto_picks_the_native_kernel_on_this_cpu).
+CPU_IMPLEMENTATIONS = [i for i in softmax.IMPLEMENTATIONS if i not in ("cudnn", "splash", "auto")]
 MODULES = [("softmax", impl, "shared") for impl in CPU_IMPLEMENTATIONS] + [
     ("causal", impl, "shared") for impl in CPU_IMPLEMENTATIONS] + [
     ("additive", impl, s) for impl in ("xla", "native") for s in ("shared",)]
@@ -451,13 +453,51 @@ def test_auto_falls_back_with_one_warning_naming_the_reason(monkeypatch, caplog)
 
 @pytest.mark.parametrize("backend,dtype,want", [
     ("gpu", "bfloat16", "cudnn"), ("gpu", "float16", "cudnn"), ("gpu", "float32", "dot_product"),
-    ("tpu", "bfloat16", "dot_product")])
-def test_auto_picks_flash_attention_on_a_gpu_in_bfloat16(monkeypatch, backend, dtype, want):
+    ("tpu", "bfloat16", "splash"), ("tpu", "float32", "splash"), ("cpu", "bfloat16", None)])
+def test_auto_picks_flash_attention_on_a_gpu_in_bfloat16_and_splash_on_a_tpu(monkeypatch, backend,
+                                                                              dtype, want):
   monkeypatch.setattr(jax, "default_backend", lambda: backend)
   for name in ("softmax", "causal"):
-    assert attention.get(name).resolve("auto", 64, dtype) == want
-  assert attention.get("additive").resolve("auto", 64, dtype) == "xla"
+    got = attention.get(name).resolve("auto", 64, dtype)
+    assert got == want if want else got in ("native", "fused")  # (the CPU's own choice)
+  if backend != "cpu":
+    assert attention.get("additive").resolve("auto", 64, dtype) == "xla"
   softmax.warn_fallback.cache_clear()
+
+
+@pytest.mark.parametrize("backend,allowed", [("tpu", True), ("cpu", True), ("gpu", False)])
+def test_splash_is_refused_on_a_gpu_in_one_sentence(monkeypatch, backend, allowed):
+  monkeypatch.setattr(jax, "default_backend", lambda: backend)
+  args = {"implementation": "splash", "embed_dim": 32, "num_heads": 2}
+  if allowed:
+    attention.get("causal").validate(**args)
+    return
+  with pytest.raises(ValueError, match=r"attention_impl='splash' runs on a TPU .* gpu backend"):
+    attention.get("causal").validate(**args)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["softmax", "causal"])
+def test_splash_attention_matches_float64_reference(causal):
+  # JAX's Pallas TPU splash kernel, in TPU interpret mode on a CPU: 37 positions (padded to 128
+  # inside), row 1 all padding (output exactly 0), row 2 right-padded; values against the
+  # float64 transcription, gradients against the reference kernel's.
+  shape = (3, 37, 2, 8)
+  q, k, v = random_qkv(shape, seed=31)
+  mask = jnp.asarray(random_padding(shape[0], shape[1], seed=32))
+  cotangent = jax.random.normal(jax.random.key(33), shape)
+
+  def values_and_grads(kernel):
+    out, pullback = jax.vjp(lambda q, k, v: kernel(q, k, v, mask, causal=causal), q, k, v)
+    return (out,) + pullback(cotangent)
+
+  got = jax.jit(functools.partial(values_and_grads, splash.splash_attention))()
+  want = jax.jit(functools.partial(values_and_grads, softmax.softmax_attention))()
+  np.testing.assert_allclose(np.asarray(got[0]),
+                             numpy_softmax_attention(q, k, v, np.asarray(mask), causal),
+                             atol=1e-5, rtol=1e-5)
+  assert np.all(np.asarray(got[0])[1] == 0)
+  for name, g, w in zip(("dq", "dk", "dv"), got[1:], want[1:]):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=1e-5, rtol=1e-5, err_msg=name)
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu",

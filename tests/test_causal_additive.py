@@ -175,6 +175,11 @@ def test_chunked_form_keeps_rows_whose_scores_lie_far_below_a_later_one_in_the_c
   assert_relatively_close(chunked(chunk)(q, k, mask, wa, wb), want, 1e-6)
 
 
+# Chunks of the Pallas kernel's tests: 8 in interpret mode; Triton's `dot` (on a GPU, where
+# experiments/gpu/accelerators.sh runs these tests compiled) needs at least 16.
+PALLAS_CHUNK = 8 if jax.default_backend() == "cpu" else 16
+
+
 def pallas(chunk_size):
   return functools.partial(causal_additive_pallas.pallas_recurrent_causal_additive,
                            chunk_size=chunk_size)
@@ -196,9 +201,9 @@ def test_chunked_form_is_causal_across_and_inside_chunks(kernel):
 @pytest.mark.parametrize("spread", [1.0, 30.0], ids=["scores_O(1)", "scores_O(30)"])
 def test_pallas_chunked_kernel_matches_float64_definition(spread, dtype, tolerance):
   # Pallas in interpret mode on a CPU. 3 heads of 4 (12 features, padded to 16 in the kernel),
-  # 21 positions in chunks of 8 (a ragged last chunk), the padding of inputs(); bfloat16 inputs
-  # are compared with float64 on the same rounded values (bound: 2e-2 of the scale; bfloat16's
-  # step is 3.9e-3).
+  # 21 positions in chunks of PALLAS_CHUNK (a ragged last chunk), the padding of inputs();
+  # bfloat16 inputs are compared with float64 on the same rounded values (bound: 2e-2 of the
+  # scale; bfloat16's step is 3.9e-3).
   rng = np.random.default_rng(5)
   batch, length, heads, head_dim = 2, 21, 3, 4
   q, k = (np.asarray(jnp.asarray(rng.normal(size=(batch, length, heads, head_dim)), dtype),
@@ -208,23 +213,87 @@ def test_pallas_chunked_kernel_matches_float64_definition(spread, dtype, toleran
   mask = np.ones((batch, length), bool)
   mask[1, 15:], mask[1, 0] = False, False
   want = reference(q, k, mask, wa, wb, "recurrent")
-  got = jax.jit(pallas(8))(*(jnp.asarray(x, dtype) for x in (q, k)), jnp.asarray(mask),
+  got = jax.jit(pallas(PALLAS_CHUNK))(*(jnp.asarray(x, dtype) for x in (q, k)), jnp.asarray(mask),
                            *(jnp.asarray(x, dtype) for x in (wa, wb)))
   assert got.dtype == dtype
   assert_relatively_close(jnp.asarray(got, jnp.float32), want, tolerance, "u")
   assert not np.asarray(got, np.float32)[1, 0].any()
 
 
-def test_pallas_chunked_kernel_gradients_equal_the_chunked_and_scan_forms():
-  # The backward is the XLA chunked form's (a documented mix); through the custom VJP, the
-  # gradients must be those of the scan too.
-  q, k, mask, wa, wb = chunked_inputs(seed=6)
-  cotangent = jax.random.normal(jax.random.key(7), q.shape)
+def float64_recurrent(q, k, wa, wb, mask):
+  """The recurrent form as masked [t, i] softmax matrices (call under jax.enable_x64 with float64
+  inputs): differentiable, and independent of chunks, scans and running sums."""
+  batch, length, _, head_dim = q.shape
+  visible = (mask[:, None, :] & jnp.tril(jnp.ones((length, length), bool))[None])[..., None]
 
-  def grads(kernel):
-    loss = lambda q, k, wa, wb: jnp.sum(kernel(q, k, mask, wa, wb) * cotangent)
-    return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, k, wa, wb)
+  def pool(x, kernel):  # [b, t, h, d]: sum_{i<=t, real} softmax(score(x_i)) x_i
+    scores = jnp.einsum("bif,fh->bih", x.reshape(batch, length, -1), kernel) / np.sqrt(head_dim)
+    scores = jnp.where(visible, scores[:, None], -1e30)  # [b, t, i, h]
+    top = jax.lax.stop_gradient(jnp.max(scores, axis=2, keepdims=True))
+    e = jnp.where(visible, jnp.exp(scores - top), 0.0)
+    total = jnp.sum(e, axis=2, keepdims=True)
+    return jnp.einsum("btih,bihd->bthd", jnp.where(total > 0, e / jnp.maximum(total, 1e-300), 0.0),
+                      x)
 
-  for name, got, want in zip(("q", "k", "alpha_kernel", "beta_kernel"), grads(pallas(8)),
-                             grads(causal_additive.recurrent_causal_additive)):
-    assert_relatively_close(got, want, 1e-5, name)
+  return q * pool(k * pool(q, wa), wb)
+
+
+@jax.jit
+def pallas_vjp(q, k, mask, wa, wb, cotangent):
+  """u and the gradients of <u, cotangent> w.r.t. q, k and both scoring kernels, through the
+  Pallas backward kernel (one compilation per dtype for every test below)."""
+  u, pullback = jax.vjp(lambda *args: pallas(PALLAS_CHUNK)(args[0], args[1], mask, *args[2:]), q, k, wa, wb)
+  return (u,) + pullback(cotangent.astype(u.dtype))
+
+
+def pallas_gradient_inputs(dtype, spread=1.0, seed=6):
+  """3 heads of 4 (12 features, padded to 16 in the kernel), 21 positions in chunks of
+  PALLAS_CHUNK (a ragged last chunk); padding inside example 0, at the end of example 1 and at
+  its first position. Values rounded to `dtype`, returned in float64 with a float64 cotangent."""
+  rng = np.random.default_rng(seed)
+  batch, length, heads, head_dim = 2, 21, 3, 4
+  q, k, cotangent = (rng.normal(size=(batch, length, heads, head_dim)) for _ in range(3))
+  wa, wb = (spread * rng.normal(size=(heads * head_dim, heads)) for _ in range(2))
+  mask = np.ones((batch, length), bool)
+  mask[0, 9], mask[1, 15:], mask[1, 0] = False, False, False
+  q, k, wa, wb, cotangent = (np.asarray(jnp.asarray(x, dtype), np.float64)
+                             for x in (q, k, wa, wb, cotangent))
+  return q, k, mask, wa, wb, cotangent
+
+
+@pytest.mark.parametrize("dtype,tolerances", [
+    (np.float32, {1.0: 1e-5, 30.0: 1e-4}), (jnp.bfloat16, {1.0: 1e-2, 30.0: 1e-2})],
+    ids=["float32", "bfloat16"])
+def test_pallas_chunked_kernel_gradients_match_float64_definition(dtype, tolerances):
+  # The backward kernel's dq, dk and scoring-kernel gradients against autodiff of the float64
+  # definition, at scores O(1) and O(30), relative to each tensor's scale (measured on
+  # 2026-11-26: float32 <= 4.4e-7 at O(1), <= 3.1e-5 at O(30), where float32 scores of ~100
+  # carry ~1e-5 absolute rounding into the exponents; bfloat16 <= 3.1e-3, about its step of
+  # 3.9e-3: inputs and cotangent rounded to bfloat16 on both sides, the kernel's outputs and
+  # gradients rounded to bfloat16).
+  for spread, tolerance in tolerances.items():
+    q, k, mask, wa, wb, cotangent = pallas_gradient_inputs(dtype, spread)
+    got = pallas_vjp(*(jnp.asarray(x, dtype) for x in (q, k)), jnp.asarray(mask),
+                     *(jnp.asarray(x, dtype) for x in (wa, wb, cotangent)))
+    with jax.enable_x64(True):
+      u, pullback = jax.vjp(functools.partial(float64_recurrent, mask=jnp.asarray(mask)),
+                            q, k, wa, wb)
+      want = [np.asarray(x) for x in (u,) + pullback(jnp.asarray(cotangent))]
+    for name, g, w in zip(("u", "dq", "dk", "d_alpha_kernel", "d_beta_kernel"), got, want):
+      assert g.dtype == dtype, name
+      assert_relatively_close(jnp.asarray(g, jnp.float32), w, tolerance, f"{spread}: {name}")
+
+
+def test_pallas_chunked_kernel_gradient_path_is_causal():
+  # d(u_s)/d(q_t, k_t) = 0 for every t > s: with a cotangent on the rows <= s only, the
+  # backward kernel's dq and dk are exactly 0 after s (inside a chunk, at its end, at the next
+  # one's start), and not before.
+  q, k, mask, wa, wb, cotangent = (jnp.asarray(x, bool if x.dtype == bool else jnp.float32)
+                                   for x in pallas_gradient_inputs(np.float32))
+  for s in (3, 7, 8, 17):
+    before = (jnp.arange(q.shape[1]) <= s)[None, :, None, None]
+    _, d_q, d_k, _, _ = pallas_vjp(q, k, mask, wa, wb, jnp.where(before, cotangent, 0.0))
+    for name, gradient in (("dq", d_q), ("dk", d_k)):
+      assert not np.asarray(gradient)[:, s + 1:].any(), f"{name} after {s}"
+      real = np.asarray(gradient)[0, :s + 1][np.asarray(mask)[0, :s + 1]]  # (0 at padding)
+      assert np.abs(real).min() > 0, f"{name} up to {s}"

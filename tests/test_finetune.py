@@ -95,6 +95,22 @@ def test_a_fine_tuning_run_stops_resumes_bit_identically_and_predicts_without_th
   assert len(explained["weights"]) == 6 and all(w is not None for w in explained["weights"])
 
 
+def test_a_roberta_model_fine_tunes_and_predicts_with_its_padding_id_as_0(tmp_path):
+  """RoBERTa pads with id 1 and starts with <s> = 0: the ids and embedding rows exchange them, so
+  padding is 0 in the batches and <s> is a token the model sees (a run that took <s> for
+  padding would mask every row's first token and predict on its text without it)."""
+  config = finetune_config(tmp_path, REPO / "tests" / "fixtures" / "tiny_roberta",
+                           num_train_steps=4, eval_every_steps=4, checkpoint_every_steps=4,
+                           max_len=20)
+  runner.train_and_evaluate(config, str(tmp_path / "run"))
+  classifier = textattn.load(str(tmp_path / "run"))
+  [explained] = classifier.explain(["this movie was good"])
+  assert explained["tokens"][0] == "<s>" and explained["tokens"][-1] == "</s>", explained
+  config.max_len = 21  # 22 position rows, of which RoBERTa's numbering skips pad_token_id + 1
+  with pytest.raises(errors.UsageError, match="longer than the 20 positions"):
+    runner.tasks.get("classification").validate(config, None)
+
+
 def test_the_fine_tuned_model_learns_the_task(tmp_path):
   config = finetune_config(tmp_path, FIXTURE, num_train_steps=60, **{
       "optimizer.layer_decay": 1.0, "optimizer.learning_rate": 5e-3})
@@ -124,7 +140,7 @@ def one_sentence(error):
     ("no_weights", "has no model.safetensors"),
     ("too_long", "config.max_len=64 is longer than the 32 positions"),
     ("too_short", "config.max_len=2 leaves no room for a token beside the 2 special tokens"),
-    ("not_bert", "describes a 'roberta' model"),
+    ("not_bert", "describes a 'gpt2' model"),
 ])
 def test_a_pretrained_model_that_cannot_be_used_is_one_sentence_before_jax(tmp_path, problem,
                                                                           fragment):
@@ -139,7 +155,7 @@ def test_a_pretrained_model_that_cannot_be_used_is_one_sentence_before_jax(tmp_p
     overrides["max_len"] = 64 if problem == "too_long" else 2
   else:
     settings = json.loads((model_dir / "config.json").read_text())
-    (model_dir / "config.json").write_text(json.dumps({**settings, "model_type": "roberta"}))
+    (model_dir / "config.json").write_text(json.dumps({**settings, "model_type": "gpt2"}))
   config = finetune_config(tmp_path, model_dir, **overrides)
   with pytest.raises(errors.UsageError) as raised:  # exit 2
     runner.tasks.get("classification").validate(config, None)

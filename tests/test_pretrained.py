@@ -78,6 +78,33 @@ def test_softmax_encoder_reproduces_transformers_hidden_states_and_pooler(tiny, 
   np.testing.assert_allclose(pooled, reference["pair_pooled"], atol=TOLERANCE, rtol=0)
 
 
+ROBERTA = FIXTURE.parent / "tiny_roberta"
+
+
+def test_roberta_reproduces_transformers_with_its_padding_id_exchanged_with_0():
+  """RoBERTa: positions from pad_token_id + 1 over real tokens, padding id 1 (here 0, its
+  embedding row moved with it), one token type, epsilon from config.json."""
+  roberta = hf.load(str(ROBERTA))
+  with np.load(ROBERTA / "reference.npz") as archive:
+    reference = dict(archive)
+  sentences, max_len = list(reference["sentences"]), int(reference["max_len"])
+  ours = roberta.tokenizer.to_ours(reference["input_ids"])
+  assert (reference["input_ids"] == 1).any() and (ours[reference["attention_mask"] == 0] == 0).all()
+  np.testing.assert_array_equal(roberta.tokenizer.encode(sentences, max_len, "post"), ours)
+  np.testing.assert_array_equal(roberta.tokenizer.encode(sentences, max_len, "pre"),
+                                roberta.tokenizer.to_ours(reference["input_ids_keep_end"]))
+  assert roberta.tokenizer.tokens(ours[0])[0] == "<s>"
+  assert roberta.tokenizer.decode(ours[0]) == sentences[0]
+  encoder = bert.BertEncoder(roberta.config, attention="softmax", attention_impl="xla")
+  params, report = hf.init_params(encoder, roberta, jax.random.key(0), max_len, prefix="")
+  assert not report.new and not report.unused
+  hidden, pooled = encode(roberta, params, ours)
+  # Every position, padding included (transformers numbers padding's position pad_token_id).
+  np.testing.assert_allclose(hidden, reference["hidden"], atol=TOLERANCE, rtol=0)
+  np.testing.assert_allclose(pooled, reference["pooled"], atol=TOLERANCE, rtol=0)
+  assert roberta.config.usable_positions == roberta.config.max_positions - 2
+
+
 def test_weights_named_with_the_bert_prefix_load_the_same(tmp_path, tiny):
   directory = copy_fixture(tmp_path)
   weights = load_file(str(directory / "model.safetensors"))

@@ -7,7 +7,6 @@ The benchmark and main runs start at once (module fixture) so their start-ups ov
 """
 
 import csv
-import importlib
 import json
 import os
 import subprocess
@@ -27,16 +26,6 @@ PLUGIN = "tests.toy_attention"
 ENV = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
 TINY_MODEL = {"model.embed_dim": 8, "model.num_heads": 2, "model.ffn_dim": 8,
               "model.mlp_dim": 4}
-
-
-@pytest.fixture
-def toy():
-  """The plugin imported in this process, and unregistered afterwards: other tests in the same
-  worker see the built-in variants only."""
-  module = importlib.import_module(PLUGIN)
-  yield module
-  attention.unregister(module.VARIANT.name)
-  sys.modules.pop(PLUGIN, None)
 
 
 def write_sentiment_csv(path, n=64, seed=0):

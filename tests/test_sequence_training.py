@@ -121,8 +121,9 @@ def test_translation_trains_with_its_encoder_and_decoder_split_over_two_devices(
     assert f.read() == g.read()
 
 
-def test_a_variant_that_declares_no_sharding_is_refused_before_the_workdir_is_touched(tmp_path):
-  from tests import toy_attention  # noqa: F401 -- registers "toy_mean" (no shard declared)
+def test_a_variant_that_declares_no_sharding_is_refused_before_the_workdir_is_touched(tmp_path,
+                                                                                        toy):
+  # (toy: registers "toy_mean", which declares no sharding)
   from tests.test_train import tiny_config, write_sentiment_jsonl
   from textattn import run as runner
   from textattn.errors import UsageError

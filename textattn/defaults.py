@@ -107,10 +107,12 @@ def classification() -> ml_collections.ConfigDict:
   config.model.bag_weighting = "none"  # bag: none | tfidf (Keras' idf) | nb (NBSVM-style ratios)
   config.model.rnn_dim = 32  # bilstm: LSTM units per direction
   config.model.attention = "softmax"  # a registered variant: softmax | causal | additive
-  # kernel: auto | xla | dot_product | chunked | fused | native | cudnn (GPU, bf16) for
-  # softmax/causal; auto | xla | native | pallas (GPU) for additive; auto | xla (scan) | chunked |
-  # pallas (GPU) for causal_additive_recurrent. auto = native on a one-device CPU; a Pallas kernel
-  # only where textattn/attention/pallas_allowlist.py lists the GPU.
+  # kernel: auto | xla | dot_product | chunked | fused | native | cudnn (GPU, bf16) | splash
+  # (TPU) for softmax/causal; auto | xla | native | pallas (GPU) | pallas_tpu (TPU) for additive;
+  # auto | xla (scan) | chunked | pallas (GPU) for causal_additive_recurrent. auto = on a
+  # one-device CPU, native where timed faster for the length (textattn/attention/calibration.py;
+  # $TEXTATTN_CPU_AUTO); a Pallas kernel only where textattn/attention/pallas_allowlist.py lists
+  # the GPU or TPU.
   config.model.attention_impl = "auto"
   config.model.embed_dim = 32
   config.model.num_heads = 2

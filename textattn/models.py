@@ -422,13 +422,15 @@ def _validate_baseline(config: ml_collections.ConfigDict) -> None:
 
 
 def resolved_kernel(config: ml_collections.ConfigDict) -> str:
-  """The attention kernel config.model.attention_impl means on this platform ("auto" resolved);
-  "none" for the baselines, which have no attention."""
+  """The attention kernel config.model.attention_impl means on this platform ("auto" resolved
+  for config.max_len: on a CPU by measured speed, textattn/attention/calibration.py); "none"
+  for the baselines, which have no attention."""
   m = config.model
   if m.architecture != "transformer":
     return "none"
-  return attention_lib.get(m.attention).resolve(m.attention_impl, m.embed_dim // m.num_heads,
-                                                m.dtype)
+  return attention_lib.get(m.attention).kernel(m.attention_impl, m.embed_dim // m.num_heads,
+                                               m.dtype, length=config.max_len,
+                                               num_heads=m.num_heads)
 
 
 def build_model(config: ml_collections.ConfigDict, num_classes: int,
@@ -478,8 +480,8 @@ def _pretrained_classifier(config, num_classes: int, bert_config) -> nn.Module:
   # The variant's own checks, with the encoder's sizes (config.model.embed_dim / num_heads are
   # not the model's here).
   variant.validate(m.attention_impl, bert_config.hidden_size, bert_config.num_heads, m.dtype)
-  impl = variant.resolve(m.attention_impl, bert_config.hidden_size // bert_config.num_heads,
-                         m.dtype)
+  impl = variant.kernel(m.attention_impl, bert_config.hidden_size // bert_config.num_heads,
+                        m.dtype, length=config.max_len, num_heads=bert_config.num_heads)
   return bert.BertClassifier(bert_config, num_classes, pooling=m.pooling, attention=m.attention,
                              attention_impl=impl, dtype=DTYPES[m.dtype])
 

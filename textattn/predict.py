@@ -14,7 +14,7 @@ The workdir gives everything: config.json (model, tokenizer settings, text field
 vocabulary and class names (tokenizer.json, data_info.json) and the checkpoint ("best": the
 parameters the run's test report used; "last"; or a step), verified against the checksums
 recorded when it was saved. A GPU-trained workdir works on a CPU (attention_impl "auto"
-resolves to this machine's kernel). Texts are encoded exactly as in training (standardised, or
+keeps the kernel the run used where it runs here, else resolves to this machine's). Texts are encoded exactly as in training (standardised, or
 by a pretrained model's own tokenizer saved in the workdir; truncated to max_len as
 config.truncation says) and run in batches of config.eval_batch_size,
 padded to full batches so one compilation serves every call.
@@ -64,7 +64,12 @@ class Classifier:
     if finetune.enabled(self.config) and bert_config is None:
       raise data_lib.DataError(f"{workdir} has no {finetune.WORKDIR_FILE} (the pretrained "
                                f"encoder's configuration its run saved).")
-    model = models.build_model(self.config, len(self.class_names),
+    # The kernel the run used where it runs here ("auto" resolves by measured speed on a CPU,
+    # and kernels round differently), so predictions reproduce the run's test report.
+    from textattn.tasks import classification
+    kernel_config = classification.pinned_kernel(self.config, workdir, is_main=False,
+                                                 strict=False)
+    model = models.build_model(kernel_config, len(self.class_names),
                                vocab_size=self.tokenizer.vocab_size, pretrained_config=bert_config)
     from textattn import baselines, run
     self.step, self.params = run.restore_params(workdir, checkpoint, self.config, model,

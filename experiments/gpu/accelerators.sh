@@ -49,7 +49,7 @@ show "$OUT/flash_bfloat16"
 # 3. (8b) Each Pallas-era kernel against XLA at 16K, outputs and gradients compared (~2 min):
 #    fused Pallas additive (target >= 50% of HBM bandwidth by the formula above), and the chunked
 #    causal additive form, XLA and Pallas, against the scan (target >= 3x; the Pallas forward
-#    runs one program per example, its backward is the XLA chunked form's).
+#    and backward kernels run one program per example).
 for dtype in bfloat16 $F32; do
   timeout 100 "${BENCH[@]}" --variants=additive,additive_pallas --dtype=$dtype --seq_lens=$LONG \
     --check_against_reference --out_dir="$OUT/pallas_$dtype" > "$OUT/pallas_$dtype.log" 2>&1

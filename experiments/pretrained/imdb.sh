@@ -3,7 +3,7 @@
 # with its own softmax attention and with additive attention swapped in
 # (configs/imdb_minilm_additive.py), paired by seed, one run at a time. Each run resumes exactly
 # where it stopped when the script is run again (a finished run only re-reports), so the
-# seeds can be spread over several sittings.
+# seeds can be spread over several sittings (a checkpoint at each of 4 evaluations an epoch).
 #   MINILM=DIR/all-MiniLM-L6-v2 TFDS_DATA_DIR=... bash experiments/pretrained/imdb.sh runs/imdb_pre
 #   python experiments/summarize_runs.py runs/imdb_pre          (mean ± sd per config)
 #   python -m textattn.compare runs/imdb_pre/softmax_s0 runs/imdb_pre/additive_s0   (paired)
@@ -18,6 +18,6 @@ for seed in $seeds; do
     [ -f "$dir/test_predictions.npz" ] && continue
     python -m textattn.main --config=$config --workdir="$dir" \
       --config.model.pretrained="${MINILM:?set MINILM to the model directory}" \
-      --config.seed=$seed >> "$out/${variant}_s$seed.log" 2>&1
+      --config.evals_per_epoch=4 --config.seed=$seed >> "$out/${variant}_s$seed.log" 2>&1
   done
 done

@@ -5,9 +5,12 @@
     y = module.apply(params, x, padding_mask)        # x [batch, length, embed] -> same shape
 
 One module per variant (softmax.py, causal.py, additive.py, causal_additive.py), each with its
-kernels; additive_pallas.py and causal_additive_pallas.py their Pallas kernels, and
-pallas_allowlist.py the platforms where "auto" may pick those; common.py holds the masks they
-share; native/ the C++ CPU kernels and their loader; registry.py the registry. Importing this
+kernels; additive_pallas.py and causal_additive_pallas.py their Pallas kernels (Triton style),
+additive_tpu.py the additive one for TPUs (Mosaic), and
+pallas_allowlist.py the platforms where "auto" may pick those; splash.py wraps JAX's Pallas TPU
+splash attention (softmax's TPU kernel); common.py holds the masks they share; native/ the C++ CPU
+kernels and their loader; calibration.py where "auto" picks them on a CPU (timed per shape at
+first use); registry.py the registry. Importing this
 package registers the built-in variants.
 """
 

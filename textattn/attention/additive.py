@@ -1,11 +1,16 @@
 """Fastformer additive attention (Wu et al. 2021, arXiv 2108.09084); registers "additive".
 
-Linear in the sequence length. Three kernels behind one signature: `additive_attention`, the XLA
+Linear in the sequence length. Four kernels behind one signature: `additive_attention`, the XLA
 function ("xla"); `native_additive_attention`, the same maths as two C++ XLA FFI kernels (CPU,
-one device, head_dim a multiple of 8); and `additive_pallas.pallas_additive_attention`, Pallas
-kernels in the Triton style ("pallas"; GPU, or interpret mode on a CPU). "auto" picks native
-where it runs; on a GPU, pallas where textattn/attention/pallas_allowlist.py lists the platform;
-else xla.
+one device, head_dim a multiple of 8); `additive_pallas.pallas_additive_attention`, Pallas
+kernels in the Triton style ("pallas"; GPU, or interpret mode on a CPU); and
+`additive_tpu.tpu_additive_attention`, the same algorithm as Pallas TPU (Mosaic) kernels
+("pallas_tpu"; TPU, or TPU interpret mode on a CPU; benchmark label "pallas" too). Two names, not
+one "pallas" dispatching per backend: they are different kernels (layouts, lowering, tests), each
+allow-listed separately, and on a CPU both run (in interpret mode) and are tested. "auto" picks
+native where it runs and was measured faster than xla for the shape
+(textattn/attention/calibration.py); on a GPU "pallas", on a TPU "pallas_tpu", where
+textattn/attention/pallas_allowlist.py lists the platform; else xla.
 The scoring vectors are shared across heads as in the authors' code: each head's score reads
 all heads' features (kernel [heads*dim, heads]).
 """
@@ -19,11 +24,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textattn.attention import additive_pallas, pallas_allowlist, registry, softmax
+from textattn.attention import additive_pallas, additive_tpu, pallas_allowlist, registry, softmax
 from textattn.attention.common import Array, dense_init, masked_softmax_over_tokens, usable_cores
 from textattn.errors import UsageError
 
-IMPLEMENTATIONS = ("auto", "xla", "native", "pallas")
+IMPLEMENTATIONS = ("auto", "xla", "native", "pallas", "pallas_tpu")
 
 
 def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
@@ -122,27 +127,65 @@ def native_additive_attention(query: Array, key: Array, padding_mask: Array, alp
 
 
 KERNELS = {"xla": additive_attention, "native": native_additive_attention,
-           "pallas": additive_pallas.pallas_additive_attention}
+           "pallas": additive_pallas.pallas_additive_attention,
+           "pallas_tpu": additive_tpu.tpu_additive_attention}
+# The Pallas kernel of each accelerator backend ("auto" may pick it where allow-listed).
+PALLAS_BY_BACKEND = {"gpu": "pallas", "tpu": "pallas_tpu"}
 
 
-def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32") -> str:
-  """'auto' -> 'native' where the native kernels serve this run and head_dim is a multiple of 8
-  (its kernel needs that); on a GPU, 'pallas' where the allow-list names this device kind and
-  JAX version (pallas_allowlist.py: a run there vouched for it), else 'xla' with the reason
-  warned once; 'xla' elsewhere (memory-bound, linear in length, and XLA fuses it)."""
-  del dtype
+def calibration_problem(shape):
+  """The problem textattn.attention.calibration times for an additive shape class: forward and
+  backward of the core (sum of u times a fixed cotangent; gradients of the query, the key and
+  both scoring kernels) with the class's heads, at the bucket's length, on `rows` examples
+  (a multiple of the thread count, rows * length about 8K tokens, at most 32), padded as
+  calibration.padding_lengths says."""
+  import numpy as np
+
+  from textattn.attention import calibration
+  length, threads, heads = shape.length, shape.threads, shape.heads
+  rows = threads * max(1, min(32, (1 << 13) // length) // threads)
+  dtype = jnp.dtype(shape.dtype)
+  rng = np.random.default_rng(0)
+  q, k, cotangent = (jnp.asarray(rng.standard_normal((rows, length, heads, shape.head_dim)),
+                                 dtype) for _ in range(3))
+  w_alpha, w_beta = (jnp.asarray(0.05 * rng.standard_normal((heads * shape.head_dim, heads)),
+                                 dtype) for _ in range(2))
+  real = np.asarray(calibration.padding_lengths(rows, length))
+  mask = jnp.asarray(np.arange(length)[None, :] < real[:, None])
+
+  def problem(name):
+    def loss(q, k, w_alpha, w_beta):
+      u = KERNELS[name](q, k, mask, w_alpha, w_beta)
+      return jnp.sum((u * cotangent).astype(jnp.float32))
+    return jax.value_and_grad(loss, argnums=(0, 1, 2, 3)), (q, k, w_alpha, w_beta)
+  return problem
+
+
+def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32", *,
+            length: int | None = None, num_heads: int | None = None) -> str:
+  """'auto' -> on a one-device CPU where the native kernels serve this run and head_dim is a
+  multiple of 8 (its kernel needs that), 'native' where textattn.attention.calibration measured
+  it faster than 'xla' for this shape class (`length`, `head_dim`, `num_heads`; without them,
+  'native'), else 'xla'; on a GPU 'pallas', on a TPU 'pallas_tpu', where the allow-list names
+  this device kind and JAX version (pallas_allowlist.py: a run there vouched for it), else 'xla'
+  with the reason warned once; 'xla' elsewhere (memory-bound, linear in length, and XLA fuses
+  it)."""
   if implementation != "auto":
     return implementation
-  if jax.default_backend() == "gpu":
+  if jax.default_backend() in PALLAS_BY_BACKEND:
     reason = pallas_allowlist.refusal("additive")
     if reason is None:
-      return "pallas"
+      return PALLAS_BY_BACKEND[jax.default_backend()]
     softmax.warn_fallback("additive", "xla", reason)
     return "xla"
   if head_dim is not None and head_dim % 8:
     return "xla"
   if softmax.native_runs_here():
-    return "native"
+    if length is None or head_dim is None or num_heads is None:
+      return "native"
+    from textattn.attention import calibration
+    shape = calibration.shape("additive", length, head_dim, str(dtype), heads=num_heads)
+    return calibration.choose(shape, "xla", lambda: calibration_problem(shape))
   if jax.default_backend() == "cpu":  # (elsewhere 'xla' is the platform's best: no warning)
     softmax.warn_fallback("additive", "xla")
   return "xla"
@@ -161,7 +204,11 @@ def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "flo
   if implementation == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
     raise UsageError(f"config.model.attention_impl='pallas' with additive attention runs on a GPU "
                      f"(or in interpret mode on a CPU), not on the {jax.default_backend()} "
-                     f"backend; use 'auto' or 'xla'.")
+                     f"backend; use 'auto', 'xla' or (on a TPU) 'pallas_tpu'.")
+  if implementation == "pallas_tpu" and jax.default_backend() not in ("tpu", "cpu"):
+    raise UsageError(f"config.model.attention_impl='pallas_tpu' with additive attention runs on a "
+                     f"TPU (or in TPU interpret mode on a CPU), not on the "
+                     f"{jax.default_backend()} backend; use 'auto', 'xla' or (on a GPU) 'pallas'.")
 
 
 def fastformer_projections(module: nn.Module, x: Array, num_heads: int, dtype: Any):
@@ -195,7 +242,8 @@ class AdditiveAttention(nn.Module):
   def __call__(self, x: Array, padding_mask: Array) -> Array:
     query, key, alpha_kernel, beta_kernel = fastformer_projections(self, x, self.num_heads,
                                                                    self.dtype)
-    kernel = KERNELS[resolve(self.implementation, query.shape[-1])]
+    kernel = KERNELS[resolve(self.implementation, query.shape[-1], jnp.dtype(self.dtype).name,
+                             length=x.shape[1], num_heads=self.num_heads)]
     u = kernel(query, key, padding_mask, alpha_kernel.astype(self.dtype),
                beta_kernel.astype(self.dtype))
     return fastformer_output(u, query, self.dtype)
@@ -207,5 +255,6 @@ registry.register(registry.Variant(
     implementations=IMPLEMENTATIONS,
     resolve=resolve,
     check=check,
-    kernels=(("xla", "linear (XLA)"), ("native", "native"), ("pallas", "pallas")),
+    kernels=(("xla", "linear (XLA)"), ("native", "native"), ("pallas", "pallas"),
+             ("pallas_tpu", "pallas")),
     description="Fastformer additive attention, linear in length (arXiv 2108.09084)"))

@@ -5,7 +5,8 @@ values and gradients against float64 in Pallas interpret mode): implementation "
 "additive" variant. Written with the generic Pallas ops the Triton lowering takes (masked
 `load`/`store` of [block, features] tiles, `jnp` element-wise maths and reductions, `fori_loop`),
 which also run in interpret mode on a CPU (`interpret=None` means: on a CPU). Not for TPUs: their
-Mosaic lowering has no masked loads (the check refuses it there).
+Mosaic lowering has no masked loads (the check refuses it there); `additive_tpu` is the same
+algorithm in Mosaic's BlockSpec style (implementation "pallas_tpu").
 
 Layout: q, k, u are [batch, length, F] with F = heads * head_dim (each head's score reads every
 feature, so a tile holds whole rows); F is padded in the kernel to a power of two, as Triton's

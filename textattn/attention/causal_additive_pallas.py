@@ -1,10 +1,16 @@
-"""The recurrent causal additive form, chunk by chunk, as a Pallas kernel (Triton style).
+"""The recurrent causal additive form, chunk by chunk, as Pallas kernels (Triton style), forward
+and backward.
 
 `pallas_recurrent_causal_additive` is the same function as
-`causal_additive.chunked_recurrent_causal_additive` (and so as the scan form; tests check it in
-interpret mode against a float64 reference): implementation "pallas" of
+`causal_additive.chunked_recurrent_causal_additive` (and so as the scan form; tests check values
+and gradients in interpret mode against a float64 reference): implementation "pallas" of
 "causal_additive_recurrent". Generic Pallas ops only (masked `load`/`store`, `jnp`, `dot`), so
-the Triton lowering takes it and interpret mode runs it on a CPU; not for TPUs.
+the Triton lowering takes them and interpret mode runs them on a CPU; not for TPUs.
+
+Notation, per head h and example: a_i = score_alpha(q_i), alpha[t, i] = exp(a_i - lse_a(t))
+[i <= t, real_i] with lse_a(t) the log-sum-exp of the real a_i, i <= t; g_q(t) = sum_i alpha[t, i]
+q_i; p_i = g_q(i) * k_i; b_i = score_beta(p_i), beta[t, i] likewise; g_k(t) = sum_i beta[t, i]
+p_i; u_t = g_k(t) * q_t.
 
 Forward: one program per example walks its chunks in order (the running sums carry across
 chunks), [chunk, F] tiles with F = heads * head_dim padded to a power of two. Inside a chunk,
@@ -12,9 +18,28 @@ per head, each pooling is the masked [C, C] matrix W[t, i] = exp(s_i - m_t) [i <
 times the values (a `dot`, float32 at full precision) plus the carried sums rescaled by
 exp(M - m_t), m_t the row's own running max; the alpha pooling of a chunk is finished before
 its beta scores, which read g_q. On a GPU the chunk must be at least 16 (Triton's `dot`).
-Backward: a documented mix: not a Pallas kernel yet; the custom VJP recomputes the XLA chunked
-form and differentiates it (jax.vjp), so gradients are exactly those of
-`chunked_recurrent_causal_additive`.
+Under differentiation the forward also saves, per row, g_q and g_k (float32 [L, F]) and the
+log-sum-exp of each pooling (float32 [L, heads padded to a power of two]; a row whose prefix
+has no real position holds `_UNSEEN`).
+
+Backward: one program per example walks its chunks in reverse, the beta pooling of a chunk
+before its alpha pooling (the alpha pooling's cotangent dg_q(i) = dp_i * k_i needs the beta
+pooling's dp_i, which depends on every later row). For one pooling g(t) = sum_{i<=t} w[t, i] x_i
+given dg(t), with c_t = <g(t), dg(t)>_h:
+  D_i = sum_{t>=i} w[t, i] dg(t)                 (dx_i's value term)
+  E_i = sum_{t>=i} w[t, i] c_t
+  ds_i = <x_i, D_i>_h - E_i                      (softmax backward)
+  dx_i = D_i + scale * sum_h ds_i^h w_h,  d(kernel)_h += scale * sum_i ds_i^h x_i.
+w[t, i] = exp(s_i - lse(t)) is recomputed from the saved lse, so each term <= 1. Inside a chunk
+the sums over t are the transposed masked [C, C] matrix times dg (a `dot`) and times c; the
+later chunks' part is carried as suffix sums over their rows, S = sum_t exp(R - lse(t)) dg(t)
+and S_c = sum_t exp(R - lse(t)) c_t, with R the smallest lse of those rows (lse(t) grows with
+t, and s_i <= lse(t) for a real i <= t, so exp(s_i - R) and exp(R - lse(t)) are both <= 1):
+row i adds exp(s_i - R) S to D_i and exp(s_i - R) S_c to E_i. Then dk = dp * g_q,
+dg_q = dp * k, and dq = (the alpha pooling's dx) + du * g_k. The kernels' gradients are
+per-example partial sums, added over the batch in XLA.
+Bytes the backward moves: reads q, k, du (input dtype), g_q, g_k (float32) and both lse (float32
+[L, heads padded]), writes dq, dk.
 """
 
 from __future__ import annotations
@@ -30,6 +55,9 @@ from jax.experimental.pallas import triton as plgpu
 from textattn.attention.common import MASK_VALUE, Array
 
 F32 = jnp.float32
+# The saved log-sum-exp of a row whose prefix has no real position (and the backward's suffix
+# reference before any row): larger than any real one, finite so differences stay finite.
+_UNSEEN = 1e30
 
 
 class _Shape(NamedTuple):
@@ -37,6 +65,7 @@ class _Shape(NamedTuple):
   features: int
   padded: int
   heads: int
+  heads_padded: int  # heads rounded up to a power of two (the saved log-sum-exp's columns)
   head_dim: int
   chunk: int
   num_chunks: int
@@ -47,19 +76,27 @@ def _head_value(vector, head_mask, shape: _Shape):
   return jnp.sum(jnp.where(head_mask, vector, 0.0)) / shape.head_dim
 
 
+def _column(tile, h):
+  """Column h of a [C, heads_padded] tile, as a [C] vector."""
+  return jnp.sum(jnp.where(jnp.arange(tile.shape[1])[None, :] == h, tile, 0.0), axis=1)
+
+
 def _pool_chunk(x, real, carry, weights, heads, shape: _Shape, scale: float):
   """One chunk of a prefix softmax pooling of x [C, padded] (its own scores): returns the
-  pooled means [C, padded] (0 where the prefix has no real position) and the new carry
-  (max, weighted sum, sum of weights), head-replicated [padded] vectors."""
+  pooled means [C, padded] (0 where the prefix has no real position), the new carry
+  (max, weighted sum, sum of weights; head-replicated [padded] vectors) and each row's
+  log-sum-exp [C, heads_padded] (`_UNSEEN` where the prefix has no real position)."""
   carried_max, carried_acc, carried_sum = carry
   positions = jnp.arange(shape.chunk)
   visible = (positions[:, None] >= positions[None, :]) & real[None, :]  # [t, i]
+  column = jnp.arange(shape.heads_padded)
   num = jnp.zeros_like(x)
   den = jnp.zeros_like(x)
+  lse = jnp.full((shape.chunk, shape.heads_padded), _UNSEEN, F32)
   new_max = jnp.zeros_like(carried_max)
   new_acc = jnp.zeros_like(carried_acc)
   new_sum = jnp.zeros_like(carried_sum)
-  for head, weight in zip(heads, weights):
+  for h, (head, weight) in enumerate(zip(heads, weights)):
     scores = jnp.where(real, jnp.sum(x * weight[None, :], axis=1) * scale, MASK_VALUE)
     previous_max = _head_value(carried_max, head, shape)
     previous_sum = _head_value(carried_sum, head, shape)
@@ -72,8 +109,10 @@ def _pool_chunk(x, real, carry, weights, heads, shape: _Shape, scale: float):
     acc_head = jnp.where(head, carried_acc, 0.0)
     num = (num + plgpu.dot(w, x_head, precision=jax.lax.Precision.HIGHEST)
            + rescale[:, None] * acc_head[None, :])
-    den = den + jnp.where(head[None, :],
-                          (jnp.sum(w, axis=1) + rescale * previous_sum)[:, None], 0.0)
+    row_sum = jnp.sum(w, axis=1) + rescale * previous_sum  # [t]
+    den = den + jnp.where(head[None, :], row_sum[:, None], 0.0)
+    row_lse = jnp.where(row_sum > 0, row_max + jnp.log(jnp.maximum(row_sum, 1e-30)), _UNSEEN)
+    lse = jnp.where(column[None, :] == h, row_lse[:, None], lse)
     # The carry after the chunk: the whole chunk's sums (its last row's, computed directly).
     chunk_max = jnp.maximum(previous_max, jnp.max(scores))
     e = jnp.where(real, jnp.exp(scores - chunk_max), 0.0)
@@ -82,29 +121,48 @@ def _pool_chunk(x, real, carry, weights, heads, shape: _Shape, scale: float):
     new_acc = new_acc + jnp.sum(e[:, None] * x_head, axis=0) + carried_scale * acc_head
     new_sum = jnp.where(head, jnp.sum(e) + carried_scale * previous_sum, new_sum)
   mean = jnp.where(den > 0, num / jnp.maximum(den, 1e-30), 0.0)
-  return mean, (new_max, new_acc, new_sum)
+  return mean, (new_max, new_acc, new_sum), lse
 
 
-def _kernel(q_ref, k_ref, mask_ref, alpha_ref, beta_ref, u_ref, *, shape: _Shape, scale: float):
+def _head_setup(alpha_ref, beta_ref, shape: _Shape):
   head_of = jnp.arange(shape.padded) // shape.head_dim
   heads = [head_of == h for h in range(shape.heads)]
   alpha = [alpha_ref[h, :].astype(F32) for h in range(shape.heads)]
   beta = [beta_ref[h, :].astype(F32) for h in range(shape.heads)]
+  return heads, alpha, beta
+
+
+def _chunk_rows(index, shape: _Shape):
+  """Chunk `index`'s rows: (the ref slice, which rows exist, [C, padded] tile mask)."""
+  start = index * shape.chunk
+  in_bounds = start + jnp.arange(shape.chunk) < shape.length
   features = jnp.arange(shape.padded) < shape.features
+  return pl.ds(start, shape.chunk), in_bounds, in_bounds[:, None] & features[None, :]
+
+
+def _kernel(q_ref, k_ref, mask_ref, alpha_ref, beta_ref, u_ref, *residual_refs, shape: _Shape,
+            scale: float):
+  """The forward; with residual_refs (g_q, g_k, lse_a, lse_b), it also saves those."""
+  heads, alpha, beta = _head_setup(alpha_ref, beta_ref, shape)
 
   def body(index, carry):
     alpha_carry, beta_carry = carry
-    start = index * shape.chunk
-    in_bounds = start + jnp.arange(shape.chunk) < shape.length
-    tile_mask = in_bounds[:, None] & features[None, :]
-    rows = pl.ds(start, shape.chunk)
+    rows, in_bounds, tile_mask = _chunk_rows(index, shape)
     q = plgpu.load(q_ref.at[rows, :], mask=tile_mask, other=0.0).astype(F32)
     k = plgpu.load(k_ref.at[rows, :], mask=tile_mask, other=0.0).astype(F32)
     real = plgpu.load(mask_ref.at[rows], mask=in_bounds, other=0) > 0
-    global_query, alpha_carry = _pool_chunk(q, real, alpha_carry, alpha, heads, shape, scale)
+    global_query, alpha_carry, alpha_lse = _pool_chunk(q, real, alpha_carry, alpha, heads, shape,
+                                                       scale)
     mixed = k * global_query  # p_i = g_q(i) * k_i: needs this chunk's alpha pooling first
-    global_key, beta_carry = _pool_chunk(mixed, real, beta_carry, beta, heads, shape, scale)
+    global_key, beta_carry, beta_lse = _pool_chunk(mixed, real, beta_carry, beta, heads, shape,
+                                                   scale)
     plgpu.store(u_ref.at[rows, :], (q * global_key).astype(u_ref.dtype), mask=tile_mask)
+    if residual_refs:
+      query_ref, key_ref, alpha_lse_ref, beta_lse_ref = residual_refs
+      plgpu.store(query_ref.at[rows, :], global_query, mask=tile_mask)
+      plgpu.store(key_ref.at[rows, :], global_key, mask=tile_mask)
+      plgpu.store(alpha_lse_ref.at[rows, :], alpha_lse, mask=in_bounds[:, None])
+      plgpu.store(beta_lse_ref.at[rows, :], beta_lse, mask=in_bounds[:, None])
     return alpha_carry, beta_carry
 
   empty = (jnp.full((shape.padded,), MASK_VALUE, F32), jnp.zeros((shape.padded,), F32),
@@ -112,54 +170,158 @@ def _kernel(q_ref, k_ref, mask_ref, alpha_ref, beta_ref, u_ref, *, shape: _Shape
   jax.lax.fori_loop(0, shape.num_chunks, body, (empty, empty))
 
 
-def _forward(q, k, mask, alpha_kernel, beta_kernel, shape: _Shape, interpret: bool):
+def _pool_chunk_backward(x, real, pooled, d_pooled, lse, carry, weights, heads, d_weights,
+                         shape: _Shape, scale: float):
+  """Backward of one chunk of a prefix softmax pooling g(t) = sum_{i<=t} w[t, i] x_i (module
+  docstring): x, g, dg [C, padded]; lse [C, heads_padded] saved by the forward; carry (R, S,
+  S_c) of the later rows (R and S_c head-replicated [padded], S per feature). Returns dx
+  [C, padded], the carry including this chunk's rows and the updated d_weights (per head,
+  [padded])."""
+  carried_min, carried_sum, carried_dot = carry
+  positions = jnp.arange(shape.chunk)
+  visible = (positions[:, None] <= positions[None, :]) & real[:, None]  # [i, t]: w[t, i]
+  d_x = jnp.zeros_like(x)
+  new_min = jnp.zeros_like(carried_min)
+  new_sum = jnp.zeros_like(carried_sum)
+  new_dot = jnp.zeros_like(carried_dot)
+  new_d_weights = []
+  for h, (head, weight, d_weight) in enumerate(zip(heads, weights, d_weights)):
+    scores = jnp.where(real, jnp.sum(x * weight[None, :], axis=1) * scale, MASK_VALUE)  # [i]
+    row_lse = _column(lse, h)  # [t]
+    reference = _head_value(carried_min, head, shape)  # R
+    previous_dot = _head_value(carried_dot, head, shape)
+    # exp only where visible (elsewhere s_i - lse(t) may be large); visible entries are <= 0.
+    w_t = jnp.where(visible, jnp.exp(jnp.where(visible, scores[:, None] - row_lse[None, :],
+                                                MASK_VALUE)), 0.0)  # [i, t]
+    from_later = jnp.where(real, jnp.exp(scores - reference), 0.0)  # exp(s_i - R) [i]
+    d_head = jnp.where(head[None, :], d_pooled, 0.0)
+    dots = jnp.sum(jnp.where(head[None, :], pooled * d_pooled, 0.0), axis=1)  # c_t
+    value_term = (plgpu.dot(w_t, d_head, precision=jax.lax.Precision.HIGHEST)
+                  + from_later[:, None] * jnp.where(head, carried_sum, 0.0)[None, :])  # D_i
+    d_scores = (jnp.sum(x * value_term, axis=1)
+                - jnp.sum(w_t * dots[None, :], axis=1) - from_later * previous_dot)  # ds_i
+    d_x = d_x + value_term + scale * d_scores[:, None] * weight[None, :]
+    new_d_weights.append(d_weight + scale * jnp.sum(d_scores[:, None] * x, axis=0))
+    # The carry with this chunk's rows: reference min(R, lse of its seen rows).
+    seen = row_lse < _UNSEEN / 2
+    smallest = jnp.minimum(reference, jnp.min(jnp.where(seen, row_lse, _UNSEEN)))
+    row_weight = jnp.where(seen, jnp.exp(jnp.minimum(smallest - row_lse, 0.0)), 0.0)  # [t]
+    shift = jnp.exp(smallest - reference)
+    new_min = jnp.where(head, smallest, new_min)
+    new_sum = (new_sum + shift * jnp.where(head, carried_sum, 0.0)
+               + jnp.sum(row_weight[:, None] * d_head, axis=0))
+    new_dot = jnp.where(head, shift * previous_dot + jnp.sum(row_weight * dots), new_dot)
+  return d_x, (new_min, new_sum, new_dot), tuple(new_d_weights)
+
+
+def _backward_kernel(q_ref, k_ref, du_ref, mask_ref, query_ref, key_ref, alpha_lse_ref,
+                     beta_lse_ref, alpha_ref, beta_ref, dq_ref, dk_ref, d_alpha_ref, d_beta_ref,
+                     *, shape: _Shape, scale: float):
+  """The backward (module docstring): chunks in reverse, each chunk's beta pooling, then its
+  alpha pooling."""
+  heads, alpha, beta = _head_setup(alpha_ref, beta_ref, shape)
+
+  def body(index, carry):
+    alpha_carry, beta_carry, d_alpha, d_beta = carry
+    rows, in_bounds, tile_mask = _chunk_rows(shape.num_chunks - 1 - index, shape)
+
+    def load(ref):
+      return plgpu.load(ref.at[rows, :], mask=tile_mask, other=0.0).astype(F32)
+
+    q, k, d_u, global_query, global_key = (load(ref) for ref in (q_ref, k_ref, du_ref,
+                                                                   query_ref, key_ref))
+    real = plgpu.load(mask_ref.at[rows], mask=in_bounds, other=0) > 0
+    alpha_lse, beta_lse = (plgpu.load(ref.at[rows, :], mask=in_bounds[:, None], other=_UNSEEN)
+                           for ref in (alpha_lse_ref, beta_lse_ref))
+    mixed = k * global_query
+    d_mixed, beta_carry, d_beta = _pool_chunk_backward(
+        mixed, real, global_key, d_u * q, beta_lse, beta_carry, beta, heads, d_beta, shape,
+        scale)
+    d_q, alpha_carry, d_alpha = _pool_chunk_backward(
+        q, real, global_query, d_mixed * k, alpha_lse, alpha_carry, alpha, heads, d_alpha, shape,
+        scale)
+    plgpu.store(dq_ref.at[rows, :], (d_q + d_u * global_key).astype(dq_ref.dtype),
+                mask=tile_mask)
+    plgpu.store(dk_ref.at[rows, :], (d_mixed * global_query).astype(dk_ref.dtype),
+                mask=tile_mask)
+    return alpha_carry, beta_carry, d_alpha, d_beta
+
+  zeros = jnp.zeros((shape.padded,), F32)
+  empty = (jnp.full((shape.padded,), _UNSEEN, F32), zeros, zeros)
+  no_gradient = (zeros,) * shape.heads
+  _, _, d_alpha, d_beta = jax.lax.fori_loop(0, shape.num_chunks, body,
+                                            (empty, empty, no_gradient, no_gradient))
+  for h in range(shape.heads):
+    d_alpha_ref[h, :] = d_alpha[h]
+    d_beta_ref[h, :] = d_beta[h]
+
+
+def _specs(shape: _Shape):
+  """BlockSpecs over the (batch,) grid: [L, F] rows, the mask, [L, heads_padded] rows,
+  [heads, padded] weights."""
+  return (pl.BlockSpec((None, shape.length, shape.padded), lambda b: (b, 0, 0)),
+          pl.BlockSpec((None, shape.length), lambda b: (b, 0)),
+          pl.BlockSpec((None, shape.length, shape.heads_padded), lambda b: (b, 0, 0)),
+          pl.BlockSpec((shape.heads, shape.padded), lambda b: (0, 0)))
+
+
+def _weight_rows(kernel, shape: _Shape):
+  """[F, heads] scoring kernel -> float32 [heads, padded] rows."""
+  return jnp.pad(kernel.astype(F32).T, ((0, 0), (0, shape.padded - shape.features)))
+
+
+def _forward(q, k, mask, alpha_kernel, beta_kernel, shape: _Shape, interpret: bool,
+             save: bool):
+  """u (and with `save`, the residuals g_q, g_k, lse_a, lse_b)."""
   batch = q.shape[0]
-
-  def rows(kernel):  # [F, heads] -> float32 [heads, padded]
-    return jnp.pad(kernel.astype(F32).T, ((0, 0), (0, shape.padded - shape.features)))
-
-  row_spec = pl.BlockSpec((None, shape.length, shape.padded), lambda b: (b, 0, 0))
-  weight_spec = pl.BlockSpec((shape.heads, shape.padded), lambda b: (0, 0))
+  row_spec, mask_spec, lse_spec, weight_spec = _specs(shape)
+  out_shape = [jax.ShapeDtypeStruct((batch, shape.length, shape.features), q.dtype)]
+  out_specs = [row_spec]
+  if save:
+    out_shape += [jax.ShapeDtypeStruct((batch, shape.length, shape.features), F32)] * 2
+    out_shape += [jax.ShapeDtypeStruct((batch, shape.length, shape.heads_padded), F32)] * 2
+    out_specs += [row_spec] * 2 + [lse_spec] * 2
   return pl.pallas_call(
       functools.partial(_kernel, shape=shape, scale=shape.head_dim ** -0.5), grid=(batch,),
-      in_specs=[row_spec, row_spec, pl.BlockSpec((None, shape.length), lambda b: (b, 0)),
-                weight_spec, weight_spec],
-      out_specs=row_spec,
-      out_shape=jax.ShapeDtypeStruct((batch, shape.length, shape.features), q.dtype),
-      interpret=interpret, name="chunked_causal_additive",
-  )(q, k, mask.astype(jnp.int32), rows(alpha_kernel), rows(beta_kernel))
-
-
-def _xla_form(q, k, mask, alpha_kernel, beta_kernel, shape: _Shape):
-  """The same function in XLA, on the [batch, length, F] layout (the backward differentiates
-  it)."""
-  from textattn.attention import causal_additive  # (which imports this module)
-
-  def split(x):
-    return x.reshape(x.shape[:2] + (shape.heads, shape.head_dim))
-
-  u = causal_additive.chunked_recurrent_causal_additive(
-      split(q), split(k), mask, alpha_kernel, beta_kernel, chunk_size=shape.chunk)
-  return u.reshape(q.shape)
+      in_specs=[row_spec, row_spec, mask_spec, weight_spec, weight_spec],
+      out_specs=out_specs, out_shape=out_shape, interpret=interpret,
+      name="chunked_causal_additive",
+  )(q, k, mask, _weight_rows(alpha_kernel, shape), _weight_rows(beta_kernel, shape))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
 def _core(q, k, mask, alpha_kernel, beta_kernel, shape, interpret):
-  return _forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret)
+  return _forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret, save=False)[0]
 
 
 def _core_forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret):
-  return (_forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret),
-          (q, k, mask, alpha_kernel, beta_kernel))
+  u, *saved = _forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret, save=True)
+  return u, (q, k, mask, alpha_kernel, beta_kernel, *saved)
 
 
 def _core_backward(shape, interpret, residuals, d_u):
-  del interpret
-  q, k, mask, alpha_kernel, beta_kernel = residuals
-  _, pullback = jax.vjp(lambda q, k, a, b: _xla_form(q, k, mask, a, b, shape),
-                        q, k, alpha_kernel, beta_kernel)
-  d_q, d_k, d_alpha, d_beta = pullback(d_u)
-  return d_q, d_k, None, d_alpha, d_beta
+  q, k, mask, alpha_kernel, beta_kernel, global_query, global_key, alpha_lse, beta_lse = residuals
+  batch = q.shape[0]
+  row_spec, mask_spec, lse_spec, weight_spec = _specs(shape)
+  gradient_spec = pl.BlockSpec((None, shape.heads, shape.padded), lambda b: (b, 0, 0))
+  gradient_shape = jax.ShapeDtypeStruct((batch, shape.heads, shape.padded), F32)
+  d_q, d_k, d_alpha, d_beta = pl.pallas_call(
+      functools.partial(_backward_kernel, shape=shape, scale=shape.head_dim ** -0.5),
+      grid=(batch,),
+      in_specs=[row_spec] * 3 + [mask_spec] + [row_spec] * 2 + [lse_spec] * 2
+      + [weight_spec] * 2,
+      out_specs=[row_spec, row_spec, gradient_spec, gradient_spec],
+      out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
+                 gradient_shape, gradient_shape],
+      interpret=interpret, name="chunked_causal_additive_backward",
+  )(q, k, d_u, mask, global_query, global_key, alpha_lse, beta_lse,
+    _weight_rows(alpha_kernel, shape), _weight_rows(beta_kernel, shape))
+
+  def kernel_gradient(partial, kernel):
+    return jnp.sum(partial, axis=0)[:, :shape.features].T.astype(kernel.dtype)
+
+  return (d_q, d_k, None, kernel_gradient(d_alpha, alpha_kernel),
+          kernel_gradient(d_beta, beta_kernel))
 
 
 _core.defvjp(_core_forward, _core_backward)
@@ -168,15 +330,16 @@ _core.defvjp(_core_forward, _core_backward)
 def pallas_recurrent_causal_additive(query: Array, key: Array, padding_mask: Array,
                                      alpha_kernel: Array, beta_kernel: Array, *,
                                      chunk_size: int = 64, interpret: bool | None = None) -> Array:
-  """The recurrent form's u [batch, length, heads, dim] (module docstring). `interpret` None:
-  interpret mode on a CPU."""
+  """The recurrent form's u [batch, length, heads, dim] (module docstring), first-order
+  reverse-mode gradients through the backward kernel. `interpret` None: interpret mode on a
+  CPU."""
   batch, length, heads, head_dim = query.shape
   if interpret is None:
     interpret = jax.default_backend() == "cpu"
   features = heads * head_dim
   chunk = min(chunk_size, pl.next_power_of_2(length))
-  shape = _Shape(length, features, pl.next_power_of_2(features), heads, head_dim, chunk,
-                 pl.cdiv(length, chunk))
+  shape = _Shape(length, features, pl.next_power_of_2(features), heads,
+                 pl.next_power_of_2(heads), head_dim, chunk, pl.cdiv(length, chunk))
   u = _core(query.reshape(batch, length, features), key.reshape(batch, length, features),
-            padding_mask, alpha_kernel, beta_kernel, shape, interpret)
+            padding_mask.astype(jnp.int32), alpha_kernel, beta_kernel, shape, interpret)
   return u.reshape(query.shape)

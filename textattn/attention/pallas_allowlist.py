@@ -1,8 +1,8 @@
 """Where attention_impl="auto" may choose a Pallas kernel: platforms a run has vouched for.
 
 On a CPU the Pallas kernels run in interpret mode (tested, never fast); on an accelerator they go
-through a compiler this project cannot run in CI (Triton on GPUs), and CI's JAX is not the GPU
-machines' JAX, so passing the suite proves the algorithm, not the lowering. "auto" therefore
+through a compiler this project cannot run in CI (Triton on GPUs, Mosaic on TPUs: "pallas_tpu"
+of additive attention, additive_tpu.py), and CI's JAX is not the GPU machines' JAX, so passing the suite proves the algorithm, not the lowering. "auto" therefore
 picks a Pallas kernel only on a (device kind, JAX version) listed below, and elsewhere keeps the
 XLA kernel and says why once. An entry is added by a run on that platform, in the same commit
 as its RESULTS section: the kernel's tests passed there (`pytest tests/test_pallas.py` with
@@ -26,7 +26,8 @@ def platform() -> tuple[str, str]:
 
 
 def refusal(variant: str, entries: tuple[dict, ...] | None = None) -> str | None:
-  """None where "auto" may use `variant`'s Pallas kernel here, else why not (one phrase)."""
+  """None where "auto" may use `variant`'s Pallas kernel here (the one for this backend: an entry
+  names a device kind, so a TPU's entry vouches for the TPU kernel), else why not (one phrase)."""
   if jax.default_backend() == "cpu":
     return "Pallas runs in interpret mode on a CPU (an emulator, for tests)"
   device_kind, version = platform()

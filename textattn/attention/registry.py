@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 from collections.abc import Callable, Iterable
 
 import flax.linen as nn
@@ -26,7 +27,11 @@ class Variant:
   `module(x [batch, length, embed], padding_mask bool [batch, length]) -> [batch, length, embed]`
   (padding_mask True for real tokens). `implementations` are the accepted values of
   config.model.attention_impl, "auto" first; `resolve(implementation, head_dim, dtype)` names the
-  kernel "auto" (or any accepted name) means on this platform for that compute dtype; `check(implementation, embed_dim,
+  kernel "auto" (or any accepted name) means on this platform for that compute dtype, and a
+  resolve that also takes the keywords `length` and `num_heads` is given the shape (on a CPU
+  "auto" picks by measured speed per shape, textattn/attention/calibration.py): call it through
+  `kernel(...)`, which passes them only to a resolve that takes them (a plugin's older resolve
+  keeps working); `check(implementation, embed_dim,
   num_heads, dtype)` raises ValueError naming the bad field. `reference` is the implementation
   the benchmark's --check_against_reference compares the others with. `causal`: each position
   sees only itself and earlier positions. `forward_flops` and `kernels` label benchmark rows
@@ -57,6 +62,13 @@ class Variant:
       raise ValueError(f"attention variant {self.name!r}: reference={self.reference!r} is not one "
                        f"of its implementations ({', '.join(self.implementations)}).")
 
+  def kernel(self, implementation: str, head_dim: int | None = None, dtype: str = "float32", *,
+             length: int | None = None, num_heads: int | None = None) -> str:
+    """`resolve`, given the sequence length and head count where it takes them."""
+    if _takes_shape(self.resolve):
+      return self.resolve(implementation, head_dim, dtype, length=length, num_heads=num_heads)
+    return self.resolve(implementation, head_dim, dtype)
+
   def validate(self, implementation: str, embed_dim: int, num_heads: int,
                dtype: str = "float32") -> None:
     if self.check is not None:
@@ -64,6 +76,17 @@ class Variant:
     else:
       check_choice("model.attention_impl", implementation, self.implementations)
       check_heads(embed_dim, num_heads)
+
+
+def _takes_shape(resolve: Callable[..., str]) -> bool:
+  """Whether `resolve` accepts the keywords length= and num_heads= (or **kwargs)."""
+  try:
+    parameters = list(inspect.signature(resolve).parameters.values())
+  except (TypeError, ValueError):
+    return False
+  names = {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+  return ({"length", "num_heads"} <= names
+          or any(p.kind == p.VAR_KEYWORD for p in parameters))
 
 
 _VARIANTS: dict[str, Variant] = {}

@@ -7,13 +7,16 @@ adds the look-ahead mask, which is how textattn/attention/causal.py reuses them)
   cudnn        its cuDNN flash attention (NVIDIA GPU, bfloat16/float16; padding as key lengths).
                Tested against the float64 reference only when the suite runs on a GPU
                (tests/test_attention.py); no GPU has run it yet.
+  splash       JAX's Pallas TPU splash attention (textattn/attention/splash.py; TPU, any dtype;
+               padding as segment ids). Tested in TPU interpret mode on a CPU; no TPU has run it.
   chunked      exact, query-chunked and rematerialised: memory O(length * chunk), not O(length^2).
   fused        the CPU fast path: batched-matmul layout, mask as one additive bias, hand-written
                flash-style backward.
   native       the same maths as two C++ XLA FFI kernels (CPU, one device; built on first use by
                textattn.attention.native).
-  auto         native on a one-device CPU run where it builds, else fused; cudnn on a GPU in
-               bfloat16, dot_product there in float32 and on TPUs (`resolve`).
+  auto         on a one-device CPU run where native builds, native where it was measured faster
+               than fused for the shape (textattn/attention/calibration.py), else fused; cudnn
+               on a GPU in bfloat16, dot_product there in float32; splash on a TPU (`resolve`).
 Every kernel is checked against a float64 NumPy transcription in tests/test_attention.py.
 """
 
@@ -27,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from textattn.attention import registry
+from textattn.attention import registry, splash
 from textattn.attention.common import (
   MASK_VALUE,
   Array,
@@ -38,7 +41,7 @@ from textattn.attention.common import (
 )
 from textattn.errors import UsageError
 
-IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn")
+IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn", "splash")
 
 
 def softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
@@ -231,7 +234,8 @@ def native_softmax_attention(query: Array, key: Array, value: Array, padding_mas
 
 
 KERNEL_LABELS = (("xla", "naive"), ("dot_product", "naive (XLA)"), ("chunked", "chunked"),
-                 ("fused", "fused"), ("native", "native"), ("cudnn", "flash"))
+                 ("fused", "fused"), ("native", "native"), ("cudnn", "flash"),
+                 ("splash", "splash"))
 
 
 def forward_flops(batch: int, length: int, heads: int, head_dim: int) -> float:
@@ -241,7 +245,8 @@ def forward_flops(batch: int, length: int, heads: int, head_dim: int) -> float:
 
 KERNELS = {"xla": softmax_attention, "dot_product": dot_product_attention,
            "chunked": chunked_softmax_attention, "fused": fused_softmax_attention,
-           "native": native_softmax_attention, "cudnn": cudnn_attention}
+           "native": native_softmax_attention, "cudnn": cudnn_attention,
+           "splash": splash.splash_attention}
 
 
 def native_runs_here() -> bool:
@@ -269,22 +274,57 @@ def warn_fallback(variant: str, fallback: str, reason: str | None = None) -> Non
 FLASH_DTYPES = ("bfloat16", "float16")  # what cuDNN's flash attention takes
 
 
+def calibration_problem(shape, causal: bool):
+  """The problem textattn.attention.calibration times for a softmax shape class: forward and
+  backward of the attention core (sum of the output times a fixed cotangent) on `rows` one-head
+  examples of the bucket's length -- the kernels treat heads as more batch rows, so the head
+  count is not part of the class -- where rows is a multiple of the thread count (the native
+  kernel runs one (example, head) pair per thread) with rows * length^2 about 4M scores, and the
+  examples padded as calibration.padding_lengths says."""
+  import numpy as np
+
+  from textattn.attention import calibration
+  length, threads = shape.length, shape.threads
+  rows = threads * max(1, (1 << 22) // (threads * length * length))
+  dtype = jnp.dtype(shape.dtype)
+  rng = np.random.default_rng(0)
+  q, k, v, cotangent = (jnp.asarray(rng.standard_normal((rows, length, 1, shape.head_dim)),
+                                    dtype) for _ in range(4))
+  real = np.asarray(calibration.padding_lengths(rows, length))
+  mask = jnp.asarray(np.arange(length)[None, :] < real[:, None])
+
+  def problem(name):
+    def loss(q, k, v):
+      out = KERNELS[name](q, k, v, mask, causal=causal)
+      return jnp.sum((out * cotangent).astype(jnp.float32))
+    return jax.value_and_grad(loss, argnums=(0, 1, 2)), (q, k, v)
+  return problem
+
+
 def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32",
-            variant: str = "softmax") -> str:
+            variant: str = "softmax", *, length: int | None = None,
+            num_heads: int | None = None) -> str:
   """The kernel `implementation` means here; other names than 'auto' are returned as they are.
 
-  'auto': on a CPU, 'native' for a one-device run where the native kernels build, else 'fused'
-  (both exact); on a GPU, 'cudnn' (flash attention) for bfloat16/float16 compute, else
-  'dot_product' (XLA's default path; cuDNN's flash kernel takes no float32); on a TPU and
-  anything else, 'dot_product' (XLA's default path: the Pallas flash kernel that ships with JAX
-  is not used, as this project cannot test it). Each fallback's reason is warned once."""
-  del head_dim
+  'auto': on a CPU, for a one-device run where the native kernels build, 'native' where
+  textattn.attention.calibration measured it faster than 'fused' for this shape class (the
+  `length` and `head_dim` given; without them, 'native'), else 'fused' (both exact); where
+  native cannot run, 'fused'; on a GPU, 'cudnn' (flash attention) for bfloat16/float16
+  compute, else 'dot_product' (XLA's default path; cuDNN's flash kernel takes no float32); on a
+  TPU, 'splash' (JAX's Pallas TPU splash attention, every dtype); anything else, 'dot_product'
+  (XLA's default path). Each fallback's reason is warned once."""
+  del num_heads  # (heads are batch rows to these kernels: not part of the shape class)
   if implementation != "auto":
     return implementation
   backend = jax.default_backend()
   if backend == "cpu":
     if native_runs_here():
-      return "native"
+      if length is None or head_dim is None:
+        return "native"
+      from textattn.attention import calibration
+      causal = variant == "causal"
+      shape = calibration.shape(variant, length, head_dim, str(dtype))
+      return calibration.choose(shape, "fused", lambda: calibration_problem(shape, causal))
     warn_fallback(variant, "fused")
     return "fused"
   if backend == "gpu":
@@ -293,6 +333,8 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
     warn_fallback(variant, "dot_product", f"model.dtype={str(dtype)!r}: cuDNN flash attention "
                    f"needs bfloat16 or float16")
     return "dot_product"
+  if backend == "tpu":
+    return "splash"
   warn_fallback(variant, "dot_product", f"no flash kernel is used on the {backend} backend")
   return "dot_product"
 
@@ -328,6 +370,10 @@ def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "flo
     raise UsageError(f"config.model.attention_impl='cudnn' needs a GPU and "
                      f"config.model.dtype='bfloat16' (here: {jax.default_backend()}, "
                      f"{dtype!r}); use 'fused' or 'dot_product' otherwise.")
+  if implementation == "splash" and jax.default_backend() not in ("tpu", "cpu"):
+    raise UsageError(f"config.model.attention_impl='splash' runs on a TPU (or in interpret mode "
+                     f"on a CPU), not on the {jax.default_backend()} backend; use 'auto' or "
+                     f"'cudnn' on a GPU.")
 
 
 class SelfAttention(nn.Module):
@@ -351,8 +397,6 @@ class SelfAttention(nn.Module):
     query = dense(name="query")(x)
     key = dense(name="key")(x)
     value = dense(name="value")(x)
-    kernel = KERNELS[resolve(self.implementation, head_dim, jnp.dtype(self.dtype).name,
-                             "causal" if self.causal else "softmax")]
     if decode and self.has_variable("cache", "keys"):
       out = self._decode_step(query, key, value, padding_mask)
     else:
@@ -363,6 +407,9 @@ class SelfAttention(nn.Module):
         self.variable("cache", "values", jnp.zeros, value.shape, value.dtype)
         self.variable("cache", "mask", jnp.zeros, padding_mask.shape, bool)
         self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+      kernel = KERNELS[resolve(self.implementation, head_dim, jnp.dtype(self.dtype).name,
+                               "causal" if self.causal else "softmax", length=x.shape[1],
+                               num_heads=self.num_heads)]
       out = kernel(query, key, value, padding_mask, causal=self.causal)
     return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
                            name="out")(out)

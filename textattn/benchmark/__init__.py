@@ -16,16 +16,20 @@ Variants are `<attention>[_<implementation>]`, for any attention in the registry
 (textattn.attention) and any implementation it accepts; the bare name is its reference
 implementation. Built in: softmax (reference einsum, "xla"), softmax_dot_product
 (jax.nn.dot_product_attention), softmax_cudnn (the same with implementation="cudnn"; GPU,
-bfloat16/float16 only; unverified), softmax_chunked (memory-efficient exact softmax),
+bfloat16/float16 only; unverified), softmax_splash (JAX's Pallas TPU splash attention; TPU, or
+interpret mode on a CPU, so not a speed there), softmax_chunked (memory-efficient exact softmax),
 softmax_fused (CPU layout), causal (and causal_<implementation>), additive (Fastformer, the XLA
 function), additive_native (its C++ kernel), additive_pallas (its Pallas kernels; interpret mode on
-a CPU, so not a speed there), additive_auto (native where it runs, as "auto" in a config), and
+a CPU, so not a speed there), additive_pallas_tpu (its Pallas TPU kernels, also labelled "pallas";
+TPU interpret mode on a CPU), additive_auto (as "auto" in a config: native where it runs and was
+timed faster at that length, textattn/attention/calibration.py; each point resolves at its own
+length), and
 causal_additive_recurrent (the scan) with causal_additive_recurrent_chunked. Each row's `kernel`
-column names the kernel that ran (the registry's labels: naive, flash, fused, native, pallas,
-scan, chunked, ...; an "auto" row is labelled by what it resolved to). The default comparison is
-additive against the platform's best softmax (softmax_auto: cuDNN flash on a GPU in bfloat16)
-and the naive one (softmax, labelled "naive"). --plugin=MODULE (repeatable) imports a module that registers more, here and in every
-point's subprocess:
+column names the kernel that ran (the registry's labels: naive, flash, splash, fused, native,
+pallas, scan, chunked, ...; an "auto" row is labelled by what it resolved to). The default
+comparison is additive against the platform's best softmax (softmax_auto: cuDNN flash on a GPU in
+bfloat16, splash on a TPU) and the naive one (softmax, labelled "naive"). --plugin=MODULE
+(repeatable) imports a module that registers more, here and in every point's subprocess:
 
     python -m textattn.benchmark --plugin=my_pkg.my_attention --variants=softmax,my_attention
 

@@ -27,7 +27,7 @@ _VARIANTS = flags.DEFINE_string(
     "variants", None, "Comma list of variants: <attention> (its reference implementation) or "
     "<attention>_<implementation>, for any registered attention (softmax, causal, additive, or "
     "one a --plugin registers) and any implementation it accepts, e.g. softmax_dot_product, "
-    "softmax_cudnn, softmax_chunked, softmax_fused, causal_fused, additive_native. Default: the "
+    "softmax_cudnn, softmax_splash, softmax_chunked, softmax_fused, causal_fused, additive_native. Default: the "
     f"config's variant (train_step) or {SYNTHETIC_DEFAULTS['variants']!r}.")
 _PLUGINS = flags.DEFINE_multi_string(
     "plugin", [], "Module (dotted name) that registers attention variants; imported here and in "

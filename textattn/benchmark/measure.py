@@ -71,8 +71,9 @@ def _build_attention(config, rng, padding_mask, key, short, backward=False, mesh
   models.validate_model_config(config)
   m = config.model
   dtype = models.DTYPES[m.dtype]
+  # "auto" resolved for this point's length (not the short init's): models.resolved_kernel.
   module = sequence.build(attention_lib.get(m.attention), mesh, num_heads=m.num_heads,
-                          implementation=m.attention_impl, dtype=dtype)
+                          implementation=models.resolved_kernel(config), dtype=dtype)
   batch_size, seq_len = padding_mask.shape
   x = jnp.asarray(rng.standard_normal((batch_size, seq_len, m.embed_dim)), dtype)
   mask = jnp.asarray(padding_mask)
@@ -107,7 +108,7 @@ def _build_decode_step(config, rng, key, short):
   m = config.model
   dtype = models.DTYPES[m.dtype]
   module = attention_lib.get(m.attention).build(
-      num_heads=m.num_heads, implementation=m.attention_impl, dtype=dtype)
+      num_heads=m.num_heads, implementation=models.resolved_kernel(config), dtype=dtype)
   batch_size, seq_len = config.batch_size, config.max_len
   x = jnp.asarray(rng.standard_normal((batch_size, seq_len, m.embed_dim)), dtype)
   mask = jnp.ones((batch_size, seq_len), bool)
@@ -372,7 +373,6 @@ def _compile(spec: dict, config, result: dict, save):
   import jax
   import numpy as np
 
-  from textattn import attention as attention_lib
 
   device = jax.devices()[0]
   platform = device.platform
@@ -387,10 +387,9 @@ def _compile(spec: dict, config, result: dict, save):
     time.sleep(10 * 24 * 3600)
   start = time.perf_counter()
   function, args = _build(spec, config)
-  if spec["implementation"] == "auto":  # what it resolved to
-    m = config.model
-    result["implementation"] = attention_lib.get(spec["attention"]).resolve(
-        "auto", m.embed_dim // m.num_heads, m.dtype)
+  if spec["implementation"] == "auto":  # what it resolved to, at this point's length
+    from textattn import models
+    result["implementation"] = models.resolved_kernel(config)
   jax.block_until_ready(args)
   result["setup_s"] = time.perf_counter() - start
   start = time.perf_counter()

@@ -28,8 +28,9 @@ INJECTABLE_FAILURES = ("error", "oom", "timeout")
 LENGTHS = ("half_to_full", "full")
 
 # Sizes benchmarked in the attention / forward / forward+backward modes when no flag is given.
-# Additive attention against the best softmax kernel the platform has ("auto": native on a CPU,
-# cuDNN flash on a GPU in bfloat16) and the naive reference.
+# Additive attention against the best softmax kernel the platform has ("auto": on a CPU native or
+# fused, whichever was timed faster at that length; cuDNN flash on a GPU in bfloat16) and the
+# naive reference.
 
 SYNTHETIC_DEFAULTS = {"variants": "softmax_auto,softmax,additive_auto",
                       "seq_lens": "256,512,1024,2048,4096",

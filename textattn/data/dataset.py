@@ -329,7 +329,7 @@ def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> No
       "config_vocab_size": config.vocab_size,
       "class_names": class_names,
       "punctuation": "strip" if tokenizer.kind in ("word", "ngram") else None,  # (read by load_tokenizer)
-      **({"pad_id": tokenizer.pad_id} if tokenizer.kind == "pretrained" else {}),
+      **({"pad_id": tokenizer.model_pad_id} if tokenizer.kind == "pretrained" else {}),
       # For the record only; not checked on reuse.
       "dataset": config.dataset,
       "max_len": config.max_len,

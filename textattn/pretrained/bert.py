@@ -1,4 +1,5 @@
-"""A BERT-family encoder (Devlin et al. 2019) in Flax, with any registered attention variant.
+"""A BERT-family encoder (Devlin et al. 2019; RoBERTa, Liu et al. 2019) in Flax, with any
+registered attention variant.
 
     embeddings  word + token type + position (absolute, learned), LayerNorm, dropout
     block_i     h = LN(x + drop(attention(x)));  out = LN(h + drop(W_out act(W_in h)))
@@ -6,8 +7,9 @@
 
 A post-norm block like textattn.models.EncoderBlock, except in what a checkpoint's config.json
 decides: the activation (BERT's exact erf GELU, not Flax's default tanh approximation), the
-LayerNorm epsilon (1e-12), token-type embeddings, the pooler; `BertConfig` carries them
-(textattn/pretrained/hf.py reads it). LayerNorm computes its variance in two passes, as
+LayerNorm epsilon (1e-12; RoBERTa's 1e-5), token-type embeddings, the pooler, and RoBERTa's
+position numbering (real tokens from pad_token_id + 1, padding at pad_token_id); `BertConfig`
+carries them (textattn/pretrained/hf.py reads it). LayerNorm computes its variance in two passes, as
 PyTorch does (Flax's default one-pass E[x^2] - E[x]^2 loses digits when a feature's mean is
 large against its spread, and an epsilon of 1e-12 hides nothing).
 
@@ -67,6 +69,18 @@ class BertConfig:
   pad_token_id: int = 0
   model_type: str = "bert"
 
+  @property
+  def padding_positions(self) -> bool:
+    """RoBERTa numbers positions as fairseq did: real tokens pad_token_id + 1, + 2, ... (counted
+    over real tokens only), padding pad_token_id; BERT numbers every slot 0, 1, 2, ..."""
+    return self.model_type == "roberta"
+
+  @property
+  def usable_positions(self) -> int:
+    """The longest input: the position table's rows, less the pad_token_id + 1 rows RoBERTa's
+    numbering skips (514 - 2 = 512 for roberta-base)."""
+    return self.max_positions - (self.pad_token_id + 1 if self.padding_positions else 0)
+
 
 def bert_init():
   # BERT's initialiser (initializer_range 0.02), for what a checkpoint does not provide.
@@ -86,11 +100,15 @@ class BertEmbeddings(nn.Module):
                deterministic: bool) -> Array:
     c = self.config
     length = tokens.shape[1]
-    if length > c.max_positions:
+    if length > c.usable_positions:
       raise ValueError(f"An input of {length} tokens is longer than the pretrained model's "
-                       f"{c.max_positions} positions; use config.max_len <= {c.max_positions}.")
-    # Absolute positions 0..length-1 in every slot, padding included, as BERT's.
-    positions = jnp.arange(length)[None, :]
+                       f"{c.usable_positions} positions; use config.max_len <= "
+                       f"{c.usable_positions}.")
+    if c.padding_positions:  # RoBERTa's (transformers' create_position_ids_from_input_ids)
+      real = (tokens != 0).astype(jnp.int32)  # (padding is id 0 here: pretrained/tokenizer.py)
+      positions = jnp.cumsum(real, axis=1) * real + c.pad_token_id
+    else:  # absolute positions 0..length-1 in every slot, padding included, as BERT's
+      positions = jnp.arange(length)[None, :]
     embed = functools.partial(nn.Embed, features=c.hidden_size, embedding_init=bert_init(),
                               dtype=self.dtype)
     # Summed in transformers' order (word + type, then position): float addition is not
@@ -128,7 +146,9 @@ class BertBlock(nn.Module):
 class BertEncoder(nn.Module):
   """tokens int [batch, length] -> (hidden [batch, length, hidden], pooled [batch, hidden]).
 
-  padding_mask: True for real tokens (default: tokens != config.pad_token_id); token_types:
+  tokens: textattn's ids, padding 0 (pretrained/tokenizer.py exchanges the model's padding id
+  with 0, and hf.read_weights the embedding rows). padding_mask: True for real tokens (default:
+  tokens != 0); token_types:
   segment ids (default: all 0, a single sentence); token_embeddings: the word-embedding rows of
   `tokens` [batch, length, hidden] when the caller looked them up (see BertEmbeddings)."""
   config: BertConfig
@@ -142,7 +162,7 @@ class BertEncoder(nn.Module):
                token_embeddings: Array | None = None) -> tuple[Array, Array]:
     c = self.config
     if padding_mask is None:
-      padding_mask = tokens != c.pad_token_id
+      padding_mask = tokens != 0
     padding_mask = padding_mask.astype(bool)
     if token_types is None:
       token_types = jnp.zeros_like(tokens)
@@ -176,7 +196,7 @@ class BertClassifier(nn.Module):
       raise UsageError(f"config.model.pooling={self.pooling!r} is not allowed for a pretrained "
                        f"encoder; allowed: {', '.join(POOLINGS)}.")
     if padding_mask is None:
-      padding_mask = tokens != self.config.pad_token_id
+      padding_mask = tokens != 0
     hidden, pooled = BertEncoder(self.config, self.attention, self.attention_impl, self.dtype,
                                  name="encoder")(tokens, train=train, padding_mask=padding_mask,
                                                 token_embeddings=token_embeddings)

@@ -152,22 +152,18 @@ def validate_config(config) -> None:
 
 
 def check_limits(config, bert_config, special_tokens: int) -> None:
-  """What the config asks of the pretrained model it names: positions, room for a token beside
-  the `special_tokens` its tokenizer adds ([CLS], [SEP]), and its padding id."""
+  """What the config asks of the pretrained model it names: positions and room for a token
+  beside the `special_tokens` its tokenizer adds ([CLS], [SEP])."""
   if config.max_len <= special_tokens:
     raise DataConfigError(f"config.max_len={config.max_len} leaves no room for a token beside "
                           f"the {special_tokens} special tokens the tokenizer of "
                           f"config.model.pretrained={config.model.pretrained!r} adds; use a "
                           f"larger max_len.")
-  if config.max_len > bert_config.max_positions:
+  if config.max_len > bert_config.usable_positions:
     raise DataConfigError(f"config.max_len={config.max_len} is longer than the "
-                          f"{bert_config.max_positions} positions of config.model.pretrained="
+                          f"{bert_config.usable_positions} positions of config.model.pretrained="
                           f"{config.model.pretrained!r}; use max_len <= "
-                          f"{bert_config.max_positions}.")
-  if bert_config.pad_token_id != 0:
-    raise DataConfigError(f"config.model.pretrained={config.model.pretrained!r} pads with id "
-                          f"{bert_config.pad_token_id}; textattn's batches pad with id 0, so "
-                          f"only models whose pad_token_id is 0 (BERT's) can be fine-tuned.")
+                          f"{bert_config.usable_positions}.")
 
 
 def model_config(config):

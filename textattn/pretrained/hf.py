@@ -3,9 +3,13 @@
 A directory, or `hf:ORG/NAME` (fetched with huggingface_hub into its cache where the network
 allows), holding Hugging Face's files:
   config.json        the architecture: model_type "bert" (BERT, MiniLM and the many models that
-                     share its layout); anything else is refused
+                     share its layout) or "roberta" (BERT's layout, its own position numbering
+                     and padding id); anything else is refused
   model.safetensors  the weights (safetensors' NumPy API), named with or without the "bert."
-                     prefix (BertForSequenceClassification's, or BertModel's / MiniLM's)
+                     ("roberta.") prefix (BertForSequenceClassification's, or BertModel's /
+                     MiniLM's); a model whose padding id is not 0 has that row of its word
+                     embeddings exchanged with row 0, as its tokenizer's ids are
+                     (textattn/pretrained/tokenizer.py)
   tokenizer.json     the tokenizer (tokenizer.PretrainedTokenizer)
 
     pretrained = hf.load("hf:sentence-transformers/all-MiniLM-L6-v2")  # or a directory
@@ -38,7 +42,7 @@ from textattn.pretrained.bert import ACTIVATIONS, BertConfig
 from textattn.pretrained.tokenizer import PretrainedTokenizer
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
-MODEL_TYPES = ("bert",)
+MODEL_TYPES = ("bert", "roberta")
 HUB_PREFIX = "hf:"
 SEPARATOR = "/"  # parameter paths, as checkpointing.flatten joins them
 
@@ -151,8 +155,8 @@ def read_config(directory: pathlib.Path) -> BertConfig:
   model_type = data.get("model_type")
   if model_type not in MODEL_TYPES:
     raise DataError(f"{path} describes a {model_type!r} model; textattn loads only "
-                    f"{', '.join(repr(t) for t in MODEL_TYPES)} encoders (BERT, MiniLM and "
-                    f"others of BERT's layout).")
+                    f"{', '.join(repr(t) for t in MODEL_TYPES)} encoders (BERT, MiniLM, "
+                    f"RoBERTa and others of BERT's layout).")
   # What an encoder of BERT's layout (absolute positions, no cross-attention) must say.
   required = {"position_embedding_type": "absolute", "is_decoder": False,
               "add_cross_attention": False}
@@ -280,6 +284,11 @@ def read_weights(directory: pathlib.Path, config: BertConfig):
                       f"{directory / 'config.json'} implies {expected}.")
     params[ours] = _convert(np.asarray(value, np.float32), conversion, config)
     sources[ours] = by_name[hf_name]
+  word = "embeddings/word/embedding"
+  if config.pad_token_id and word in params:  # the tokenizer's ids exchange it with 0
+    table = params[word].copy()
+    table[[0, config.pad_token_id]] = table[[config.pad_token_id, 0]]
+    params[word] = table
   if missing:
     raise DataError(f"{path} lacks {len(missing)} of the weights a BERT encoder with this "
                     f"config.json has (first: {missing[0]!r}; its names: "

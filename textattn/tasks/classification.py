@@ -157,11 +157,12 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
   return make_job(config, data, workdir, is_main, bert_config=bert_config, source=source)
 
 
-def pinned_kernel(config, workdir: str | None, is_main: bool):
+def pinned_kernel(config, workdir: str | None, is_main: bool, strict: bool = True):
   """The config the model is built from: `config`, except on a resume with attention_impl="auto"
   where "auto" now resolves to another kernel than the one the run started with (recorded in its
   checkpoints' machine signature): that kernel is kept, since kernels round differently and a
-  resume must continue bit-identically. RunError if it cannot run here."""
+  resume must continue bit-identically. RunError if it cannot run here; with strict=False
+  (prediction: a GPU-trained workdir on a CPU) `config` then, as "auto" resolves here."""
   m = config.model
   recorded = (run.recorded_machine(workdir) or {}) if workdir else {}
   kernel = recorded.get("attention_impl", "auto")
@@ -175,6 +176,8 @@ def pinned_kernel(config, workdir: str | None, is_main: bool):
   try:
     attention.get(m.attention).validate(kernel, m.embed_dim, m.num_heads, m.dtype)
   except UsageError as error:
+    if not strict:
+      return config
     raise RunError(f"The run in {workdir} started with the {kernel!r} {m.attention} kernel "
                    f"('auto' chose it there), which cannot run here ({error}); resume it where "
                    f"it runs, or name a kernel with config.model.attention_impl (its rounding "

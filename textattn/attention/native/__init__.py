@@ -24,7 +24,9 @@ another user) is refused outright: whoever can write there could plant code this
 unwritable, shared or noexec cache directory, a library that fails its hash check, fails to load
 or lacks a kernel's symbol, not a Linux or macOS host...); `available()` answers without
 raising, so `attention_impl='auto'` falls back to the XLA kernel (with one warning, from the
-attention variant's resolve()). Nothing here runs at import time.
+attention variant's resolve()). Where they load, "auto" still uses them only where they were
+timed faster (textattn/attention/calibration.py, whose verdicts live beside the library:
+`calibration_path()`). Nothing here runs at import time.
 """
 
 from __future__ import annotations
@@ -95,6 +97,15 @@ def _library_path(compiler: list[str]) -> Path:
                sys.platform.encode()):
     key.update(part)
   return cache_dir() / f"textattn_kernels-{key.hexdigest()[:16]}.so"
+
+
+@functools.cache
+def calibration_path() -> Path:
+  """Where textattn.attention.calibration keeps its verdicts for this machine's library: beside
+  it, named after it (`<library>.calibration.json`), so a rebuild or another CPU calibrates
+  again. Builds and loads the library first (NativeUnavailable if it cannot)."""
+  load()
+  return _library_path(find_compiler()).with_suffix(".calibration.json")
 
 
 def _sha256(path: Path) -> str:
