@@ -143,21 +143,22 @@ def _positions(owner, n: int, shards: int, causal_layout: str | None) -> Array:
   return owner * n + jnp.arange(n)
 
 
-def _schedule(layout: str | None, t: int, me, owner, n: int, apply: Callable, carry):
-  """apply(carry, blocks) for the blocks device `me` computes against `owner`'s keys at step t;
-  returns (carry, chunk-blocks computed)."""
-  whole, first, second = slice(0, n), slice(0, n // 2), slice(n // 2, n)
+def _schedule(layout: str | None, first: bool, me, owner, n: int, apply: Callable, carry):
+  """apply(carry, blocks) for the blocks device `me` computes against `owner`'s keys at the
+  first step (its own keys: `first`, static) or a later one; returns (carry, chunk-blocks
+  computed)."""
+  whole, first_half, second_half = slice(0, n), slice(0, n // 2), slice(n // 2, n)
   if layout is None:  # not causal: everything
     return apply(carry, [(whole, whole)]), 4
   if layout == "zigzag":
-    if t == 0:  # chunks (me, 2S-1-me) against themselves: the (me, 2S-1-me) corner is masked
-      return apply(carry, [(whole, first), (second, second)]), 3
+    if first:  # chunks (me, 2S-1-me) against themselves: the (me, 2S-1-me) corner is masked
+      return apply(carry, [(whole, first_half), (second_half, second_half)]), 3
     # Keys from a lower device: both query chunks see its first chunk only; from a higher one,
     # only the second query chunk sees anything, and it sees both key chunks. 2 either way.
-    return jax.lax.cond(owner < me, lambda c: apply(c, [(whole, first)]),
-                        lambda c: apply(c, [(second, whole)]), carry), 2
+    return jax.lax.cond(owner < me, lambda c: apply(c, [(whole, first_half)]),
+                        lambda c: apply(c, [(second_half, whole)]), carry), 2
   # Contiguous causal layout (for comparison): lower devices' blocks whole, higher ones skipped.
-  if t == 0:
+  if first:
     return apply(carry, [(whole, whole)]), 4
   computed = jnp.where(owner < me, 4, 0)
   return jax.lax.cond(owner < me, lambda c: apply(c, [(whole, whole)]), lambda c: c,
@@ -172,6 +173,12 @@ def _visible(key_mask, q_pos, k_pos, causal: bool) -> Array:
   return visible
 
 
+# The ring's steps: step 0 (the device's own keys, a schedule of its own) is written out, steps
+# 1 .. S-1 run in a `jax.lax.fori_loop` whose carry holds the travelling key/value blocks (and,
+# backward, their gradient accumulators), the ppermute inside its body. Unrolled, the steps'
+# score blocks were scheduled by XLA to be live together (about S + 3 blocks of (L/S)^2 per
+# device at the longest lengths, experiments/seq_parallel/README.md); in a loop, one step's.
+
 def _ring_forward(query, key, value, padding_mask, layout):
   """Forward ring on one shard: (out [b, n, h, d], logsumexp [b, h, n], chunk-blocks)."""
   shards = jax.lax.axis_size(SEQUENCE)
@@ -181,36 +188,44 @@ def _ring_forward(query, key, value, padding_mask, layout):
   causal = layout is not None
   q = query.astype(f32) * head_dim ** -0.5
   q_pos = _positions(me, n, shards, layout)
+
+  def apply(running, blocks, kv, k_pos):
+    k_all, v_all, k_mask = kv
+    m_run, l_run, o_run = running
+    for qs, ks in blocks:
+      s = jnp.einsum("bqhd,bkhd->bhqk", q[:, qs], k_all[:, ks].astype(f32))
+      visible = _visible(k_mask[:, ks], q_pos[qs], k_pos[ks], causal)
+      m_blk = jnp.max(jnp.where(visible, s, MASK_VALUE), axis=-1)
+      p = jnp.where(visible, jnp.exp(s - m_blk[..., None]), 0.0)
+      m_old = m_run[..., qs]
+      m_new = jnp.maximum(m_old, m_blk)
+      old_scale, blk_scale = jnp.exp(m_old - m_new), jnp.exp(m_blk - m_new)
+      pv = jnp.einsum("bhqk,bkhd->bhqd", p, v_all[:, ks].astype(f32))
+      m_run = m_run.at[..., qs].set(m_new)
+      l_run = l_run.at[..., qs].set(l_run[..., qs] * old_scale + p.sum(-1) * blk_scale)
+      o_run = o_run.at[..., qs, :].set(o_run[..., qs, :] * old_scale[..., None]
+                                       + pv * blk_scale[..., None])
+    return m_run, l_run, o_run
+
+  def step(first, t, running, kv):
+    owner = (me - t) % shards
+    block = functools.partial(apply, kv=kv, k_pos=_positions(owner, n, shards, layout))
+    return _schedule(layout, first, me, owner, n, block, running)
+
   running = (jnp.full((batch, heads, n), MASK_VALUE, f32), jnp.zeros((batch, heads, n), f32),
              jnp.zeros((batch, heads, n, head_dim), f32))
   kv = (key, value, padding_mask)
-  computed = 0
-  for t in range(shards):
-    owner = (me - t) % shards
-    k_pos = _positions(owner, n, shards, layout)
+  running, computed = step(True, 0, running, kv)
 
-    def apply(running, blocks, kv=kv, k_pos=k_pos):
-      k_all, v_all, k_mask = kv
-      m_run, l_run, o_run = running
-      for qs, ks in blocks:
-        s = jnp.einsum("bqhd,bkhd->bhqk", q[:, qs], k_all[:, ks].astype(f32))
-        visible = _visible(k_mask[:, ks], q_pos[qs], k_pos[ks], causal)
-        m_blk = jnp.max(jnp.where(visible, s, MASK_VALUE), axis=-1)
-        p = jnp.where(visible, jnp.exp(s - m_blk[..., None]), 0.0)
-        m_old = m_run[..., qs]
-        m_new = jnp.maximum(m_old, m_blk)
-        old_scale, blk_scale = jnp.exp(m_old - m_new), jnp.exp(m_blk - m_new)
-        pv = jnp.einsum("bhqk,bkhd->bhqd", p, v_all[:, ks].astype(f32))
-        m_run = m_run.at[..., qs].set(m_new)
-        l_run = l_run.at[..., qs].set(l_run[..., qs] * old_scale + p.sum(-1) * blk_scale)
-        o_run = o_run.at[..., qs, :].set(o_run[..., qs, :] * old_scale[..., None]
-                                         + pv * blk_scale[..., None])
-      return m_run, l_run, o_run
+  def later(t, state):  # step t >= 1: the keys of device me - t, received from me - 1
+    running, kv, computed = state
+    kv = _shift(kv, shards)
+    running, blocks = step(False, t, running, kv)
+    return running, kv, computed + blocks
 
-    running, blocks = _schedule(layout, t, me, owner, n, apply, running)
-    computed = computed + blocks
-    if t < shards - 1:
-      kv = _shift(kv, shards)
+  # (The count varies along the axis: the contiguous layout's does, so the carry's must too.)
+  computed = jax.lax.pcast(jnp.int32(computed), SEQUENCE, to="varying")
+  running, _, computed = jax.lax.fori_loop(1, shards, later, (running, kv, computed))
   m_run, l_run, o_run = running
   out = _mean(o_run, l_run)  # a query with no visible key outputs 0, as on one device
   logsumexp = jnp.where(l_run > 0, m_run + jnp.log(jnp.where(l_run > 0, l_run, 1.0)), 0.0)
@@ -247,46 +262,48 @@ def _ring_bwd(layout, residuals, d_out):
   q_pos = _positions(me, n, shards, layout)
   d_o = d_out.astype(f32).transpose(0, 2, 1, 3)  # [b, h, n, d]
   delta = jnp.sum(d_o * out.astype(f32).transpose(0, 2, 1, 3), axis=-1)  # [b, h, n]
-  d_q = jnp.zeros(q.shape, f32)
-  kv = (key, value, padding_mask)
-  d_kv = (jnp.zeros(key.shape, f32), jnp.zeros(value.shape, f32))
-  for t in range(shards):
+
+  def apply(grads, blocks, kv, k_pos):
+    k_all, v_all, k_mask = kv
+    d_q, d_k, d_v = grads
+    for qs, ks in blocks:
+      k_blk, v_blk = k_all[:, ks].astype(f32), v_all[:, ks].astype(f32)
+      s = jnp.einsum("bqhd,bkhd->bhqk", q[:, qs], k_blk)
+      visible = _visible(k_mask[:, ks], q_pos[qs], k_pos[ks], causal)
+      p = jnp.where(visible, jnp.exp(s - logsumexp[..., qs, None]), 0.0)
+      d_v = d_v.at[:, ks].add(jnp.einsum("bhqk,bhqd->bkhd", p, d_o[..., qs, :]))
+      d_p = jnp.einsum("bhqd,bkhd->bhqk", d_o[..., qs, :], v_blk)
+      d_s = p * (d_p - delta[..., qs, None])
+      d_q = d_q.at[:, qs].add(jnp.einsum("bhqk,bkhd->bqhd", d_s, k_blk))
+      d_k = d_k.at[:, ks].add(jnp.einsum("bhqk,bqhd->bkhd", d_s, q[:, qs]))
+    return d_q, d_k, d_v
+
+  def step(first, t, grads, kv):
     owner = (me - t) % shards
-    k_pos = _positions(owner, n, shards, layout)
+    block = functools.partial(apply, kv=kv, k_pos=_positions(owner, n, shards, layout))
+    return _schedule(layout, first, me, owner, n, block, grads)[0]
 
-    def apply(grads, blocks, kv=kv, k_pos=k_pos):
-      k_all, v_all, k_mask = kv
-      d_q, d_k, d_v = grads
-      for qs, ks in blocks:
-        k_blk, v_blk = k_all[:, ks].astype(f32), v_all[:, ks].astype(f32)
-        s = jnp.einsum("bqhd,bkhd->bhqk", q[:, qs], k_blk)
-        visible = _visible(k_mask[:, ks], q_pos[qs], k_pos[ks], causal)
-        p = jnp.where(visible, jnp.exp(s - logsumexp[..., qs, None]), 0.0)
-        d_v = d_v.at[:, ks].add(jnp.einsum("bhqk,bhqd->bkhd", p, d_o[..., qs, :]))
-        d_p = jnp.einsum("bhqd,bkhd->bhqk", d_o[..., qs, :], v_blk)
-        d_s = p * (d_p - delta[..., qs, None])
-        d_q = d_q.at[:, qs].add(jnp.einsum("bhqk,bkhd->bqhd", d_s, k_blk))
-        d_k = d_k.at[:, ks].add(jnp.einsum("bhqk,bqhd->bkhd", d_s, q[:, qs]))
-      return d_q, d_k, d_v
+  kv = (key, value, padding_mask)
+  grads = step(True, 0, (jnp.zeros(q.shape, f32), jnp.zeros(key.shape, f32),
+                         jnp.zeros(value.shape, f32)), kv)
 
-    (d_q, *d_kv), _ = _schedule(layout, t, me, owner, n, apply, (d_q, *d_kv))
-    # Keys, values and their gradients travel as one array, the mask as int8. Sent as the
-    # forward pass sent them (the same ppermutes of the same arrays), XLA's CSE would reuse the
-    # forward's results, keeping every block a device received alive until the backward pass
-    # (memory O(length), not O(length / S)); an optimization_barrier did not stop it.
-    head_dim = key.shape[-1]
-    if t < shards - 1:
-      k_all, v_all, k_mask = kv
-      packed = _shift(jnp.concatenate([k_all.astype(f32), v_all.astype(f32), *d_kv], -1),
-                      shards)
-      kv = (packed[..., :head_dim].astype(key.dtype),
-            packed[..., head_dim:2 * head_dim].astype(value.dtype),
-            _shift(k_mask.astype(jnp.int8), shards).astype(bool))
-      d_kv = (packed[..., 2 * head_dim:3 * head_dim], packed[..., 3 * head_dim:])
-    else:  # home to the keys' owner
-      packed = _shift(jnp.concatenate(d_kv, -1), shards)
-      d_kv = (packed[..., :head_dim], packed[..., head_dim:])
-  d_k, d_v = d_kv
+  def later(t, state):  # step t >= 1: blocks and their gradients so far arrive from me - 1
+    (d_q, d_k, d_v), (k_all, v_all, k_mask) = state
+    # Keys, values and their gradients travel as one array (one collective a step), the mask
+    # as int8. (Unrolled, the backward's ppermutes once repeated the forward's exactly and XLA's
+    # CSE reused the forward's results, keeping every received block alive until the backward;
+    # in separate loops they cannot be merged, and the packing is kept for fewer collectives.)
+    packed = _shift(jnp.concatenate([k_all.astype(f32), v_all.astype(f32), d_k, d_v], -1),
+                    shards)
+    kv = (packed[..., :head_dim].astype(key.dtype),
+          packed[..., head_dim:2 * head_dim].astype(value.dtype),
+          _shift(k_mask.astype(jnp.int8), shards).astype(bool))
+    d_kv = (packed[..., 2 * head_dim:3 * head_dim], packed[..., 3 * head_dim:])
+    return step(False, t, (d_q, *d_kv), kv), kv
+
+  (d_q, d_k, d_v), _ = jax.lax.fori_loop(1, shards, later, (grads, kv))
+  packed = _shift(jnp.concatenate([d_k, d_v], -1), shards)  # home to the keys' owner
+  d_k, d_v = packed[..., :head_dim], packed[..., head_dim:]
   return ((d_q * scale).astype(query.dtype), d_k.astype(key.dtype), d_v.astype(value.dtype),
           None)
 

@@ -1,9 +1,10 @@
 """Bytes communicated by a compiled program, read from its HLO text, and the stated formulas for
 one sequence-sharded attention layer (issue 43).
 
-Per device, one layer, forward + backward: the operand bytes of every collective in the compiled
-HLO (all-reduce and collective-permute: the result's size; all-gather: the result / S;
-reduce-scatter: the result x S). The formulas, with B the batch per device (the batch / data
+Per device, one layer, forward + backward: the operand bytes of every collective the compiled
+HLO runs (all-reduce and collective-permute: the result's size; all-gather: the result / S;
+reduce-scatter: the result x S), a collective in a while loop's body (the ring's steps) counted
+once per iteration (`collective_bytes`). The formulas, with B the batch per device (the batch / data
 shards), H heads, D head_dim, n = length / S per shard, f = 4 bytes (float32), P parameters,
 KV = B n H D f (one shard's keys or values) and MK = B n (its padding mask, 1 byte a token):
   additive:      2 rounds x (pmax B H + psum B H (D + 1)) f forward, 2 x psum B H D f backward
@@ -46,22 +47,85 @@ def shape_bytes(text: str) -> int:
              for dtype, dims in SHAPE.findall(text))
 
 
+# The HLO text's computations ("%name (params) -> result {" or "ENTRY %name ..." at the start of a
+# line, up to a line "}") and the computations an instruction calls.
+COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(")
+CALLED = re.compile(r"\b(body|condition|calls|to_apply|true_computation|false_computation)="
+                    r"%?([\w.\-]+)")
+BRANCHES = re.compile(r"\bbranch_computations=\{([^}]*)\}")
+TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+def _computations(hlo: str) -> tuple[dict[str, list[str]], str]:
+  """{computation name: its instruction lines} and the entry computation's name."""
+  computations: dict[str, list[str]] = {}
+  entry, current = "", None
+  for line in hlo.splitlines():
+    if line and not line[0].isspace() and line.rstrip().endswith("{"):
+      match = COMPUTATION.match(line)
+      if match:
+        current = match.group(1)
+        computations[current] = []
+        entry = current if line.startswith("ENTRY") else entry
+        continue
+    if line.strip() == "}":
+      current = None
+    elif current is not None:
+      computations[current].append(line)
+  return computations, entry
+
+
 def collective_bytes(hlo: str, shards: int) -> dict[str, int]:
   """Operand bytes per collective kind in a compiled module's text (`compiled.as_text()`);
-  `shards`: the size of the gathered / scattered axis."""
-  totals: dict[str, int] = {}
-  for line in hlo.splitlines():
-    match = COLLECTIVE.search(line)
-    if match is None:
-      continue
-    result, kind = match.group(1), match.group(2)
-    size = shape_bytes(result)
-    if kind == "all-gather":
-      size //= shards
-    elif kind == "reduce-scatter":
-      size *= shards
-    totals[kind] = totals.get(kind, 0) + size
-  return totals
+  `shards`: the size of the gathered / scattered axis.
+
+  Counted as the program runs them: from the entry computation down through the computations it
+  calls, a while loop's body (and condition) times its trip count (XLA's known_trip_count; the
+  ring's steps run in a loop), any other call (fusions, reductions) once. A collective in a
+  loop without a known trip count, or inside a conditional's branch (which runs depends on the
+  data), has no static byte count: ValueError."""
+  computations, entry = _computations(hlo)
+  if not entry:  # not a whole module: count the lines as they stand
+    computations, entry = {"": hlo.splitlines()}, ""
+  memo: dict[str, dict[str, int]] = {}
+
+  def add(totals, more, times=1):
+    for kind, size in more.items():
+      totals[kind] = totals.get(kind, 0) + times * size
+
+  def count(name: str) -> dict[str, int]:
+    if name in memo:
+      return memo[name]
+    totals: dict[str, int] = {}
+    for line in computations.get(name, ()):
+      match = COLLECTIVE.search(line)
+      if match is not None:
+        result, kind = match.group(1), match.group(2)
+        size = shape_bytes(result)
+        if kind == "all-gather":
+          size //= shards
+        elif kind == "reduce-scatter":
+          size *= shards
+        add(totals, {kind: size})
+      trip = TRIP_COUNT.search(line)
+      for role, callee in CALLED.findall(line):
+        inner = count(callee)
+        if role in ("body", "condition") and inner:
+          if trip is None:
+            raise ValueError(f"collectives in while loop {callee!r} with no known trip count")
+          add(totals, inner, int(trip.group(1)))
+        elif role in ("true_computation", "false_computation") and inner:
+          raise ValueError(f"collectives in conditional branch {callee!r}")
+        else:
+          add(totals, inner)
+      for branches in BRANCHES.findall(line):
+        for callee in branches.split(","):
+          if count(callee.strip().lstrip("%")):
+            raise ValueError(f"collectives in conditional branch {callee.strip()!r}")
+    memo[name] = totals
+    return totals
+
+  return count(entry)
 
 
 def formula(name: str, batch: int, length: int, heads: int, head_dim: int, shards: int,
