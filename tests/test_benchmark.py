@@ -164,6 +164,36 @@ def test_mesh_rows_report_memory_per_device_communication_and_ring_blocks(runs):
   assert "| causal | 32 | 2x4 | ok |" in markdown and "| 1.000 |" in markdown
 
 
+LOOP_HLO = """HloModule ring
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %x = f32[4]{0} get-tuple-element(%p), index=1
+  %cp = f32[4]{0} collective-permute(%x), channel_id=1, source_target_pairs={{0,1},{1,0}}
+  ROOT %t = (s32[], f32[4]) tuple(%i, %cp)
+}
+
+%cond (q: (s32[], f32[4])) -> pred[] {
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}
+
+ENTRY %main (a: f32[4]) -> (s32[], f32[4]) {
+  %ar = f32[2]{0} all-reduce(%a), channel_id=2, to_apply=%add
+  ROOT %w = (s32[], f32[4]) while(%t0), condition=%cond, body=%body, TRIP
+}
+"""
+
+
+def test_collectives_in_a_loop_count_once_per_iteration():
+  """The ring's steps run in a while loop: its body's collective-permute (16 bytes) moves data
+  once per iteration (7 here), and a loop whose trip count XLA does not know has no static
+  count."""
+  from textattn.benchmark import collectives
+  known = LOOP_HLO.replace("TRIP", 'backend_config={"known_trip_count":{"n":"7"}}')
+  assert collectives.collective_bytes(known, 2) == {"all-reduce": 8, "collective-permute": 112}
+  with pytest.raises(ValueError, match="no known trip count"):
+    collectives.collective_bytes(LOOP_HLO.replace(", TRIP", ""), 2)
+
+
 @pytest.mark.parametrize("text", ["data:2", "data:1,sequence:0", "data:1,sequence:x",
                                   "data:1,sequence:2,data:1", "data:1,seq:2", "1x2"])
 def test_malformed_mesh_specs_are_refused_in_one_sentence(text):

@@ -3,10 +3,10 @@ one sequence-sharded attention layer (issue 43).
 
 Per device, one layer, forward + backward: the operand bytes of every collective the compiled
 HLO runs (all-reduce and collective-permute: the result's size; all-gather: the result / S;
-reduce-scatter: the result x S), a collective in a while loop's body (the ring's steps) counted
-once per iteration (`collective_bytes`). The formulas, with B the batch per device (the batch / data
-shards), H heads, D head_dim, n = length / S per shard, f = 4 bytes (float32), P parameters,
-KV = B n H D f (one shard's keys or values) and MK = B n (its padding mask, 1 byte a token):
+reduce-scatter: the result x S), one in a while loop's body (the ring's steps) once per iteration
+(`collective_bytes`). The formulas, with B the batch per device (the batch / data shards),
+H heads, D head_dim, n = length / S per shard, f = 4 bytes (float32), P parameters, KV = B n H D f
+(one shard's keys or values) and MK = B n (its padding mask, 1 byte a token):
   additive:      2 rounds x (pmax B H + psum B H (D + 1)) f forward, 2 x psum B H D f backward
                  (the cotangents of the global query and key) = (4 B H D + 4 B H) f
   recurrent:     2 rounds x all_gather of the shard totals B H (D + 2) f forward; backward the
