@@ -16,10 +16,12 @@ The cores, each exact against one device (tests/test_sequence.py; n = length / S
   device merges its queries' partial results online in float32 (flash attention's running max
   and sum). A custom VJP sends the blocks round again in the backward pass with their gradients,
   so no device ever holds more than two blocks of keys and values, and recomputes the scores:
-  memory O(n^2 + n), not O(length). Causal attention uses the zig-zag layout (shard i holds
-  chunks i and 2S-1-i of 2S), so that every device computes 3 + 2(S-1) chunk-blocks and skips
-  the fully masked ones; the module reorders its queries/keys/values into it and back with two
-  ppermutes each (a runner that lays the batch out in zig-zag order can skip that).
+  memory O(n^2 + n), not O(length). The steps after the first run in a `jax.lax.fori_loop`, so
+  a constant number of n x n score blocks is live at once (unrolled, the bidirectional ring kept
+  about S + 3). Causal attention uses the zig-zag layout (shard i holds chunks i and 2S-1-i of
+  2S), so that every device computes 3 + 2(S-1) chunk-blocks and skips the fully masked ones;
+  the module reorders its queries/keys/values into it and back with two ppermutes each (a runner
+  that lays the batch out in zig-zag order can skip that).
 - causal additive, recurrent form: each shard's local prefix sums (an associative scan), then the
   exclusive prefix of the shards' totals (all_gather of their totals, combined below the shard's
   index) merged in; once for the global query, then, depending on it, for the global key.
@@ -175,9 +177,10 @@ def _visible(key_mask, q_pos, k_pos, causal: bool) -> Array:
 
 # The ring's steps: step 0 (the device's own keys, a schedule of its own) is written out, steps
 # 1 .. S-1 run in a `jax.lax.fori_loop` whose carry holds the travelling key/value blocks (and,
-# backward, their gradient accumulators), the ppermute inside its body. Unrolled, the steps'
-# score blocks were scheduled by XLA to be live together (about S + 3 blocks of (L/S)^2 per
-# device at the longest lengths, experiments/seq_parallel/README.md); in a loop, one step's.
+# backward, their gradient accumulators), the ppermute inside its body. Unrolled, XLA scheduled
+# the bidirectional ring's steps' score blocks to be live together (about S + 3 blocks of
+# (L/S)^2 per device at the longest lengths); in a loop, only one step's temporaries are live
+# (experiments/seq_parallel/README.md has the compiled memory before and after).
 
 def _ring_forward(query, key, value, padding_mask, layout):
   """Forward ring on one shard: (out [b, n, h, d], logsumexp [b, h, n], chunk-blocks)."""
