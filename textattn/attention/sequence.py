@@ -295,8 +295,9 @@ def _ring_bwd(layout, residuals, d_out):
     # Keys, values and their gradients travel as one array (one collective a step), the mask
     # as int8. (Unrolled, the backward's ppermutes once repeated the forward's exactly and XLA's
     # CSE reused the forward's results, keeping every received block alive until the backward;
-    # now they sit in another loop's body than the forward's, where CSE does not look; the
-    # packing is kept for fewer collectives.)
+    # in a loop they sit in another body than the forward's, but at S = 2 XLA inlines both
+    # one-trip loops, and the packing, which differs from what the forward sends, still keeps
+    # them apart there; memory_comm.txt's S = 2 bytes equal the formula.)
     packed = _shift(jnp.concatenate([k_all.astype(f32), v_all.astype(f32), d_k, d_v], -1),
                     shards)
     kv = (packed[..., :head_dim].astype(key.dtype),
