@@ -11,8 +11,10 @@ on one device); the pooling check runs this file as a script on 8 devices
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -42,10 +44,10 @@ def test_fifty_steps_on_a_2x4_mesh_match_one_device_and_resume_exactly(tmp_path)
   """Ring softmax attention, CLS pooling (length 16 + 1 padded to 20: padding inside shards, at
   their ends and filling shard tails), hashed bigrams (each shard's first token reads its left
   neighbour's last), dropout and word dropout on: 50 steps on data 2 x sequence 4 end with the
-  loss of one device. A copy of that run cut back to its first checkpoint (what a SIGKILL there
-  leaves; tests/test_train.py kills a run for real) resumes on the same mesh bit-identical to
-  it, and another copy resumes on data 4 x sequence 2 with the machine-change note (rounding
-  may differ) and ends close."""
+  loss of one device. A third run on the same mesh, SIGKILLed once its first checkpoint (step
+  25) is committed, resumes bit-identical to the uninterrupted one; a copy of what the kill left
+  resumes on data 4 x sequence 2 with the machine-change note (rounding may differ) and ends
+  close."""
   from tests.test_train import (
     assert_rows_close,
     cli_args,
@@ -61,30 +63,52 @@ def test_fifty_steps_on_a_2x4_mesh_match_one_device_and_resume_exactly(tmp_path)
                       "model.token_dropout_rate": 0.1, "model.attention": "softmax"})
   one = run_main(args, tmp_path / "one", wait=False)
   mesh = run_main(args + MESH, tmp_path / "mesh", wait=False)
-  _finish(one), _finish(mesh)
+  doomed = run_main(args + MESH, tmp_path / "killed", wait=False)
+  try:
+    _kill_after_first_checkpoint(doomed, tmp_path / "killed" / "checkpoints")
+  finally:
+    _finish(one), _finish(mesh)
   expected, got = _final_loss(tmp_path / "one"), _final_loss(tmp_path / "mesh")
   assert expected["step"] == got["step"] == 50
   assert abs(got["train/loss"] - expected["train/loss"]) <= TOLERANCE * expected["train/loss"]
   assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "mesh"))
 
-  for copy in ("killed", "moved"):
-    shutil.copytree(tmp_path / "mesh", tmp_path / copy)
-    shutil.rmtree(tmp_path / copy / "checkpoints" / "50")
+  shutil.copytree(tmp_path / "killed", tmp_path / "moved")
   resumed = run_main(args + MESH, tmp_path / "killed", wait=False)
   moved = run_main(args + ["--config.num_cpu_devices=8", "--config.mesh.sequence=2"],
                    tmp_path / "moved", wait=False)
   resumed_out, moved_out = _finish(resumed), _finish(moved)
-  assert "Resuming from checkpoint at step 25." in resumed_out
+  assert "Resuming from checkpoint at step 25." in resumed_out, resumed_out[-3000:]
   assert "Warning: resuming with other" not in resumed_out
   # (Compared by the checksums each checkpoint records of every array of the state: the test
   # process, on one device, cannot restore an 8-device checkpoint without its model.)
   assert _state_checksums(tmp_path / "mesh") == _state_checksums(tmp_path / "killed")
   assert final_report(tmp_path / "mesh") == final_report(tmp_path / "killed")
+  assert eval_rows(tmp_path / "mesh") == eval_rows(tmp_path / "killed")
 
   assert "Resuming from checkpoint at step 25." in moved_out
   assert ("mesh: {'data': 2, 'sequence': 4} -> {'data': 4, 'sequence': 2}" in moved_out
           and "float rounding may differ" in moved_out), moved_out[-3000:]
   assert_rows_close(eval_rows(tmp_path / "mesh"), eval_rows(tmp_path / "moved"))
+
+
+def _kill_after_first_checkpoint(process, checkpoints, timeout=240):
+  """SIGKILL `process` as soon as a checkpoint directory is committed (Orbax renames its
+  temporary directory to the bare step number then); fails if the run ends or times out first."""
+  deadline = time.time() + timeout
+  try:
+    while time.time() < deadline and process.poll() is None:
+      if checkpoints.exists() and any(d.isdigit() for d in os.listdir(checkpoints)):
+        break
+      time.sleep(0.01)
+    assert process.poll() is None, "the run ended before it was killed: nothing was tested"
+    process.send_signal(signal.SIGKILL)
+  finally:
+    if process.poll() is None:
+      process.kill()
+    process.communicate()
+  assert process.returncode == -signal.SIGKILL
+  assert sorted(d for d in os.listdir(checkpoints) if d.isdigit()) == ["25"]
 
 
 def _state_checksums(workdir):
