@@ -39,8 +39,36 @@ def _finish(process, timeout=300):
   return out
 
 
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+  """The one-device run the mesh runs of this file compare with, started at once (so a test's
+  own runs overlap it) and shared: .args (ring softmax attention, CLS pooling, hashed bigrams,
+  dropout and word dropout; 50 steps, evaluations and checkpoints at 25 and 50), .done() -> its
+  workdir once it has finished."""
+  from types import SimpleNamespace
+
+  from tests.test_train import cli_args, run_main, write_sentiment_jsonl
+  root = tmp_path_factory.mktemp("one_device")
+  data = write_sentiment_jsonl(root / "reviews.jsonl")
+  args = cli_args(data, root / "cache", num_train_steps=50, eval_every_steps=25,
+                  checkpoint_every_steps=25, log_every_steps=25, **{
+                      "model.pooling": "cls", "model.bigram_buckets": 7,
+                      "model.token_dropout_rate": 0.1, "model.attention": "softmax"})
+  process = run_main(args, root / "one", wait=False)
+
+  def done():
+    if process.returncode is None:
+      _finish(process)
+    return root / "one"
+
+  yield SimpleNamespace(args=args, done=done)
+  if process.poll() is None:
+    process.kill()
+    process.communicate()
+
+
 @pytest.mark.cpu_only
-def test_fifty_steps_on_a_2x4_mesh_match_one_device_and_resume_exactly(tmp_path):
+def test_fifty_steps_on_a_2x4_mesh_match_one_device_and_resume_exactly(tmp_path, one_device):
   """Ring softmax attention, CLS pooling (length 16 + 1 padded to 20: padding inside shards, at
   their ends and filling shard tails), hashed bigrams (each shard's first token reads its left
   neighbour's last), dropout and word dropout on: 50 steps on data 2 x sequence 4 end with the
@@ -48,30 +76,19 @@ def test_fifty_steps_on_a_2x4_mesh_match_one_device_and_resume_exactly(tmp_path)
   25) is committed, resumes bit-identical to the uninterrupted one; a copy of what the kill left
   resumes on data 4 x sequence 2 with the machine-change note (rounding may differ) and ends
   close."""
-  from tests.test_train import (
-    assert_rows_close,
-    cli_args,
-    eval_rows,
-    final_report,
-    run_main,
-    write_sentiment_jsonl,
-  )
-  data = write_sentiment_jsonl(tmp_path / "reviews.jsonl")
-  args = cli_args(data, tmp_path / "cache", num_train_steps=50, eval_every_steps=25,
-                  checkpoint_every_steps=25, log_every_steps=25, **{
-                      "model.pooling": "cls", "model.bigram_buckets": 7,
-                      "model.token_dropout_rate": 0.1, "model.attention": "softmax"})
-  one = run_main(args, tmp_path / "one", wait=False)
+  from tests.test_train import assert_rows_close, eval_rows, final_report, run_main
+  args = one_device.args
   mesh = run_main(args + MESH, tmp_path / "mesh", wait=False)
   doomed = run_main(args + MESH, tmp_path / "killed", wait=False)
   try:
     _kill_after_first_checkpoint(doomed, tmp_path / "killed" / "checkpoints")
   finally:
-    _finish(one), _finish(mesh)
-  expected, got = _final_loss(tmp_path / "one"), _final_loss(tmp_path / "mesh")
+    _finish(mesh)
+  one = one_device.done()
+  expected, got = _final_loss(one), _final_loss(tmp_path / "mesh")
   assert expected["step"] == got["step"] == 50
   assert abs(got["train/loss"] - expected["train/loss"]) <= TOLERANCE * expected["train/loss"]
-  assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "mesh"))
+  assert_rows_close(eval_rows(one), eval_rows(tmp_path / "mesh"))
 
   shutil.copytree(tmp_path / "killed", tmp_path / "moved")
   resumed = run_main(args + MESH, tmp_path / "killed", wait=False)
@@ -114,6 +131,54 @@ def _kill_after_first_checkpoint(process, checkpoints, timeout=240):
 def _state_checksums(workdir):
   from textattn import checkpointing
   return checkpointing.read_meta_at(workdir / "checkpoints" / "50")["checksums"]["state"]
+
+
+@pytest.mark.cpu_only
+def test_a_sequence_axis_across_two_processes_trains_like_one_device(tmp_path, one_device):
+  """Two processes (jax.distributed over gloo) of 2 CPU devices each, mesh.sequence=4: every
+  sequence is split over both processes (data 1), so both read the same rows and each lays out
+  its half of the length; ring softmax attention (key/value blocks cross processes), CLS
+  pooling, hashed bigrams (a halo across the process boundary) and dropout. After 25 and 50
+  steps the logged loss equals one device's to 1e-5 relative, and so do the evaluations and
+  the test predictions."""
+  from tests.test_train import assert_rows_close, eval_rows, read_metrics, run_two_processes
+  from textattn import compare
+  procs = tmp_path / "procs"
+  processes, outputs = run_two_processes(
+      one_device.args + ["--config.num_cpu_devices=2", "--config.mesh.sequence=4"], procs,
+      timeout=300)
+  assert all(p.returncode == 0 for p in processes), [out[-3000:] for out in outputs]
+  assert all("2 local / 4 global devices" in out for out in outputs)
+  one = one_device.done()
+  rows = [[r for r in read_metrics(run) if "train/loss" in r] for run in (one, procs)]
+  assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]] == [25, 50]
+  for a, b in zip(*rows, strict=True):
+    assert abs(a["train/loss"] - b["train/loss"]) <= TOLERANCE * a["train/loss"], (a, b)
+  assert_rows_close(eval_rows(one), eval_rows(procs))
+  labels, probabilities = compare.load_predictions(str(one))
+  procs_labels, procs_probabilities = compare.load_predictions(str(procs))
+  np.testing.assert_array_equal(procs_labels, labels)
+  np.testing.assert_allclose(procs_probabilities, probabilities, rtol=TOLERANCE, atol=1e-7)
+
+
+@pytest.mark.parametrize("processes, rows", [
+    ([[0, 0, 1, 1], [0, 0, 1, 1]], [(0, 1), (0, 1)]),  # data 2 x sequence 4 across both
+    ([[0, 0], [1, 1]], [(0, 2), (1, 2)]),              # each data group within a process
+    ([[0], [0], [1], [1]], [(0, 2), (1, 2)]),          # data parallelism, 2 devices each
+    ([[0, 1, 2, 3], [0, 1, 2, 3]], [(0, 1)] * 4),      # 4 processes share both groups
+])
+def test_processes_that_share_a_data_group_read_the_same_rows(processes, rows):
+  from textattn import platform
+  grid = np.array(processes)
+  assert [platform.process_row_block(grid, p) for p in range(grid.max() + 1)] == rows
+
+
+def test_a_mesh_that_gives_processes_uneven_rows_is_refused():
+  from textattn import platform
+  from textattn.errors import UsageError
+  for grid in ([[0, 1], [1, 1]], [[0], [1], [0], [1]]):
+    with pytest.raises(UsageError, match=r"not equal blocks of adjacent rows"):
+      platform.process_row_block(np.array(grid), 0)
 
 
 @pytest.mark.cpu_only
