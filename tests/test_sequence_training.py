@@ -1,7 +1,7 @@
 """Training with sequence parallelism (config.mesh.sequence): the runner, loop and models on a
 (data, sequence) mesh of 8 fake CPU devices give one device's training, resume exactly after
 SIGKILL, resume under another mesh with a note, train translation, and refuse what cannot be
-split before anything runs.
+split before anything runs; a sequence axis that spans two processes trains like one device.
 
 The runs are textattn.main subprocesses (config.num_cpu_devices=8: the rest of the suite runs
 on one device); the pooling check runs this file as a script on 8 devices
@@ -146,7 +146,7 @@ def test_a_sequence_axis_across_two_processes_trains_like_one_device(tmp_path, o
   procs = tmp_path / "procs"
   processes, outputs = run_two_processes(
       one_device.args + ["--config.num_cpu_devices=2", "--config.mesh.sequence=4"], procs,
-      timeout=300)
+      timeout=180)
   assert all(p.returncode == 0 for p in processes), [out[-3000:] for out in outputs]
   assert all("2 local / 4 global devices" in out for out in outputs)
   one = one_device.done()
