@@ -1,7 +1,7 @@
 """Training with sequence parallelism (config.mesh.sequence): the runner, loop and models on a
 (data, sequence) mesh of 8 fake CPU devices give one device's training, resume exactly after
 SIGKILL, resume under another mesh with a note, train translation, and refuse what cannot be
-split before anything runs.
+split before anything runs; a sequence axis that spans two processes trains like one device.
 
 The runs are textattn.main subprocesses (config.num_cpu_devices=8: the rest of the suite runs
 on one device); the pooling check runs this file as a script on 8 devices
@@ -11,8 +11,10 @@ on one device); the pooling check runs this file as a script on 8 devices
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -37,49 +39,69 @@ def _finish(process, timeout=300):
   return out
 
 
-@pytest.mark.cpu_only
-def test_fifty_steps_on_a_2x4_mesh_match_one_device_and_resume_exactly(tmp_path):
-  """Ring softmax attention, CLS pooling (length 16 + 1 padded to 20: padding inside shards, at
-  their ends and filling shard tails), hashed bigrams (each shard's first token reads its left
-  neighbour's last), dropout and word dropout on: 50 steps on data 2 x sequence 4 end with the
-  loss of one device. A copy of that run cut back to its first checkpoint (what a SIGKILL there
-  leaves; tests/test_train.py kills a run for real) resumes on the same mesh bit-identical to
-  it, and another copy resumes on data 4 x sequence 2 with the machine-change note (rounding
-  may differ) and ends close."""
-  from tests.test_train import (
-    assert_rows_close,
-    cli_args,
-    eval_rows,
-    final_report,
-    run_main,
-    write_sentiment_jsonl,
-  )
-  data = write_sentiment_jsonl(tmp_path / "reviews.jsonl")
-  args = cli_args(data, tmp_path / "cache", num_train_steps=50, eval_every_steps=25,
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+  """The one-device run the mesh runs of this file compare with, started at once (so a test's
+  own runs overlap it) and shared: .args (ring softmax attention, CLS pooling, hashed bigrams,
+  dropout and word dropout; 50 steps, evaluations and checkpoints at 25 and 50), .done() -> its
+  workdir once it has finished."""
+  from types import SimpleNamespace
+
+  from tests.test_train import cli_args, run_main, write_sentiment_jsonl
+  root = tmp_path_factory.mktemp("one_device")
+  data = write_sentiment_jsonl(root / "reviews.jsonl")
+  args = cli_args(data, root / "cache", num_train_steps=50, eval_every_steps=25,
                   checkpoint_every_steps=25, log_every_steps=25, **{
                       "model.pooling": "cls", "model.bigram_buckets": 7,
                       "model.token_dropout_rate": 0.1, "model.attention": "softmax"})
-  one = run_main(args, tmp_path / "one", wait=False)
+  process = run_main(args, root / "one", wait=False)
+
+  def done():
+    if process.returncode is None:
+      _finish(process)
+    return root / "one"
+
+  yield SimpleNamespace(args=args, done=done)
+  if process.poll() is None:
+    process.kill()
+    process.communicate()
+
+
+@pytest.mark.cpu_only
+def test_fifty_steps_on_a_2x4_mesh_match_one_device_and_resume_exactly(tmp_path, one_device):
+  """Ring softmax attention, CLS pooling (length 16 + 1 padded to 20: padding inside shards, at
+  their ends and filling shard tails), hashed bigrams (each shard's first token reads its left
+  neighbour's last), dropout and word dropout on: 50 steps on data 2 x sequence 4 end with the
+  loss of one device. A third run on the same mesh, SIGKILLed once its first checkpoint (step
+  25) is committed, resumes bit-identical to the uninterrupted one; a copy of what the kill left
+  resumes on data 4 x sequence 2 with the machine-change note (rounding may differ) and ends
+  close."""
+  from tests.test_train import assert_rows_close, eval_rows, final_report, run_main
+  args = one_device.args
   mesh = run_main(args + MESH, tmp_path / "mesh", wait=False)
-  _finish(one), _finish(mesh)
-  expected, got = _final_loss(tmp_path / "one"), _final_loss(tmp_path / "mesh")
+  doomed = run_main(args + MESH, tmp_path / "killed", wait=False)
+  try:
+    _kill_after_first_checkpoint(doomed, tmp_path / "killed" / "checkpoints")
+  finally:
+    _finish(mesh)
+  one = one_device.done()
+  expected, got = _final_loss(one), _final_loss(tmp_path / "mesh")
   assert expected["step"] == got["step"] == 50
   assert abs(got["train/loss"] - expected["train/loss"]) <= TOLERANCE * expected["train/loss"]
-  assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "mesh"))
+  assert_rows_close(eval_rows(one), eval_rows(tmp_path / "mesh"))
 
-  for copy in ("killed", "moved"):
-    shutil.copytree(tmp_path / "mesh", tmp_path / copy)
-    shutil.rmtree(tmp_path / copy / "checkpoints" / "50")
+  shutil.copytree(tmp_path / "killed", tmp_path / "moved")
   resumed = run_main(args + MESH, tmp_path / "killed", wait=False)
   moved = run_main(args + ["--config.num_cpu_devices=8", "--config.mesh.sequence=2"],
                    tmp_path / "moved", wait=False)
   resumed_out, moved_out = _finish(resumed), _finish(moved)
-  assert "Resuming from checkpoint at step 25." in resumed_out
+  assert "Resuming from checkpoint at step 25." in resumed_out, resumed_out[-3000:]
   assert "Warning: resuming with other" not in resumed_out
   # (Compared by the checksums each checkpoint records of every array of the state: the test
   # process, on one device, cannot restore an 8-device checkpoint without its model.)
   assert _state_checksums(tmp_path / "mesh") == _state_checksums(tmp_path / "killed")
   assert final_report(tmp_path / "mesh") == final_report(tmp_path / "killed")
+  assert eval_rows(tmp_path / "mesh") == eval_rows(tmp_path / "killed")
 
   assert "Resuming from checkpoint at step 25." in moved_out
   assert ("mesh: {'data': 2, 'sequence': 4} -> {'data': 4, 'sequence': 2}" in moved_out
@@ -87,9 +109,76 @@ def test_fifty_steps_on_a_2x4_mesh_match_one_device_and_resume_exactly(tmp_path)
   assert_rows_close(eval_rows(tmp_path / "mesh"), eval_rows(tmp_path / "moved"))
 
 
+def _kill_after_first_checkpoint(process, checkpoints, timeout=240):
+  """SIGKILL `process` as soon as a checkpoint directory is committed (Orbax renames its
+  temporary directory to the bare step number then); fails if the run ends or times out first."""
+  deadline = time.time() + timeout
+  try:
+    while time.time() < deadline and process.poll() is None:
+      if checkpoints.exists() and any(d.isdigit() for d in os.listdir(checkpoints)):
+        break
+      time.sleep(0.01)
+    assert process.poll() is None, "the run ended before it was killed: nothing was tested"
+    process.send_signal(signal.SIGKILL)
+  finally:
+    if process.poll() is None:
+      process.kill()
+    process.communicate()
+  assert process.returncode == -signal.SIGKILL
+  assert sorted(d for d in os.listdir(checkpoints) if d.isdigit()) == ["25"]
+
+
 def _state_checksums(workdir):
   from textattn import checkpointing
   return checkpointing.read_meta_at(workdir / "checkpoints" / "50")["checksums"]["state"]
+
+
+@pytest.mark.cpu_only
+def test_a_sequence_axis_across_two_processes_trains_like_one_device(tmp_path, one_device):
+  """Two processes (jax.distributed over gloo) of 2 CPU devices each, mesh.sequence=4: every
+  sequence is split over both processes (data 1), so both read the same rows and each lays out
+  its half of the length; ring softmax attention (key/value blocks cross processes), CLS
+  pooling, hashed bigrams (a halo across the process boundary) and dropout. After 25 and 50
+  steps the logged loss equals one device's to 1e-5 relative, and so do the evaluations and
+  the test predictions."""
+  from tests.test_train import assert_rows_close, eval_rows, read_metrics, run_two_processes
+  from textattn import compare
+  procs = tmp_path / "procs"
+  processes, outputs = run_two_processes(
+      one_device.args + ["--config.num_cpu_devices=2", "--config.mesh.sequence=4"], procs,
+      timeout=180)
+  assert all(p.returncode == 0 for p in processes), [out[-3000:] for out in outputs]
+  assert all("2 local / 4 global devices" in out for out in outputs)
+  one = one_device.done()
+  rows = [[r for r in read_metrics(run) if "train/loss" in r] for run in (one, procs)]
+  assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]] == [25, 50]
+  for a, b in zip(*rows, strict=True):
+    assert abs(a["train/loss"] - b["train/loss"]) <= TOLERANCE * a["train/loss"], (a, b)
+  assert_rows_close(eval_rows(one), eval_rows(procs))
+  labels, probabilities = compare.load_predictions(str(one))
+  procs_labels, procs_probabilities = compare.load_predictions(str(procs))
+  np.testing.assert_array_equal(procs_labels, labels)
+  np.testing.assert_allclose(procs_probabilities, probabilities, rtol=TOLERANCE, atol=1e-7)
+
+
+@pytest.mark.parametrize("processes, rows", [
+    ([[0, 0, 1, 1], [0, 0, 1, 1]], [(0, 1), (0, 1)]),  # data 2 x sequence 4 across both
+    ([[0, 0], [1, 1]], [(0, 2), (1, 2)]),              # each data group within a process
+    ([[0], [0], [1], [1]], [(0, 2), (1, 2)]),          # data parallelism, 2 devices each
+    ([[0, 1, 2, 3], [0, 1, 2, 3]], [(0, 1)] * 4),      # 4 processes share both groups
+])
+def test_processes_that_share_a_data_group_read_the_same_rows(processes, rows):
+  from textattn import platform
+  grid = np.array(processes)
+  assert [platform.process_row_block(grid, p) for p in range(grid.max() + 1)] == rows
+
+
+def test_a_mesh_that_gives_processes_uneven_rows_is_refused():
+  from textattn import platform
+  from textattn.errors import UsageError
+  for grid in ([[0, 1], [1, 1]], [[0], [1], [0], [1]]):
+    with pytest.raises(UsageError, match=r"not equal blocks of adjacent rows"):
+      platform.process_row_block(np.array(grid), 0)
 
 
 @pytest.mark.cpu_only

@@ -8,6 +8,7 @@ import os
 
 import jax
 import ml_collections
+import numpy as np
 
 from textattn import sharding
 from textattn.errors import UsageError
@@ -47,16 +48,49 @@ def batch_shardings(mesh: jax.sharding.Mesh, batch: dict) -> dict:
   return jax.tree.map(lambda x: batch_sharding(mesh, x.shape), batch)
 
 
+def row_block(mesh: jax.sharding.Mesh) -> tuple[int, int]:
+  """(index, count): this process reads rows [index * B / count, (index + 1) * B / count) of
+  every global batch of B rows (whole rows: all of their length), as data.TrainIterator and
+  data.eval_batches take (process_index, process_count); `process_row_block` of the mesh's
+  devices' processes."""
+  devices = np.asarray(mesh.devices).reshape(mesh.shape[sharding.DATA], -1)
+  processes = np.vectorize(lambda d: d.process_index, otypes=[int])(devices)
+  return process_row_block(processes, jax.process_index())
+
+
+def process_row_block(processes: np.ndarray, process_index: int) -> tuple[int, int]:
+  """`row_block` of a mesh whose device [d, j] (data index d) belongs to process
+  processes[d, j]: the rows are those of the data indices the process's devices hold, so
+  processes whose devices share a data group (a sequence axis that spans processes) read the
+  same rows, and count is the number of distinct row blocks (the process count when every data
+  group lies within one process). UsageError (one sentence) unless every process holds one
+  contiguous run of data indices, all runs of one size and aligned to it."""
+  runs = {}
+  for process in np.unique(processes):
+    rows = np.flatnonzero((processes == process).any(axis=1))
+    runs[int(process)] = [int(r) for r in rows]
+  size = len(runs[process_index])
+  if any(rows != list(range(rows[0], rows[0] + size)) or rows[0] % size
+         for rows in runs.values()):
+    raise UsageError(f"the device mesh gives the processes data rows {runs} (process: data "
+                     f"indices), not equal blocks of adjacent rows; each process's devices "
+                     f"must hold whole, adjacent data groups, as many as every other's.")
+  return runs[process_index][0] // size, processes.shape[0] // size
+
+
 def to_global(batch: dict, mesh: jax.sharding.Mesh) -> dict:
-  """This process's rows of a batch -> global arrays laid out as `batch_sharding` says."""
+  """This process's rows of a batch (`row_block`'s, whole length) -> global arrays laid out as
+  `batch_sharding` says: each device takes its [rows, length slice] from them (the length is
+  global, so a process whose devices hold part of a sequence group cuts its part)."""
+  count = row_block(mesh)[1]
   return jax.tree.map(lambda x: jax.make_array_from_process_local_data(
-      batch_sharding(mesh, x.shape), x), batch)
+      batch_sharding(mesh, x.shape), x, (x.shape[0] * count,) + x.shape[1:]), batch)
 
 
 def check_mesh(config: ml_collections.ConfigDict, device_count: int) -> None:
   """UsageError (one sentence) unless config.mesh fits this run's devices: mesh.sequence a
-  positive divisor of the device count, and within one process's devices (the batches are
-  read per process, row by row, so the sequence axis may not span processes)."""
+  positive divisor of the device count (a sequence group may span processes: the processes
+  that share one read the same rows, `row_block`)."""
   shards = config.mesh.sequence
   if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
     raise UsageError(f"config.mesh.sequence={shards!r} must be an integer >= 1 (the devices "
@@ -64,10 +98,8 @@ def check_mesh(config: ml_collections.ConfigDict, device_count: int) -> None:
   if device_count % shards:
     raise UsageError(f"config.mesh.sequence={shards} must divide the device count "
                      f"({device_count}), so that data = devices / sequence is whole.")
-  local = jax.local_device_count() if device_count > 1 else 1
-  if shards > 1 and jax.process_count() > 1 and local % shards:
-    raise UsageError(f"config.mesh.sequence={shards} must divide each process's device count "
-                     f"({local}): a sequence axis that spans processes is not supported.")
+  if jax.process_count() > 1:
+    row_block(config_mesh(config))
 
 
 XlaOptionValue = str | bool | int | float

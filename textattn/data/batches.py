@@ -27,7 +27,9 @@ class TrainIterator:
   """Infinite training batches: epoch e visits a permutation drawn from (seed, e).
 
   Full global batches only (each epoch drops its remainder). This process yields rows
-  [process_index * local, (process_index + 1) * local) of every global batch. The position
+  [process_index * local, (process_index + 1) * local) of every global batch (on a device mesh,
+  (process_index, process_count) is platform.row_block's: processes whose devices share a data
+  group, a sequence axis across processes, pass the same index and read the same rows). The position
   is `get_state()` = {"epoch", "index"} of the next batch; `set_state` resumes there exactly.
 
   Length grouping (`lengths` [N] and `length_pool` > 0, as fairseq's and tensor2tensor's

@@ -120,8 +120,7 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
   def evaluate(state, split, prefix):
     with_probabilities = prefix == "test"
     totals, probabilities = None, []
-    for batch in data_lib.eval_batches(split, eval_batch_size, jax.process_index(),
-                                       jax.process_count()):
+    for batch in data_lib.eval_batches(split, eval_batch_size, *platform.row_block(mesh)):
       sums = compiled(with_probabilities, state, platform.to_global(batch, mesh))
       if with_probabilities:
         probabilities.append(sums.pop("probabilities"))
@@ -198,7 +197,7 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
   model = models.build_model(kernel_config, len(data.class_names), vocab_size=data.vocab_size,
                              pretrained_config=bert_config, mesh=mesh)
   train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
-                                      jax.process_index(), jax.process_count())
+                                      *platform.row_block(mesh))
   evaluator = None
 
   def evaluate(state, split, prefix):

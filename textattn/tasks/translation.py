@@ -285,8 +285,7 @@ def make_evaluator(state_sharding, eval_batch_size: int, source_len: int, target
     totals = None
     widths = lengths(split.inputs, source_len)
     for index, batch in enumerate(data_lib.eval_batches(split, eval_batch_size,
-                                                        jax.process_index(),
-                                                        jax.process_count())):
+                                                        *platform.row_block(mesh))):
       width = int(widths[index * eval_batch_size:(index + 1) * eval_batch_size].max())
       sums = compiled(state, platform.to_global(trim(batch, width), mesh))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
@@ -338,7 +337,7 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
   mesh = platform.config_mesh(config)
   packed = Packed(build_model(config, source_tok.vocab_size, target_tok.vocab_size, mesh))
   train_iter = data_lib.TrainIterator(
-      data.train, config.batch_size, config.seed, jax.process_index(), jax.process_count(),
+      data.train, config.batch_size, config.seed, *platform.row_block(mesh),
       lengths=lengths(data.train.inputs, config.source_len), length_pool=config.length_pool,
       trim=trimmer(config.source_len, config.target_len))
   evaluator = None
