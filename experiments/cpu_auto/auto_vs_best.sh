@@ -10,7 +10,8 @@
 #
 # ROUNDS (default 2): every length is run that many times, the variants' order reversed every
 # other round (a change in the machine's load then hits every variant); the summary takes each
-# point's median over rounds. RECALIBRATE=1: remove this machine's calibration verdicts first,
+# point's median over rounds. LENGTHS (default "256 512 1024 2048 4096") and REPEATS (timed calls
+# a point, default 5) narrow or steady a rerun. RECALIBRATE=1: remove this machine's calibration verdicts first,
 # so the auto points calibrate again (in their set-up, which is not timed). Run from the
 # repository root; the machine should be otherwise idle.
 set -euo pipefail
@@ -21,8 +22,8 @@ if [[ -n "${REHEARSE:-}" ]]; then
   sizes=(--batch_size=2 --embed_dim=16 --num_heads=2 --warmup=0 --repeats=1)
   rounds=1
 else
-  lengths=(256 512 1024 2048 4096)
-  sizes=(--batch_size=4 --embed_dim=256 --num_heads=4 --warmup=1 --repeats=5
+  read -r -a lengths <<< "${LENGTHS:-256 512 1024 2048 4096}"
+  sizes=(--batch_size=4 --embed_dim=256 --num_heads=4 --warmup=1 --repeats="${REPEATS:-5}"
          --point_time_budget_s=60)
 fi
 variants=(softmax_auto softmax_native softmax_fused additive_auto additive_native additive)
