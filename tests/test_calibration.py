@@ -180,6 +180,23 @@ def test_the_model_resolves_at_config_max_len(calibrated):
   assert models.resolved_kernel(config) == "fused"
 
 
+def test_a_pretrained_encoder_resolves_for_its_own_head_size_not_the_configs(calibrated):
+  # The kernel a fine-tuning run records (and pins on resume) is the one its encoder runs: "auto"
+  # resolved for the checkpoint's head size and heads (tiny BERT: 2 heads of 16), not for
+  # config.model.embed_dim / num_heads, which a pretrained model ignores.
+  from tests.test_finetune import FIXTURE
+  from textattn import defaults
+  from textattn.pretrained import finetune
+  config = defaults.classification()
+  config.model.update(pretrained=str(FIXTURE), embed_dim=64, num_heads=8)  # (head size 8)
+  config.max_len = 256
+  bert_config = finetune.model_config(config)
+  kernel = models.resolved_kernel(config, bert_config)
+  assert [(s.head_dim, s.heads) for s in calibrated] == [(16, None)]  # (softmax: no heads)
+  model = models.build_model(config, 2, pretrained_config=bert_config)
+  assert model.attention_impl == kernel == models.resolved_kernel(config) == "native"
+
+
 @pytest.mark.cpu_only
 def test_the_benchmark_resolves_auto_per_point(calibrated, tmp_path):
   from textattn.attention import native

@@ -192,8 +192,8 @@ def test_a_resume_keeps_the_kernel_auto_chose_where_auto_would_now_choose_anothe
   first = models.resolved_kernel(config(10))
   other = "xla" if first != "xla" else "fused"
   real = models.resolved_kernel
-  monkeypatch.setattr(models, "resolved_kernel", lambda c: other
-                      if c.model.attention_impl == "auto" else real(c))
+  monkeypatch.setattr(models, "resolved_kernel", lambda c, pretrained_config=None: other
+                      if c.model.attention_impl == "auto" else real(c, pretrained_config))
   resumed = runner.train_and_evaluate(config(10), str(tmp_path / "resumed"))
   assert resumed == straight
   assert_trees_identical(restore_params(tmp_path / "straight")[1],

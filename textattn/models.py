@@ -421,16 +421,24 @@ def _validate_baseline(config: ml_collections.ConfigDict) -> None:
                        f"{m.architecture} model takes {allowed}.")
 
 
-def resolved_kernel(config: ml_collections.ConfigDict) -> str:
+def resolved_kernel(config: ml_collections.ConfigDict, pretrained_config=None) -> str:
   """The attention kernel config.model.attention_impl means on this platform ("auto" resolved
-  for config.max_len: on a CPU by measured speed, textattn/attention/calibration.py); "none"
-  for the baselines, which have no attention."""
+  for config.max_len and the model's head size and heads: on a CPU by measured speed,
+  textattn/attention/calibration.py); "none" for the baselines, which have no attention. With
+  config.model.pretrained the sizes are the encoder's (`pretrained_config`, its BertConfig; None:
+  read from the model's config.json), not config.model.embed_dim / num_heads, which it ignores."""
   m = config.model
   if m.architecture != "transformer":
     return "none"
-  return attention_lib.get(m.attention).kernel(m.attention_impl, m.embed_dim // m.num_heads,
+  embed_dim, num_heads = m.embed_dim, m.num_heads
+  if m.pretrained:
+    if pretrained_config is None:
+      from textattn.pretrained import finetune
+      pretrained_config = finetune.model_config(config)
+    embed_dim, num_heads = pretrained_config.hidden_size, pretrained_config.num_heads
+  return attention_lib.get(m.attention).kernel(m.attention_impl, embed_dim // num_heads,
                                                m.dtype, length=config.max_len,
-                                               num_heads=m.num_heads)
+                                               num_heads=num_heads)
 
 
 def build_model(config: ml_collections.ConfigDict, num_classes: int,
@@ -480,8 +488,7 @@ def _pretrained_classifier(config, num_classes: int, bert_config) -> nn.Module:
   # The variant's own checks, with the encoder's sizes (config.model.embed_dim / num_heads are
   # not the model's here).
   variant.validate(m.attention_impl, bert_config.hidden_size, bert_config.num_heads, m.dtype)
-  impl = variant.kernel(m.attention_impl, bert_config.hidden_size // bert_config.num_heads,
-                        m.dtype, length=config.max_len, num_heads=bert_config.num_heads)
+  impl = resolved_kernel(config, bert_config)
   return bert.BertClassifier(bert_config, num_classes, pooling=m.pooling, attention=m.attention,
                              attention_impl=impl, dtype=DTYPES[m.dtype])
 

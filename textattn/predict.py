@@ -68,7 +68,7 @@ class Classifier:
     # and kernels round differently), so predictions reproduce the run's test report.
     from textattn.tasks import classification
     kernel_config = classification.pinned_kernel(self.config, workdir, is_main=False,
-                                                 strict=False)
+                                                 strict=False, bert_config=bert_config)
     model = models.build_model(kernel_config, len(self.class_names),
                                vocab_size=self.tokenizer.vocab_size, pretrained_config=bert_config)
     from textattn import baselines, run

@@ -156,24 +156,28 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
   return make_job(config, data, workdir, is_main, bert_config=bert_config, source=source)
 
 
-def pinned_kernel(config, workdir: str | None, is_main: bool, strict: bool = True):
+def pinned_kernel(config, workdir: str | None, is_main: bool, strict: bool = True,
+                  bert_config=None):
   """The config the model is built from: `config`, except on a resume with attention_impl="auto"
   where "auto" now resolves to another kernel than the one the run started with (recorded in its
   checkpoints' machine signature): that kernel is kept, since kernels round differently and a
   resume must continue bit-identically. RunError if it cannot run here; with strict=False
-  (prediction: a GPU-trained workdir on a CPU) `config` then, as "auto" resolves here."""
+  (prediction: a GPU-trained workdir on a CPU) `config` then, as "auto" resolves here.
+  `bert_config`: a pretrained encoder's, whose head size and heads "auto" resolves for."""
   m = config.model
   recorded = (run.recorded_machine(workdir) or {}) if workdir else {}
   kernel = recorded.get("attention_impl", "auto")
   if m.architecture != "transformer" or m.attention_impl != "auto" or kernel == "auto":
     return config
-  now = models.resolved_kernel(config)
+  now = models.resolved_kernel(config, bert_config)
   if kernel == now:
     return config
   pinned = ml_collections.ConfigDict(config.to_dict())
   pinned.model.attention_impl = kernel
+  embed_dim, num_heads = ((bert_config.hidden_size, bert_config.num_heads) if bert_config
+                          else (m.embed_dim, m.num_heads))
   try:
-    attention.get(m.attention).validate(kernel, m.embed_dim, m.num_heads, m.dtype)
+    attention.get(m.attention).validate(kernel, embed_dim, num_heads, m.dtype)
   except UsageError as error:
     if not strict:
       return config
@@ -192,7 +196,7 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
   """The runner's Job for `data` (a data.Dataset); `pretrained`: the fresh start's (token table,
   parameters) when the caller has them (a sweep's export), else the config's recipes;
   `bert_config` / `source`: a pretrained encoder's config and loaded weights (finetune)."""
-  kernel_config = pinned_kernel(config, workdir, is_main)
+  kernel_config = pinned_kernel(config, workdir, is_main, bert_config=bert_config)
   mesh = platform.config_mesh(config)
   model = models.build_model(kernel_config, len(data.class_names), vocab_size=data.vocab_size,
                              pretrained_config=bert_config, mesh=mesh)
@@ -254,7 +258,7 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
                                + models.parameter_table(params)),
       eval_split=eval_split, eval_prefix="val" if eval_split == "validation" else "test",
       pretrained=pretrained or start, frozen=baselines.has_frozen(config),
-      attention_impl=models.resolved_kernel(kernel_config),
+      attention_impl=models.resolved_kernel(kernel_config, bert_config),
       checkpoint_meta={"class_names": data.class_names})
 
 
