@@ -183,9 +183,10 @@ def test_a_mesh_that_gives_processes_uneven_rows_is_refused():
 
 @pytest.mark.cpu_only
 def test_translation_trains_with_its_encoder_and_decoder_split_over_two_devices(tmp_path):
-  """Sources and teacher-forced targets split over sequence = 2 (data 4): the loss of every
-  logged window equals one device's; decoding (the test report's greedy translations) runs on
-  one device and gives the same translations."""
+  """Sources and teacher-forced targets split over sequence = 2 (2 devices; a data axis beside
+  it is the 2 x 4 classification test's): the loss of every logged window equals one device's;
+  decoding (the test report's greedy translations) runs on one device and gives the same
+  translations."""
   from tests.test_train import read_metrics, run_main
   from tests.test_translation import write_pairs
   data = write_pairs(tmp_path / "pairs.txt")
@@ -198,7 +199,7 @@ def test_translation_trains_with_its_encoder_and_decoder_split_over_two_devices(
           "--config.eval_batch_size=32", "--config.model.encoder_attention=additive",
           "--config.model.decoder_attention=causal"]
   one = run_main(args, tmp_path / "one", wait=False)
-  split = run_main(args + ["--config.num_cpu_devices=8", "--config.mesh.sequence=2"],
+  split = run_main(args + ["--config.num_cpu_devices=2", "--config.mesh.sequence=2"],
                    tmp_path / "split", wait=False)
   _finish(one), _finish(split)
   rows = [[r for r in read_metrics(tmp_path / run) if "train/loss" in r] for run in ("one", "split")]
