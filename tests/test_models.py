@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from textattn import attention, defaults, models
+from textattn import attention, defaults, layers, models
 
 VARIANTS = [("softmax", "xla"), ("softmax", "dot_product"),
             ("softmax", "chunked"), ("softmax", "fused"),
@@ -86,7 +86,7 @@ def test_padding_is_a_token_when_config_padding_is_before_as_token():
 
 def test_bigram_ids_are_in_range_and_order_sensitive():
   tokens = jnp.array([[5, 9, 9, 5, 0, 0], [9, 5, 9, 5, 9, 5]], jnp.int32)
-  ids = np.asarray(models.bigram_ids(tokens, 1000))
+  ids = np.asarray(layers.bigram_ids(tokens, 1000))
   assert ids.dtype == np.int32 and ids.min() >= 0 and ids.max() < 1000
   assert ids[0, 1] == ids[1, 2] == ids[1, 4]  # (5, 9) wherever it occurs
   assert ids[0, 3] == ids[1, 1]  # (9, 5)

@@ -23,7 +23,7 @@ from tests.test_train import (
   write_sentiment_jsonl,
 )
 from textattn import data as ip
-from textattn import models, optim
+from textattn import layers, models, optim
 from textattn import run as runner
 from textattn import step as step_lib
 from textattn.data import tfds_source
@@ -156,7 +156,7 @@ def test_with_a_cls_token_the_logits_read_the_predicted_tokens_own_hidden_state(
   logits, variables = model.apply(
       {"params": state.params}, tokens, mlm_positions=positions,
       mask_input=jnp.zeros((2, 12), bool),
-      capture_intermediates=lambda module, _: isinstance(module, models.EncoderBlock))
+      capture_intermediates=lambda module, _: isinstance(module, layers.EncoderBlock))
   hidden = variables["intermediates"]["block_0"]["__call__"][0]
   assert hidden.shape == (2, 13, 16)  # CLS first
   p = state.params

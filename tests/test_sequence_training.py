@@ -256,13 +256,13 @@ def test_every_pooling_of_a_length_split_batch_equals_one_device():
 
 def _poolings() -> dict:
   """Each pooling (value and gradient), the hashed-bigram embedding, dropout, and dropout of a
-  batch padded for the mesh (models.Dropout's `length`), with the batch's length split 2 x 4
+  batch padded for the mesh (layers.Dropout's `length`), with the batch's length split 2 x 4
   (data x sequence), against the same jitted functions on one device: the largest difference
   relative to the largest value."""
   import jax
   import jax.numpy as jnp
 
-  from textattn import models, sharding
+  from textattn import layers, sharding
   mesh = sharding.make_mesh(2, 4)
   rng = np.random.default_rng(0)
   batch, length, embed = 4, 16, 8
@@ -270,18 +270,18 @@ def _poolings() -> dict:
   tokens = rng.integers(2, 50, (batch, length)).astype(np.int32)
   for row, end in enumerate((3, 8, 16, 0)):  # padding inside a shard, from a shard's start,
     tokens[row, end:] = 0                    # none, all
-  pooler = models.AttentionPooling()
+  pooler = layers.AttentionPooling()
   pooler_params = pooler.init(jax.random.key(0), x, tokens != 0)
-  embedding = models.Embedding(50, length, embed, bigram_buckets=7)
+  embedding = layers.Embedding(50, length, embed, bigram_buckets=7)
   embedding_params = jax.tree.map(lambda p: p + 0.1, embedding.init(jax.random.key(1), tokens))
-  dropout = models.Dropout(0.3)
+  dropout = layers.Dropout(0.3)
   rngs = {"dropout": jax.random.key(5)}
 
   def pool(x, tokens):
     mask = tokens != 0
-    return {"mean": models.masked_mean(x, mask), "max": models.masked_max(x, mask),
+    return {"mean": layers.masked_mean(x, mask), "max": layers.masked_max(x, mask),
             "attention": pooler.apply(pooler_params, x, mask), "cls": x[:, 0],
-            "last": models.last_token(x, mask)}
+            "last": layers.last_token(x, mask)}
 
   def everything(x, tokens):
     out = {name: (value, jax.grad(lambda x, n=name: jnp.sum(jnp.sin(pool(x, tokens)[n])))(x))

@@ -75,7 +75,7 @@ def make_weights_fn(model, config, centred: bool = True):
             method_name == "__call__" and module.name == "score"
             and module.parent is not None and module.parent.name == "attention_pooling"))
     scores = state["intermediates"]["attention_pooling"]["score"]["__call__"][0][..., 0]
-    # The same weights AttentionPooling computes (textattn/models.py), over the positions the
+    # The same weights AttentionPooling computes (textattn/layers.py), over the positions the
     # model's padding mask lets it pool.
     pooled = real_tokens(tokens) if model.mask_padding else jnp.ones(tokens.shape, bool)
     scores = jnp.where(pooled, scores.astype(jnp.float32), -1e30)

@@ -14,7 +14,7 @@ row and returns that position's logits, reading and updating the cache (softmax:
 keys/values; causal additive: its running sums, plus the keys for the direct form).
 
 With a mesh whose sequence axis has S > 1 devices (training only; decoding stays on one
-device), sources and teacher-forced targets are padded to split over it (models.pad_for_mesh),
+device), sources and teacher-forced targets are padded to split over it (layers.pad_for_mesh),
 the encoder's and the decoder's self-attention are their variants' sequence-sharded modules,
 and the cross-attention runs in JAX's global view (XLA gathers the memory's keys and values).
 """
@@ -33,7 +33,7 @@ from textattn.attention import sequence
 from textattn.attention.common import dense_init
 from textattn.attention.softmax import softmax_attention
 from textattn.errors import UsageError
-from textattn.models import (
+from textattn.layers import (
   LAYER_NORM_EPSILON,
   Dropout,
   EncoderBlock,

@@ -63,3 +63,13 @@ def usable_cores() -> int:
     return max(1, len(os.sched_getaffinity(0)))
   except AttributeError:  # macOS
     return os.cpu_count() or 1
+
+
+def merged_mean(total_values: Array, total_weights: Array) -> Array:
+  """total_values / total_weights, 0 where the weight is 0 (no real token). A merged softmax sum
+  has weight >= 1 wherever it has a token (its largest term is exp(0)), so the divisor is
+  replaced by 1 elsewhere, which keeps the gradient finite too (a floor like 1e-30, squared in
+  the quotient's derivative, underflows float32 and turns 0 * 1/0 into NaN)."""
+  seen = total_weights > 0
+  safe = jnp.where(seen, total_weights, 1.0)
+  return jnp.where(seen[..., None], total_values / safe[..., None], 0.0)

@@ -186,7 +186,7 @@ def mesh_fields(spec: dict, config, compiled) -> dict:
   sequence axis computes in the forward pass (the backward follows the same schedule), from the
   ring's schedule, which depends on S and the layout only (run at length 2S)."""
   from textattn import sharding
-  from textattn.attention import sequence
+  from textattn.attention import ring
   from textattn.benchmark import collectives, layer_cost
 
   mesh = point_mesh(spec)
@@ -198,8 +198,8 @@ def mesh_fields(spec: dict, config, compiled) -> dict:
                                                                 shards).values()),
             "comm_layer_bytes": layer["comm_total"], "comm_formula_bytes": layer["comm_formula"]}
   if spec["attention"] in RING_LAYOUTS and sharding.sequence_size(mesh) > 1:
-    counts = sequence.ring_block_counts(mesh, RING_LAYOUTS[spec["attention"]], batch=1,
-                                        length=2 * shards)
+    counts = ring.ring_block_counts(mesh, RING_LAYOUTS[spec["attention"]], batch=1,
+                                    length=2 * shards)
     fields["ring_blocks"] = "/".join(str(int(c)) for c in counts)
   return fields
 

@@ -154,7 +154,7 @@ def check_mesh_mode(mesh: tuple[int, int] | None, mode: str) -> None:
 def check_mesh(mesh: tuple[int, int] | None, mode: str, settings: dict[str, Any]) -> None:
   """UsageError (one sentence) for a --mesh the benchmark cannot run: its mode, a variant
   without sequence sharding or not by its bare name, a batch D does not divide, or a length S
-  does not divide (2S for a causal variant, as models.pad_for_mesh pads: the causal ring's
+  does not divide (2S for a causal variant, as layers.pad_for_mesh pads: the causal ring's
   zig-zag layout halves each shard)."""
   if mesh is None:
     return

@@ -39,7 +39,7 @@ from textattn.errors import UsageError
 
 EMBEDDING_INITS = ("random", "word2vec")
 SCALES = ("init", "raw")
-# The random initialiser's standard deviation: uniform(-0.05, 0.05) (models.keras_embedding_init).
+# The random initialiser's standard deviation: uniform(-0.05, 0.05) (layers.keras_embedding_init).
 INIT_STD = 0.05 / np.sqrt(3.0)
 _CACHE_VERSION = 1
 

@@ -123,7 +123,7 @@ def validate(config, device_count: int | None) -> None:
   check_integer("model.num_heads", config.model.num_heads, 1)
   check_integer("model.head_dim", config.model.head_dim, 0)
   if config.model.head_dim:
-    from textattn.models import accepts_head_dim
+    from textattn.layers import accepts_head_dim
     for field in ("encoder_attention", "decoder_attention"):
       if not accepts_head_dim(config.model[field]):
         raise UsageError(f"config.model.head_dim={config.model.head_dim} needs softmax "
