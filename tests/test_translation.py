@@ -47,10 +47,35 @@ def tiny(data, **overrides):
   return config
 
 
-@pytest.mark.parametrize("decoder, tokenizer, shared", [("causal", "word", False),
-                                                        ("causal_additive_recurrent", "word", True),
+@pytest.fixture(scope="module")
+def causal_word(tmp_path_factory):
+  """The default decoder (causal softmax) with word tokenizers, trained once (120 steps, beam 2):
+  the BLEU check's first case and the translate CLI's model. -> (workdir, report)."""
+  root = tmp_path_factory.mktemp("causal_word")
+  config = tiny(write_pairs(root / "pairs.txt"))
+  return root / "run", runner.train_and_evaluate(config, str(root / "run"))
+
+
+def check_learned(report, workdir, shared):
+  assert report["test/accuracy"] > 0.8, report
+  assert report["test/bleu_greedy"] > 40 and report["test/chrf_beam2"] > 40, report
+  assert report["test/bleu_signature"].startswith("nrefs:1")
+  rows = [json.loads(line) for line in (workdir / "test_translations.jsonl").read_text(
+      encoding="utf-8").splitlines()]
+  assert len(rows) == 90 and set(rows[0]) == {"reference", "greedy", "beam2"}
+  assert "¿" not in rows[0]["reference"] and "[end]" not in rows[0]["greedy"]
+  saved = [(workdir / name).read_text(encoding="utf-8")
+           for name in (translation.SOURCE_TOKENIZER, translation.TARGET_TOKENIZER)]
+  assert (saved[0] == saved[1]) == shared
+
+
+def test_translation_learns_and_reports_bleu(causal_word):
+  check_learned(causal_word[1], causal_word[0], shared=False)
+
+
+@pytest.mark.parametrize("decoder, tokenizer, shared", [("causal_additive_recurrent", "word", True),
                                                         ("causal", "bpe", False)])
-def test_translation_learns_and_reports_bleu(tmp_path, decoder, tokenizer, shared):
+def test_other_decoders_and_tokenizers_learn_too(tmp_path, decoder, tokenizer, shared):
   config = tiny(write_pairs(tmp_path / "pairs.txt"), **{"model.decoder_attention": decoder,
                                                         "tokenizer": tokenizer})
   if tokenizer == "bpe":  # room for the characters and merges
@@ -59,16 +84,7 @@ def test_translation_learns_and_reports_bleu(tmp_path, decoder, tokenizer, share
     config.shared_vocab = True
     config.model.update(share_embeddings=True, tie_output=True)
   report = runner.train_and_evaluate(config, str(tmp_path / "run"))
-  assert report["test/accuracy"] > 0.8, report
-  assert report["test/bleu_greedy"] > 40 and report["test/chrf_beam2"] > 40, report
-  assert report["test/bleu_signature"].startswith("nrefs:1")
-  rows = [json.loads(line) for line in (tmp_path / "run" / "test_translations.jsonl").read_text(
-      encoding="utf-8").splitlines()]
-  assert len(rows) == 90 and set(rows[0]) == {"reference", "greedy", "beam2"}
-  assert "¿" not in rows[0]["reference"] and "[end]" not in rows[0]["greedy"]
-  saved = [(tmp_path / "run" / name).read_text(encoding="utf-8")
-           for name in (translation.SOURCE_TOKENIZER, translation.TARGET_TOKENIZER)]
-  assert (saved[0] == saved[1]) == shared
+  check_learned(report, tmp_path / "run", shared)
 
 
 def test_batches_cut_to_their_width_give_the_same_sums_as_full_width(tmp_path):
@@ -128,19 +144,17 @@ def test_a_translation_run_resumes_bit_identically_and_runs_from_main(tmp_path):
   assert "Test report: loss=" in done.stdout and "bleu_greedy=" in done.stdout
 
 
-def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path):
+def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path, causal_word):
   import subprocess
   import sys
 
   from textattn import translate
-  data = write_pairs(tmp_path / "pairs.txt")
-  config = tiny(data, num_train_steps=150, beam_size=0)
-  runner.train_and_evaluate(config, str(tmp_path / "run"))
-  translator = translate.load(str(tmp_path / "run"))
+  run = causal_word[0]
+  translator = translate.load(str(run))
   assert translator.translate(["Red cat runs."]) == ["rojo gato corre"]
   (tmp_path / "in.txt").write_text("Big dog eats.\n\nSmall cat sleeps.\n", encoding="utf-8")
   repo = os.path.join(os.path.dirname(__file__), "..")
-  done = subprocess.run([sys.executable, "-m", "textattn.translate", f"--workdir={tmp_path / 'run'}",
+  done = subprocess.run([sys.executable, "-m", "textattn.translate", f"--workdir={run}",
                          f"--input={tmp_path / 'in.txt'}", "--beam=2", "--json"], cwd=repo,
                         capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr
