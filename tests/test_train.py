@@ -590,11 +590,10 @@ def assert_rows_close(a, b, tol=1e-5):
       assert row_a[key] == pytest.approx(row_b[key], abs=tol), key
 
 
-def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
-  """One baseline run, compared with 4 devices (XLA_FLAGS) and 2 processes (jax.distributed
-  over gloo); config.num_cpu_devices is the next test's route to several devices. The baseline
-  runs with TensorFlow unimportable: training on a local file must not need it (it costs
-  seconds)."""
+def test_several_devices_and_two_processes_match_one_device(tmp_path, data_file):
+  """One baseline run, compared with 4 devices (XLA_FLAGS), 2 devices (config.num_cpu_devices)
+  and 2 processes (jax.distributed over gloo). The baseline runs with TensorFlow unimportable:
+  training on a local file must not need it (it costs seconds)."""
   args = cli_args(data_file, tmp_path / "cache", num_train_steps=20)
   one = run_main(args, tmp_path / "one", block_tensorflow=tmp_path)
   assert one.returncode == 0, one.stdout + one.stderr
@@ -606,6 +605,10 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
   assert four.returncode == 0, four.stdout + four.stderr
   assert "4 global devices" in four.stderr + four.stdout
   assert_rows_close(baseline, eval_rows(tmp_path / "four"))
+  two = run_main(args + ["--config.num_cpu_devices=2"], tmp_path / "two")
+  assert two.returncode == 0, two.stdout + two.stderr
+  assert "2 global devices" in two.stderr + two.stdout
+  assert_rows_close(baseline, eval_rows(tmp_path / "two"))
 
   procs, outputs = run_two_processes(args, tmp_path / "procs", timeout=300)
   assert all(p.returncode == 0 for p in procs), outputs
@@ -650,15 +653,6 @@ def test_four_devices_and_two_processes_match_one_device(tmp_path, data_file):
   assert "cannot be read (PermissionError" in outputs[1], outputs[1][-2000:]
   assert "error: Process 1 cannot resume this run" in outputs[0], outputs[0][-2000:]
   assert "Traceback" not in outputs[0] + outputs[1]
-
-
-def test_two_devices_from_the_config_match_one_device(tmp_path, data_file):
-  args = cli_args(data_file, tmp_path / "cache", num_train_steps=20)
-  one = run_main(args, tmp_path / "one")
-  two = run_main(args + ["--config.num_cpu_devices=2"], tmp_path / "two")
-  assert one.returncode == 0 and two.returncode == 0, two.stdout + two.stderr
-  assert "2 global devices" in two.stderr + two.stdout
-  assert_rows_close(eval_rows(tmp_path / "one"), eval_rows(tmp_path / "two"))
 
 
 def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file):
