@@ -19,7 +19,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests import recipes_config
-from textattn import checkpointing, compare, defaults, errors, models, optim, platform
+from textattn import checkpointing, compare, defaults, errors, loop, models, optim, platform
 from textattn import data as data_lib
 from textattn import run as runner
 from textattn import step as step_lib
@@ -280,11 +280,16 @@ def _eval_batch(batch):
   return {**batch, "weights": jnp.ones(batch["labels"].shape, jnp.float32)}
 
 
-def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
+def test_loss_falls_and_the_task_is_learned(tmp_path, data_file, monkeypatch, capsys):
   config = tiny_config(data_file, tmp_path / "cache", num_train_steps=120, eval_every_steps=40,
                        checkpoint_every_steps=40, log_every_steps=20,
                        eval_batch_size=20)  # 48 test examples: the last batch is padded
+  monkeypatch.setattr(loop, "EVAL_PROGRESS_EVERY_S", 0.0)  # a progress line every eval batch
   report = runner.train_and_evaluate(config, str(tmp_path / "run"))
+  out = capsys.readouterr().out
+  for done in ("20/48", "40/48", "48/48"):  # (the padded last batch counts its real rows)
+    assert f"  test: {done} examples, " in out, out[-2000:]
+  assert "  val: 20/" in out
   rows = read_metrics(tmp_path / "run")
   losses = [r["train/loss"] for r in rows if "train/loss" in r]
   assert losses[-1] < 0.5 * losses[0], losses
@@ -304,6 +309,20 @@ def test_loss_falls_and_the_task_is_learned(tmp_path, data_file):
   assert probabilities.shape == (report["test/count"], 2) == (48, 2)
   np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)
   assert np.mean(probabilities.argmax(-1) == labels) == pytest.approx(report["test/accuracy"])
+
+
+def test_a_long_evaluation_prints_a_progress_line_at_most_every_interval(capsys):
+  now = [0.0]
+  countdown = loop.Countdown("test", 1000, enabled=True, every_s=30.0, clock=lambda: now[0])
+  for done, at in ((100, 10.0), (200, 31.0), (300, 45.0), (500, 62.0)):
+    now[0] = at
+    countdown.update(done)
+  # 31 s: 200 done (ETA 31 / 200 x 800 = 124 s); 45 s: under 30 s since the last line; 62 s.
+  assert capsys.readouterr().out.splitlines() == [
+      "  test: 200/1,000 examples, 31s, ETA 2m04s", "  test: 500/1,000 examples, 1m02s, ETA 1m02s"]
+  silent = loop.Countdown("test", 1000, enabled=False, every_s=0.0, clock=lambda: now[0])
+  silent.update(1000)  # (processes other than 0)
+  assert capsys.readouterr().out == ""
 
 
 def test_best_checkpoint_is_kept_and_found_across_restarts(tmp_path):

@@ -20,6 +20,7 @@ from textattn import (
   baselines,
   compare,
   defaults,
+  loop,
   models,
   optim,
   platform,
@@ -120,11 +121,14 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
   def evaluate(state, split, prefix):
     with_probabilities = prefix == "test"
     totals, probabilities = None, []
-    for batch in data_lib.eval_batches(split, eval_batch_size, *platform.row_block(mesh)):
+    countdown = loop.Countdown(prefix, len(split), jax.process_index() == 0)
+    for index, batch in enumerate(data_lib.eval_batches(split, eval_batch_size,
+                                                        *platform.row_block(mesh))):
       sums = compiled(with_probabilities, state, platform.to_global(batch, mesh))
       if with_probabilities:
         probabilities.append(sums.pop("probabilities"))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+      countdown.update((index + 1) * eval_batch_size, totals)
     totals = jax.device_get(totals)
     metrics = summarize_eval(totals, class_names, prefix)
     warning = collapse_warning(totals, class_names, prefix)
