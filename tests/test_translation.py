@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.test_train import assert_trees_identical, restore_params, run_main
-from textattn import defaults
+from textattn import defaults, loop
 from textattn import run as runner
 from textattn.data.splits import DataError
 from textattn.tasks import translation
@@ -75,7 +75,8 @@ def test_translation_learns_and_reports_bleu(causal_word):
 
 @pytest.mark.parametrize("decoder, tokenizer, shared", [("causal_additive_recurrent", "word", True),
                                                         ("causal", "bpe", False)])
-def test_other_decoders_and_tokenizers_learn_too(tmp_path, decoder, tokenizer, shared):
+def test_other_decoders_and_tokenizers_learn_too(tmp_path, decoder, tokenizer, shared,
+                                                 monkeypatch, capsys):
   config = tiny(write_pairs(tmp_path / "pairs.txt"), **{"model.decoder_attention": decoder,
                                                         "tokenizer": tokenizer})
   if tokenizer == "bpe":  # room for the characters and merges
@@ -83,8 +84,13 @@ def test_other_decoders_and_tokenizers_learn_too(tmp_path, decoder, tokenizer, s
   if shared:  # one vocabulary, one token table for both sides and the output layer
     config.shared_vocab = True
     config.model.update(share_embeddings=True, tie_output=True)
+  monkeypatch.setattr(loop, "EVAL_PROGRESS_EVERY_S", 0.0)  # a progress line every batch
   report = runner.train_and_evaluate(config, str(tmp_path / "run"))
   check_learned(report, tmp_path / "run", shared)
+  out = capsys.readouterr().out
+  for line in ("  test: 64/90 examples", "  test greedy: 90/90 examples",
+               "  test beam2: 32/90 examples"):
+    assert line in out, out[-2000:]
 
 
 def test_batches_cut_to_their_width_give_the_same_sums_as_full_width(tmp_path):

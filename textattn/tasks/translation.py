@@ -29,7 +29,7 @@ import numpy as np
 import optax
 
 from textattn import data as data_lib
-from textattn import decoding, defaults, optim, platform, run, seq2seq, tasks
+from textattn import decoding, defaults, loop, optim, platform, run, seq2seq, tasks
 from textattn.data import pairs as pairs_lib
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError, Dataset, Split
@@ -284,11 +284,13 @@ def make_evaluator(state_sharding, eval_batch_size: int, source_len: int, target
   def evaluate(state, split, prefix):
     totals = None
     widths = lengths(split.inputs, source_len)
+    countdown = loop.Countdown(prefix, len(split), jax.process_index() == 0)
     for index, batch in enumerate(data_lib.eval_batches(split, eval_batch_size,
                                                         *platform.row_block(mesh))):
       width = int(widths[index * eval_batch_size:(index + 1) * eval_batch_size].max())
       sums = compiled(state, platform.to_global(trim(batch, width), mesh))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+      countdown.update((index + 1) * eval_batch_size, totals)
     totals = jax.device_get(totals)
     count = max(float(totals["count"]), 1.0)
     return {f"{prefix}/loss": float(totals["loss_sum"]) / count,
@@ -299,8 +301,9 @@ def make_evaluator(state_sharding, eval_batch_size: int, source_len: int, target
 
 
 def translate_ids(seq2seq_model, params, sources: np.ndarray, target_tok, batch_size: int,
-                  beam_size: int = 0, alpha: float = 0.6) -> list[str]:
-  """Translations (standardised words, no [start]/[end]) of source id rows."""
+                  beam_size: int = 0, alpha: float = 0.6, progress: str = "") -> list[str]:
+  """Translations (standardised words, no [start]/[end]) of source id rows; `progress`: a name
+  under which a long decoding prints a progress line every loop.EVAL_PROGRESS_EVERY_S."""
   start_id = target_tok.token_id(pairs_lib.START)
   end_id = target_tok.token_id(pairs_lib.END)
   if beam_size:
@@ -312,12 +315,14 @@ def translate_ids(seq2seq_model, params, sources: np.ndarray, target_tok, batch_
   # when its whole batch has ended); outputs go back to the input order.
   order = np.argsort(np.count_nonzero(sources, axis=1), kind="stable")
   out = [""] * len(sources)
+  countdown = loop.Countdown(progress, len(sources), bool(progress) and jax.process_index() == 0)
   for begin in range(0, len(sources), batch_size):
     rows = order[begin:begin + batch_size]
     padded = np.zeros((batch_size, sources.shape[1]), np.int32)
     padded[:len(rows)] = sources[rows]
     for i, row in zip(rows, np.asarray(search(params, padded))[:len(rows)]):
       out[i] = target_tok.decode([t for t in row if t != end_id])
+    countdown.update(begin + len(rows))
   return out
 
 
@@ -378,7 +383,7 @@ def _test_report(config, state, evaluate, data, model, target_tok, references, w
                                        if config.beam_size else []):
     started = time.perf_counter()  # (compilation included: what a user waits for)
     outputs[name] = translate_ids(model, params, sources, target_tok, config.eval_batch_size,
-                                  beam, config.length_penalty)
+                                  beam, config.length_penalty, progress=f"test {name}")
     report[f"test/decode_seconds_{name}"] = time.perf_counter() - started
   for name, hypotheses in outputs.items():
     scores = bleu_chrf(hypotheses, references)
