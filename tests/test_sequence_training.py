@@ -183,8 +183,9 @@ def test_a_mesh_that_gives_processes_uneven_rows_is_refused():
 
 @pytest.mark.cpu_only
 def test_translation_trains_with_its_encoder_and_decoder_split_over_two_devices(tmp_path):
-  """Sources and teacher-forced targets split over sequence = 2 (2 devices; a data axis beside
-  it is the 2 x 4 classification test's): the loss of every logged window equals one device's;
+  """The shipped translation config through textattn.main, and with sources and teacher-forced
+  targets split over sequence = 2 (2 devices; a data axis beside it is the 2 x 4 classification
+  test's): the loss of every logged window equals one device's;
   decoding (the test report's greedy translations) runs on one device and gives the same
   translations."""
   from tests.test_train import read_metrics, run_main
@@ -201,7 +202,8 @@ def test_translation_trains_with_its_encoder_and_decoder_split_over_two_devices(
   one = run_main(args, tmp_path / "one", wait=False)
   split = run_main(args + ["--config.num_cpu_devices=2", "--config.mesh.sequence=2"],
                    tmp_path / "split", wait=False)
-  _finish(one), _finish(split)
+  one_out, _ = _finish(one), _finish(split)
+  assert "Test report: loss=" in one_out and "bleu_greedy=" in one_out, one_out[-3000:]
   rows = [[r for r in read_metrics(tmp_path / run) if "train/loss" in r] for run in ("one", "split")]
   assert len(rows[0]) == len(rows[1]) == 3
   for a, b in zip(*rows, strict=True):
