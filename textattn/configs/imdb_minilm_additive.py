@@ -9,7 +9,7 @@ pretrained encoder, against imdb_minilm.py paired by seed.
     python -m textattn.main --config=configs/imdb_minilm_additive.py \
         --workdir=runs/imdb_minilm_additive
 
-Result: not measured yet (budget: as imdb_minilm.py, several hours of this CPU).
+Result: seed 0 in progress (experiments/RESULTS.md section 26; budget as imdb_minilm.py).
 """
 
 from textattn import defaults
