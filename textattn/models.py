@@ -1,4 +1,6 @@
-"""Transformer text classifier: embeddings -> encoder blocks -> pooling -> head.
+"""Transformer text classifier: embeddings -> encoder blocks -> pooling -> head (the layers are
+textattn/layers.py; this module assembles them, validates the model config and builds any
+architecture: attention encoder, baseline, pretrained encoder).
 
 Token id 0 is padding everywhere: the padding mask is `tokens != 0`, it is handed to every
 attention variant, and no pooling lets a padding position contribute. The one exception is
