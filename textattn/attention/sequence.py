@@ -12,16 +12,11 @@ The cores, each exact against one device (tests/test_sequence.py; n = length / S
 - additive (Fastformer): each shard's partial softmax sums (max, weighted sum, weight sum) are
   merged across the axis, pmax then psum, for the global query; then likewise for the global
   key. Two dependent rounds of O(batch x heads x head_dim) bytes per layer, whatever the length.
-- softmax, causal: ring attention (`textattn/attention/ring.py`). Key/value blocks travel around the ring with ppermute; each
-  device merges its queries' partial results online in float32 (flash attention's running max
-  and sum). A custom VJP sends the blocks round again in the backward pass with their gradients,
-  so no device ever holds more than two blocks of keys and values, and recomputes the scores:
-  memory O(n^2 + n), not O(length). The steps after the first run in a `jax.lax.fori_loop`, so
-  a constant number of n x n score blocks is live at once (unrolled, the bidirectional ring kept
-  about S + 3). Causal attention uses the zig-zag layout (shard i holds chunks i and 2S-1-i of
-  2S), so that every device computes 3 + 2(S-1) chunk-blocks and skips the fully masked ones;
-  the module reorders its queries/keys/values into it and back with two ppermutes each (a runner
-  that lays the batch out in zig-zag order can skip that).
+- softmax, causal: ring attention (`textattn/attention/ring.py`): key/value blocks travel round
+  the ring with ppermute, partial results merged online (flash attention's running max and sum),
+  a custom VJP that sends the blocks round again, memory O(n^2 + n) per device; causal in the
+  zig-zag layout (shard i holds chunks i and 2S-1-i of 2S), into which the module reorders its
+  queries/keys/values and back with two ppermutes each.
 - causal additive, recurrent form: each shard's local prefix sums (an associative scan), then the
   exclusive prefix of the shards' totals (all_gather of their totals, combined below the shard's
   index) merged in; once for the global query, then, depending on it, for the global key.
