@@ -7,6 +7,9 @@
 #   MINILM=DIR/all-MiniLM-L6-v2 TFDS_DATA_DIR=... bash experiments/pretrained/imdb.sh runs/imdb_pre
 #   python experiments/summarize_runs.py runs/imdb_pre          (mean ± sd per config)
 #   python -m textattn.compare runs/imdb_pre/softmax_s0 runs/imdb_pre/additive_s0   (paired)
+# On a lent GPU the same six runs go at once: experiments/gpu/minilm_imdb.sh (staged by
+# experiments/pretrained/stage_gpu.sh; the JSONL export it makes gives these runs' splits, token
+# for token).
 set -euo pipefail
 out=${1:?give an output directory}
 seeds=${SEEDS:-0 1 2}
