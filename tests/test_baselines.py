@@ -1,4 +1,4 @@
-"""The baselines (textattn/baselines.py, textattn/data/ngrams.py): n-gram features from the
+"""The baselines (textattn/models/baselines.py, textattn/data/ngrams.py): n-gram features from the
 training split only, TF-IDF and NB weights against direct computations, stable ids across
 processes, BiLSTM masking, and the same train / resume / predict path as the transformer."""
 
@@ -25,10 +25,11 @@ from tests.test_train import (
   tiny_config,
   write_sentiment_jsonl,
 )
-from textattn import baselines, compare, models
+from textattn import compare, models
 from textattn import run as runner
 from textattn.data import file_source, ngrams
 from textattn.data import tokenizer as tokenizer_lib
+from textattn.models import baselines
 
 TRAIN = ["the film was good and the plot was good", "a dull film", "the plot was dull dull",
          "good acting , good fun !", "bad bad film"]

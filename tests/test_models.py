@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from textattn import attention, defaults, layers, models
+from textattn import attention, defaults, models
+from textattn.models import layers
 
 VARIANTS = [("softmax", "xla"), ("softmax", "dot_product"),
             ("softmax", "chunked"), ("softmax", "fused"),

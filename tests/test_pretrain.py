@@ -23,11 +23,12 @@ from tests.test_train import (
   write_sentiment_jsonl,
 )
 from textattn import data as ip
-from textattn import layers, models, optim
+from textattn import models, optim
 from textattn import run as runner
 from textattn import step as step_lib
 from textattn.data import tfds_source
 from textattn.data import tokenizer as tokenizer_lib
+from textattn.models import layers
 from textattn.recipes import pretrain
 
 

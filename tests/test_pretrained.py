@@ -14,7 +14,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from textattn.data.splits import DataError
-from textattn.pretrained import bert, hf
+from textattn.models import bert
+from textattn.pretrained import hf
 from textattn.pretrained.tokenizer import PretrainedTokenizer
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "tiny_bert"

@@ -1,4 +1,4 @@
-"""The translation model (textattn/seq2seq.py) and pairs data (textattn/data/pairs.py):
+"""The translation model (textattn/models/seq2seq.py) and pairs data (textattn/data/pairs.py):
 causality, padding, cached decoding against the full decoder, greedy decoding, the pairs
 loader and its splits."""
 
@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from textattn import decoding, seq2seq
+from textattn import decoding
 from textattn.data import pairs as pairs_lib
 from textattn.data.splits import DataError
+from textattn.models import seq2seq
 
 CAUSAL = ["causal", "causal_additive", "causal_additive_recurrent"]
 S, T = 6, 8

@@ -264,7 +264,8 @@ def _poolings() -> dict:
   import jax
   import jax.numpy as jnp
 
-  from textattn import layers, sharding
+  from textattn import sharding
+  from textattn.models import layers
   mesh = sharding.make_mesh(2, 4)
   rng = np.random.default_rng(0)
   batch, length, embed = 4, 16, 8

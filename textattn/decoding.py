@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from textattn.seq2seq import Array, Seq2Seq
+from textattn.models.seq2seq import Array, Seq2Seq
 
 NEG_INF = -1.0e9
 

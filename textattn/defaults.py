@@ -102,7 +102,7 @@ def classification() -> ml_collections.ConfigDict:
 
   # ---- Model --------------------------------------------------------------------------------
   config.model = ml_collections.ConfigDict()
-  # transformer | bag (n-gram bag, textattn/baselines.py) | bilstm (bidirectional LSTM)
+  # transformer | bag (n-gram bag, textattn/models/baselines.py) | bilstm (bidirectional LSTM)
   config.model.architecture = "transformer"
   config.model.bag_weighting = "none"  # bag: none | tfidf (Keras' idf) | nb (NBSVM-style ratios)
   config.model.rnn_dim = 32  # bilstm: LSTM units per direction
@@ -172,7 +172,7 @@ def translation() -> ml_collections.ConfigDict:
   config.source_len = 20  # tokens; targets get target_len + 1 with [start] ... [end]
   config.target_len = 20
   config.length_pool = 20  # batches of similar length from pools of this many (0: plain random)
-  # ---- Model (textattn/seq2seq.py) ----------------------------------------------------------
+  # ---- Model (textattn/models/seq2seq.py) ----------------------------------------------------------
   config.model = ml_collections.ConfigDict()
   config.model.encoder_attention = "softmax"  # any registered variant
   config.model.decoder_attention = "causal"  # a causal one: causal | causal_additive[_recurrent]

@@ -75,7 +75,7 @@ def make_weights_fn(model, config, centred: bool = True):
             method_name == "__call__" and module.name == "score"
             and module.parent is not None and module.parent.name == "attention_pooling"))
     scores = state["intermediates"]["attention_pooling"]["score"]["__call__"][0][..., 0]
-    # The same weights AttentionPooling computes (textattn/layers.py), over the positions the
+    # The same weights AttentionPooling computes (textattn/models/layers.py), over the positions the
     # model's padding mask lets it pool.
     pooled = real_tokens(tokens) if model.mask_padding else jnp.ones(tokens.shape, bool)
     scores = jnp.where(pooled, scores.astype(jnp.float32), -1e30)
@@ -112,7 +112,7 @@ def token_table(params):
   from collections.abc import Mapping
 
   from textattn import step
-  from textattn.pretrained import bert
+  from textattn.models import bert
   for path in (step.TOKEN_TABLE_PATH, bert.TOKEN_TABLE_PATH, ("embedding", "embedding")):
     node = params
     for name in path:

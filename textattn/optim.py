@@ -51,7 +51,7 @@ def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int,
     tx = optax.chain(tx, finetune.scale_by_depth(opt.layer_decay))
   if not frozen:
     return tx
-  from textattn import baselines
+  from textattn.models import baselines
   labels = lambda params: jax.tree_util.tree_map_with_path(
       lambda path, _: "frozen" if baselines.is_frozen(path) else "train", params)
   return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)

@@ -71,7 +71,8 @@ class Classifier:
                                                  strict=False, bert_config=bert_config)
     model = models.build_model(kernel_config, len(self.class_names),
                                vocab_size=self.tokenizer.vocab_size, pretrained_config=bert_config)
-    from textattn import baselines, run
+    from textattn import run
+    from textattn.models import baselines
     self.step, self.params = run.restore_params(workdir, checkpoint, self.config, model,
                                                 frozen=baselines.has_frozen(self.config))
     self.batch_size = int(self.config.eval_batch_size)

@@ -283,8 +283,9 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
   optimizer, evaluating on validation every eval_every_steps; returns the validation curve."""
   import jax
 
-  from textattn import baselines, platform, run
   from textattn import data as data_lib
+  from textattn import platform, run
+  from textattn.models import baselines
   from textattn.tasks import classification
 
   config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})

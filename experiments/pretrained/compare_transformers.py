@@ -30,7 +30,8 @@ def main() -> None:
   import torch
   import transformers
 
-  from textattn.pretrained import bert, hf
+  from textattn.models import bert
+  from textattn.pretrained import hf
 
   pretrained = hf.load(args.directory)
   ours_ids = pretrained.tokenizer.encode(SENTENCES, args.max_len, "post")

@@ -40,7 +40,8 @@ def batches(vocab_size: int, batch: int, length: int, count: int, seed: int = 0)
 
 def ours(directory: str, tokens, labels, warmup: int, implementation: str) -> dict:
   from textattn import attention
-  from textattn.pretrained import bert, hf
+  from textattn.models import bert
+  from textattn.pretrained import hf
   pretrained = hf.load(directory)
   model = bert.BertClassifier(pretrained.config, num_classes=2, attention="softmax",
                               attention_impl=implementation)

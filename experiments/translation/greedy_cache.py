@@ -20,7 +20,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from textattn import decoding, seq2seq
+from textattn import decoding
+from textattn.models import seq2seq
 
 VARIANTS = ("causal", "causal_additive", "causal_additive_recurrent")
 

@@ -3,7 +3,7 @@
 The chapter's model: the 20,000 most frequent training words as a multi-hot vector (with the
 out-of-vocabulary bit), Dense(16, relu), Dropout(0.5), the class layer; RMSprop 1e-3, batch 32,
 10 epochs, the best-validation checkpoint tested once. An embedding bag computes the same
-function without the dense [batch, 20,000] input (textattn/baselines.py).
+function without the dense [batch, 20,000] input (textattn/models/baselines.py).
 
     python -m textattn.main --config=configs/imdb_bow_unigram.py --workdir=runs/bow_unigram
 

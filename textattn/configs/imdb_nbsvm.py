@@ -2,7 +2,7 @@
 
 The 800,000 most frequent training n-grams of 1-3 words, each once per review, scaled by its
 naive-Bayes log-count ratio and a learned per-feature weight (fast.ai's "NBSVM++", J. Howard
-2018; textattn/baselines.py), trained as a logistic regression with Adam.
+2018; textattn/models/baselines.py), trained as a logistic regression with Adam.
 
     python -m textattn.main --config=configs/imdb_nbsvm.py --workdir=runs/nbsvm
 

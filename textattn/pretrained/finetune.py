@@ -111,7 +111,8 @@ def validate_config(config) -> None:
                        f"rates of a pretrained encoder's layers; set config.model.pretrained, or "
                        f"leave layer_decay=1.")
     return
-  from textattn.pretrained import bert, hf
+  from textattn.models import bert
+  from textattn.pretrained import hf
   spec = m.pretrained
   if not isinstance(spec, str):
     raise UsageError(f"config.model.pretrained={spec!r} must be a model directory or "
@@ -200,7 +201,7 @@ def save_config(workdir: str, bert_config) -> None:
 
 def read_config(workdir: str):
   """The BertConfig a run saved in `workdir`, or None if it has none yet."""
-  from textattn.pretrained import bert
+  from textattn.models import bert
   path = os.path.join(workdir, WORKDIR_FILE)
   if not os.path.exists(path):
     return None

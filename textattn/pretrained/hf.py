@@ -1,4 +1,4 @@
-"""Hugging Face model directories -> the encoder of textattn/pretrained/bert.py.
+"""Hugging Face model directories -> the encoder of textattn/models/bert.py.
 
 A directory, or `hf:ORG/NAME` (fetched with huggingface_hub into its cache where the network
 allows), holding Hugging Face's files:
@@ -38,7 +38,7 @@ import numpy as np
 from textattn.checkpointing import flatten, unflatten
 from textattn.data.splits import DataError
 from textattn.errors import one_line
-from textattn.pretrained.bert import ACTIVATIONS, BertConfig
+from textattn.models.bert import ACTIVATIONS, BertConfig
 from textattn.pretrained.tokenizer import PretrainedTokenizer
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")

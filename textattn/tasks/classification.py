@@ -1,7 +1,7 @@
 """The text-classification task: texts and labels -> a classifier -> test accuracy.
 
 Its data come from TFDS or the user's .csv/.tsv/.jsonl files (textattn/data), its models are the
-attention encoders and baselines of textattn/models.py and textattn/baselines.py, its steps are
+attention encoders and baselines of textattn/models/__init__.py and textattn/models/baselines.py, its steps are
 textattn/step.py's (cross-entropy; loss, correct and confusion sums), and its report is the test
 split's accuracy, weighted F1 and per-class precision/recall from the parameters the runner
 chose, with the class probabilities in test_predictions.npz (read by textattn.compare and
@@ -17,7 +17,6 @@ import numpy as np
 
 from textattn import (
   attention,
-  baselines,
   compare,
   defaults,
   loop,
@@ -33,6 +32,7 @@ from textattn.attention import sequence
 from textattn.defaults import check_choice, check_integer
 from textattn.errors import RunError, UsageError
 from textattn.metrics import summarize_eval
+from textattn.models import baselines
 from textattn.pretrained import finetune
 from textattn.recipes import pretrain, vectors, word2vec
 

@@ -29,12 +29,13 @@ import numpy as np
 import optax
 
 from textattn import data as data_lib
-from textattn import decoding, defaults, loop, optim, platform, run, seq2seq, tasks
+from textattn import decoding, defaults, loop, optim, platform, run, tasks
 from textattn.data import pairs as pairs_lib
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError, Dataset, Split
 from textattn.defaults import check_choice, check_integer
 from textattn.errors import DataConfigError, UsageError
+from textattn.models import seq2seq
 
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "source_tokenizer.json", "target_tokenizer.json"
 
@@ -123,7 +124,7 @@ def validate(config, device_count: int | None) -> None:
   check_integer("model.num_heads", config.model.num_heads, 1)
   check_integer("model.head_dim", config.model.head_dim, 0)
   if config.model.head_dim:
-    from textattn.layers import accepts_head_dim
+    from textattn.models.layers import accepts_head_dim
     for field in ("encoder_attention", "decoder_attention"):
       if not accepts_head_dim(config.model[field]):
         raise UsageError(f"config.model.head_dim={config.model.head_dim} needs softmax "

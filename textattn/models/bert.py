@@ -5,7 +5,7 @@ registered attention variant.
     block_i     h = LN(x + drop(attention(x)));  out = LN(h + drop(W_out act(W_in h)))
     pooler      tanh(W h[CLS])
 
-A post-norm block like textattn.layers.EncoderBlock, except in what a checkpoint's config.json
+A post-norm block like textattn.models.layers.EncoderBlock, except in what a checkpoint's config.json
 decides: the activation (BERT's exact erf GELU, not Flax's default tanh approximation), the
 LayerNorm epsilon (1e-12; RoBERTa's 1e-5), token-type embeddings, the pooler, and RoBERTa's
 position numbering (real tokens from pad_token_id + 1, padding at pad_token_id); `BertConfig`
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from textattn import attention as attention_lib
 from textattn.errors import UsageError
-from textattn.layers import Dropout, masked_mean
+from textattn.models.layers import Dropout, masked_mean
 
 Array = jax.Array
 

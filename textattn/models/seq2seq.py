@@ -33,7 +33,7 @@ from textattn.attention import sequence
 from textattn.attention.common import dense_init
 from textattn.attention.softmax import softmax_attention
 from textattn.errors import UsageError
-from textattn.layers import (
+from textattn.models.layers import (
   LAYER_NORM_EPSILON,
   Dropout,
   EncoderBlock,

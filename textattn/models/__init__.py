@@ -1,6 +1,7 @@
-"""Transformer text classifier: embeddings -> encoder blocks -> pooling -> head (the layers are
-textattn/layers.py; this module assembles them, validates the model config and builds any
-architecture: attention encoder, baseline, pretrained encoder).
+"""The models. Transformer text classifier: embeddings -> encoder blocks -> pooling -> head (the
+layers are layers.py); this module assembles them, validates the model config and builds any
+classification architecture: attention encoder, baseline (baselines.py: n-gram bags, BiLSTM),
+pretrained encoder (bert.py). The translation model is seq2seq.py.
 
 Token id 0 is padding everywhere: the padding mask is `tokens != 0`, it is handed to every
 attention variant, and no pooling lets a padding position contribute. The one exception is
@@ -22,12 +23,13 @@ import numpy as np
 from absl import logging
 
 from textattn import attention as attention_lib
-from textattn import baselines, sharding
+from textattn import sharding
 from textattn.attention import sequence
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.defaults import check_choice, check_integer
 from textattn.errors import UsageError
-from textattn.layers import (
+from textattn.models import baselines
+from textattn.models.layers import (
   LAYER_NORM_EPSILON,
   AttentionPooling,
   Dropout,
@@ -268,7 +270,8 @@ def build_model(config: ml_collections.ConfigDict, num_classes: int,
 
 
 def _pretrained_classifier(config, num_classes: int, bert_config) -> nn.Module:
-  from textattn.pretrained import bert, finetune
+  from textattn.models import bert
+  from textattn.pretrained import finetune
   if bert_config is None:  # (a model not trained yet: textattn.summary, the benchmark)
     bert_config = finetune.model_config(config)
   m = config.model
