@@ -240,6 +240,34 @@ def test_ensemble_weights_are_chosen_on_validation_and_its_predictions_compare(t
   for member in result["members"]:
     own = next(r for w, _, r in trained.values() if w == member["workdir"])
     assert member["test_accuracy"] == pytest.approx(own["test/accuracy"])
+    assert member["test_probabilities"] == "test report"  # (the same step: no second pass)
+
+
+def test_ensemble_computes_a_members_test_probabilities_its_report_did_not_make(
+    trained, tmp_path, monkeypatch, capsys):
+  # A member whose test_predictions.npz came from other parameters (another step) and says
+  # wrong things: the ensemble must not use them, but predict the test split itself.
+  from textattn import ensemble, loop, predict
+  workdir, _, report = trained["bilstm"]
+  stale = tmp_path / "stale"
+  subprocess.run(["cp", "-r", workdir, str(stale)], check=True)
+  labels, probabilities, names = compare.load_run(workdir)
+  compare.write_predictions(str(stale), labels, probabilities[:, ::-1], names,
+                            params_from_step=10**6)
+  calls = []
+  original = predict.Classifier.probabilities
+  monkeypatch.setattr(predict.Classifier, "probabilities",
+                      lambda self, inputs, **kw: calls.append(len(inputs))
+                      or original(self, inputs, **kw))
+  monkeypatch.setattr(loop, "EVAL_PROGRESS_EVERY_S", 0)
+  result = ensemble.run([trained["nb"][0], str(stale)], str(tmp_path / "ens"), step=0.1)
+  assert [m["test_probabilities"] for m in result["members"]] == ["test report", "computed"]
+  assert result["members"][1]["test_accuracy"] == pytest.approx(report["test/accuracy"])
+  validation = len(ensemble._member(workdir, "best")[1].validation.labels)
+  assert calls == [validation, validation, len(labels)]
+  err = capsys.readouterr().err  # progress lines on stderr, one per batch at interval 0
+  assert f"  stale test: {len(labels):,}/{len(labels):,} examples" in err
+  assert f"  nb validation: {validation:,}/{validation:,} examples" in err
 
 
 def test_choose_weights_finds_the_mixture_validation_prefers():

@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -360,8 +361,9 @@ class Countdown:
   silent; nothing for a pass shorter than that."""
 
   def __init__(self, name: str, total: int, enabled: bool, every_s: float | None = None,
-               clock: Callable[[], float] = time.monotonic):
+               clock: Callable[[], float] = time.monotonic, file: Any = None):
     self.name, self.total, self.enabled, self.clock = name, total, enabled, clock
+    self.file = file  # None: stdout (a command whose stdout is its output passes sys.stderr)
     self.every_s = EVAL_PROGRESS_EVERY_S if every_s is None else every_s
     self.start = self.last = clock()
 
@@ -376,7 +378,7 @@ class Countdown:
     self.last, elapsed = now, now - self.start
     left = elapsed / max(done, 1) * (self.total - done)
     print(f"  {self.name}: {min(done, self.total):,}/{self.total:,} examples, "
-          f"{duration(elapsed)}, ETA {duration(left)}", flush=True)
+          f"{duration(elapsed)}, ETA {duration(left)}", file=self.file or sys.stdout, flush=True)
 
 
 def duration(seconds: float) -> str:

@@ -104,28 +104,32 @@ class Classifier:
       inputs = data_lib.pad_before(inputs)
     return inputs, lengths
 
-  def predict_proba(self, texts: list[str]) -> np.ndarray:
-    """Class probabilities [N, num_classes], in class_names order."""
+  def predict_proba(self, texts: list[str], progress: str | None = None) -> np.ndarray:
+    """Class probabilities [N, num_classes], in class_names order. `progress`: a name for the
+    progress lines a long pass prints on stderr (loop.Countdown); None: silent."""
     inputs, _ = self.encode(list(texts))
-    return self._run(inputs)
+    return self._run(inputs, progress)
 
-  def probabilities(self, inputs: np.ndarray) -> np.ndarray:
+  def probabilities(self, inputs: np.ndarray, progress: str | None = None) -> np.ndarray:
     """Class probabilities [N, num_classes] of already encoded inputs (as load_dataset's)."""
-    return self._run(np.asarray(inputs, np.int32))
+    return self._run(np.asarray(inputs, np.int32), progress)
 
-  def _run(self, inputs: np.ndarray) -> np.ndarray:
+  def _run(self, inputs: np.ndarray, progress: str | None = None) -> np.ndarray:
+    from textattn import loop
+    countdown = loop.Countdown(progress, len(inputs), progress is not None, file=sys.stderr)
     out = []
     for start in range(0, len(inputs), self.batch_size):
       batch = inputs[start:start + self.batch_size]
       padded = np.zeros((self.batch_size, inputs.shape[1]), np.int32)
       padded[:len(batch)] = batch
       out.append(np.asarray(self._probabilities(self.params, padded))[:len(batch)])
+      countdown.update(start + len(batch))
     return np.concatenate(out) if out else np.zeros((0, len(self.class_names)), np.float32)
 
-  def predict(self, texts: list[str]) -> list[dict]:
+  def predict(self, texts: list[str], progress: str | None = None) -> list[dict]:
     texts = list(texts)
     inputs, lengths = self.encode(texts)
-    probabilities = self._run(inputs)
+    probabilities = self._run(inputs, progress)
     return [{"text": text, "label": None, "probabilities": None, "tokens": 0, "truncated": False}
             if is_blank(text) else
             {"text": text, "label": self.class_names[int(np.argmax(p))],
@@ -265,7 +269,7 @@ def main(argv) -> None:
                                f"offers no predict; python -m textattn.predict needs a "
                                f"classifier's workdir.")
     texts = values.text or read_texts(values.input, model.config)
-    rows = model.predict(texts)
+    rows = model.predict(texts, progress="predict")
     if values.explain:
       from textattn import explain
       explained = model.explain(texts)
