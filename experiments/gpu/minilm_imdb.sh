@@ -3,7 +3,8 @@
 # (configs/imdb_minilm.py) and with additive attention swapped in (imdb_minilm_additive.py),
 # seeds 0-2, the same commands as experiments/pretrained/imdb.sh on the CPU (256 tokens, 1 epoch,
 # 4 evaluations, float32: TF32 matrix products, JAX's GPU default). The six runs go at once: a
-# 22.7 M-parameter model at batch 32 leaves most of the card idle.
+# 22.7 M-parameter model at batch 32 leaves most of the card idle. Then NBSVM and the
+# NBSVM + MiniLM ensemble per seed.
 #
 # A call carries at most 64 MiB; the weights (87 MiB) and IMDB (18 MiB as xz) go over two calls
 # on one warm machine (it stays warm 30 s: make the second call at once):
@@ -51,6 +52,17 @@ for seed in $SEEDS; do
   done
 done
 wait
+
+# Then, per seed, NBSVM (its n-gram features are built on the CPU, ~1 min cold) and the
+# NBSVM + MiniLM ensemble (weights chosen on validation; textattn.ensemble), as imdb.sh does.
+for seed in $SEEDS; do
+  wired --timeout=120 -m textattn.main --config=configs/imdb_nbsvm.py \
+    --workdir=$RUNS/nbsvm_s$seed --config.dataset=$DATA/train.jsonl \
+    --config.test_file=$DATA/test.jsonl --config.seed=$seed >> "$RUNS/nbsvm_s$seed.log" 2>&1
+  wired --timeout=120 -m textattn.ensemble --workdir=$RUNS/nbsvm_s$seed \
+    --workdir=$RUNS/softmax_s$seed --out=$RUNS/nbsvm_minilm_s$seed \
+    >> "$RUNS/nbsvm_minilm_s$seed.log" 2>&1
+done
 [ "$REHEARSE" = 1 ] && exit 0
 
 {
