@@ -268,6 +268,11 @@ def test_ensemble_computes_a_members_test_probabilities_its_report_did_not_make(
   err = capsys.readouterr().err  # progress lines on stderr, one per batch at interval 0
   assert f"  stale test: {len(labels):,}/{len(labels):,} examples" in err
   assert f"  nb validation: {validation:,}/{validation:,} examples" in err
+  # A run stopped before its test report (checkpoints, no test_predictions.npz) is refused.
+  (stale / compare.PREDICTIONS_FILE).unlink()
+  with pytest.raises(textattn.data.DataError, match="has no test report .* must be a finished"):
+    ensemble.run([trained["nb"][0], str(stale)], str(tmp_path / "ens2"), step=0.1)
+  assert not (tmp_path / "ens2").exists()
 
 
 def test_choose_weights_finds_the_mixture_validation_prefers():

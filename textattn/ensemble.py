@@ -89,6 +89,11 @@ def run(workdirs: list[str], out: str, checkpoint: str = "best", step: float = 0
     raise data_lib.DataError(f"--out={out} is one of the members; give a new directory.")
   if not (0 < step <= 0.5 and abs(round(1 / step) * step - 1) < 1e-9):
     raise data_lib.DataError(f"--step={step} is invalid; it must divide 1 (e.g. 0.05, 0.1).")
+  for workdir in workdirs:  # (a run stopped early has checkpoints but no test report)
+    if not os.path.isfile(os.path.join(workdir, compare.PREDICTIONS_FILE)):
+      raise data_lib.DataError(f"{workdir} has no test report ({compare.PREDICTIONS_FILE}): an "
+                               f"ensemble member must be a finished run; finish it by running "
+                               f"its command again, or give another workdir.")
   members = [_member(w, checkpoint) for w in workdirs]
   _same_examples(members, workdirs)
   data = members[0][1]

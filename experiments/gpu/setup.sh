@@ -36,9 +36,10 @@ else
   export PYTHONPATH=/tmp/site:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=3 \
     PYTHONUNBUFFERED=1 JAX_PLATFORMS=cuda
   OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
-  # wired [--timeout=S] ARGS: `python3 ARGS`, under `timeout S` if given.
+  # wired [--timeout=S] ARGS: `python3 ARGS`, under `timeout S` if given (SIGTERM, which a
+  # training run answers by saving a checkpoint; SIGKILL 30 s later if it has not ended).
   wired() {
-    if [[ "$1" == --timeout=* ]]; then local t=${1#--timeout=}; shift; timeout "$t" python3 "$@"
+    if [[ "$1" == --timeout=* ]]; then local t=${1#--timeout=}; shift; timeout -k 30 "$t" python3 "$@"
     else python3 "$@"; fi
   }
 fi
