@@ -29,6 +29,7 @@ for split in ("train", "test"):
       f.write(json.dumps({"text": example["text"].decode("utf-8"),
                           "label": ("neg", "pos")[example["label"]]}) + "\n")
 EOF
+python experiments/pretrained/same_splits.py "$model" "$b"  # (exit 1 if the export differs)
 xz -9 -T2 -f "$b/train.jsonl" "$b/test.jsonl"
 if ! ls .whl/pinned/flax-*.whl > /dev/null 2>&1; then  # (the wheels experiments/gpu/check.sh names)
   download() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
