@@ -19,7 +19,8 @@ validation): 93.32 +- 0.02% (seeds 0-1). On a 2-core CPU (CPU-5) the epoch train
 examples/s, about 59 min, and the evaluations (2,500 validation reviews each, 25,000 test
 reviews) add 25-30 min. Re-running the command resumes an interrupted run exactly; prefer a GPU
 for the seeds. Bars (issue 44): >= 91.0%; NBSVM's 91.42% (configs/imdb_nbsvm.py) as the goal
-(+0.12 and +0.39 points at seeds 0-1); the PyTorch lecture's 92.9% as the anchor.
+(against NBSVM's own seeds 0-1, 91.38% each: +0.12 and +0.39 points); the PyTorch lecture's
+92.9% as the anchor.
 """
 
 from textattn import defaults
