@@ -385,13 +385,36 @@ def test_an_evaluation_whose_predictions_are_one_class_says_so_and_what_to_try()
       "class; its loss 1.3863 is near ln 4 = 1.3863, what a uniform guess scores; try a lower "
       "optimizer.learning_rate, another seed, or on a small data set the n-gram baseline "
       "(configs/imdb_nbsvm.py).")
-  # Two classes predicted, or a split whose examples are all of the one class: nothing to say.
-  mixed = dict(collapsed, confusion=np.array([[2, 0, 0, 0], [0, 0, 2, 0], [0, 0, 2, 0],
-                                              [0, 0, 2, 0]]))
+  # Two classes predicted at a learnt loss, or a split whose examples are all of the one class:
+  # nothing to say.
+  mixed = dict(collapsed, loss_sum=8 * 0.9,
+               confusion=np.array([[2, 0, 0, 0], [0, 0, 2, 0], [0, 0, 2, 0], [0, 0, 2, 0]]))
   one_truth = dict(collapsed, confusion=np.array([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 8, 0],
                                                   [0, 0, 0, 0]]))
   assert classification.collapse_warning(mixed, names, "val") is None
   assert classification.collapse_warning(one_truth, names, "test") is None
+
+
+def test_an_evaluation_at_a_uniform_guess_loss_and_chance_accuracy_says_so():
+  # Seen on IMDB with additive attention swapped into MiniLM (seed 1, step 175): validation
+  # accuracy 0.4860 at loss 0.6935 = ln 2, predictions of both classes, so no one-class warning.
+  from textattn.tasks import classification
+  names = ["neg", "pos"]
+  at_chance = {"count": 2500, "loss_sum": 2500 * 0.6935, "correct": 1215,
+               "confusion": np.array([[615, 645], [640, 600]])}
+  warning = classification.collapse_warning(at_chance, names, "val")
+  assert warning == (
+      "Warning: the validation loss 0.6935 is near ln 2 = 0.6931, what a uniform guess scores, "
+      "and the accuracy 0.4860 is no better than always predicting the most frequent class "
+      "(0.5040): the model has learnt nothing yet; if later evaluations say the same, try a lower "
+      "optimizer.learning_rate, another seed, or on a small data set the n-gram baseline "
+      "(configs/imdb_nbsvm.py).")
+  # The same loss with a better-than-majority accuracy (small logits, mostly right), or a chance
+  # accuracy at a loss the model has learnt to lower: nothing to say.
+  unsure_but_right = dict(at_chance, confusion=np.array([[900, 360], [390, 850]]))
+  lower_loss = dict(at_chance, loss_sum=2500 * 0.64)
+  assert classification.collapse_warning(unsure_but_right, names, "val") is None
+  assert classification.collapse_warning(lower_loss, names, "test") is None
 
 
 # ---- Caches ----------------------------------------------------------------------------------

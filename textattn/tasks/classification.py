@@ -84,22 +84,35 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None) -> Non
 
 
 def collapse_warning(sums: dict, class_names, prefix: str) -> str | None:
-  """A line for an evaluation whose predictions all fall in one class although its examples
-  hold several (a model that learnt a constant: seen on a news set where the Keras seed config
-  scored 25% on four classes and reported it like any result), else None."""
+  """A line for an evaluation that shows a model which learnt nothing, else None: predictions
+  that all fall in one class although the examples hold several (seen on a news set where the
+  Keras seed config scored 25% on four classes and reported it like any result), or a loss at
+  ln(classes), what a uniform guess scores, with an accuracy no better than always predicting the
+  most frequent class (seen when swapping a pretrained encoder's attention: IMDB validation
+  0.4860 at loss 0.6935 while some of its predictions were of each class)."""
   confusion = np.asarray(sums["confusion"], np.float64)  # rows: true class, columns: predicted
   predicted = np.flatnonzero(confusion.sum(0))
-  if len(predicted) != 1 or np.count_nonzero(confusion.sum(1)) < 2:
+  if np.count_nonzero(confusion.sum(1)) < 2:  # (a split of one class: nothing to compare with)
     return None
   count = float(sums["count"])
   loss, chance = float(sums["loss_sum"]) / count, float(np.log(len(class_names)))
-  constant = (f"; its loss {loss:.4f} is near ln {len(class_names)} = {chance:.4f}, what a "
-              f"uniform guess scores" if abs(loss - chance) < 0.02 else "")
+  near_chance = abs(loss - chance) < 0.02
   split = {"val": "validation"}.get(prefix, prefix)
-  return (f"Warning: all {int(count):,} {split} examples are predicted "
-          f"{class_names[int(predicted[0])]!r}: the model has collapsed to one class{constant}; "
-          f"try a lower optimizer.learning_rate, another seed, or on a small data set the n-gram "
-          f"baseline (configs/imdb_nbsvm.py).")
+  advice = ("try a lower optimizer.learning_rate, another seed, or on a small data set the n-gram "
+            "baseline (configs/imdb_nbsvm.py).")
+  if len(predicted) == 1:
+    constant = (f"; its loss {loss:.4f} is near ln {len(class_names)} = {chance:.4f}, what a "
+                f"uniform guess scores" if near_chance else "")
+    return (f"Warning: all {int(count):,} {split} examples are predicted "
+            f"{class_names[int(predicted[0])]!r}: the model has collapsed to one class{constant}; "
+            f"{advice}")
+  accuracy, majority = np.trace(confusion) / count, confusion.sum(1).max() / count
+  if near_chance and accuracy <= majority + 0.01:
+    return (f"Warning: the {split} loss {loss:.4f} is near ln {len(class_names)} = {chance:.4f}, "
+            f"what a uniform guess scores, and the accuracy {accuracy:.4f} is no better than "
+            f"always predicting the most frequent class ({majority:.4f}): the model has learnt "
+            f"nothing yet; if later evaluations say the same, {advice}")
+  return None
 
 
 def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class_names,
