@@ -172,7 +172,7 @@ def translation() -> ml_collections.ConfigDict:
   config.source_len = 20  # tokens; targets get target_len + 1 with [start] ... [end]
   config.target_len = 20
   config.length_pool = 20  # batches of similar length from pools of this many (0: plain random)
-  # ---- Model (textattn/models/seq2seq.py) ----------------------------------------------------------
+  # ---- Model (textattn/models/seq2seq.py) --------------------------------------------------------
   config.model = ml_collections.ConfigDict()
   config.model.encoder_attention = "softmax"  # any registered variant
   config.model.decoder_attention = "causal"  # a causal one: causal | causal_additive[_recurrent]

@@ -6,8 +6,8 @@ Every member is a finished classification workdir of the same data set, carve an
 (same dataset, val_fraction and data_seed: the same validation and test examples, checked).
 Each member encodes the text with its own saved tokenizer and predicts with the parameters its
 test report used (`--checkpoint`, default best); its test probabilities are the report's own
-(test_predictions.npz) where it used those parameters, else computed (ensemble.json says which). The ensemble's probabilities are the weighted
-mean of the members' probabilities; the weights are the point of a grid over the simplex (steps
+(test_predictions.npz) where it used those parameters, else computed (ensemble.json says
+which). The ensemble's probabilities are the weighted mean of the members' probabilities; the weights are the point of a grid over the simplex (steps
 of `--step`) with the highest validation accuracy, ties going to the lower validation log-loss
 and then to the more even weights. The test split is read once, after the weights are fixed.
 

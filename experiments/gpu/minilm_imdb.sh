@@ -63,7 +63,8 @@ for seed in $SEEDS; do
     run=(wired --timeout=$LIMIT -m textattn.main --config=$config --workdir=$RUNS/${variant}_s$seed
          --config.model.pretrained=$MODEL --config.dataset=$DATA/train.jsonl
          --config.test_file=$DATA/test.jsonl --config.evals_per_epoch=4 --config.seed=$seed)
-    if [ "$REHEARSE" = 1 ]; then "${run[@]}"; else timed ${variant}_s$seed "${run[@]}" & pids+=($!); fi
+    if [ "$REHEARSE" = 1 ]; then "${run[@]}"; continue; fi
+    timed ${variant}_s$seed "${run[@]}" & pids+=($!)
   done
 done
 nbsvm() {
@@ -74,7 +75,9 @@ nbsvm() {
   done
 }
 if [ "$REHEARSE" = 1 ]; then nbsvm; else nbsvm & pids+=($!); fi
-running() { local pid; for pid in "$@"; do kill -0 "$pid" 2> /dev/null && return 0; done; return 1; }
+running() {  # any of the pids
+  local pid; for pid in "$@"; do kill -0 "$pid" 2> /dev/null && return 0; done; return 1
+}
 while [ "$REHEARSE" != 1 ] && running "${pids[@]}"; do snapshot; sleep 60; done
 wait
 
@@ -84,8 +87,8 @@ for seed in $SEEDS; do
   ens=(wired --timeout=90 -m textattn.ensemble --workdir=$RUNS/nbsvm_s$seed
        --workdir=$RUNS/softmax_s$seed --out=$RUNS/nbsvm_minilm_s$seed)
   if [ "$REHEARSE" = 1 ]; then "${ens[@]}"; continue; fi
-  [ -f $RUNS/nbsvm_s$seed/test_predictions.npz ] && [ -f $RUNS/softmax_s$seed/test_predictions.npz ] \
-    && { timed nbsvm_minilm_s$seed "${ens[@]}" & }
+  finished() { [ -f $RUNS/$1/test_predictions.npz ]; }
+  finished nbsvm_s$seed && finished softmax_s$seed && { timed nbsvm_minilm_s$seed "${ens[@]}" & }
 done
 wait
 [ "$REHEARSE" = 1 ] && exit 0

@@ -5,8 +5,8 @@ registered attention variant.
     block_i     h = LN(x + drop(attention(x)));  out = LN(h + drop(W_out act(W_in h)))
     pooler      tanh(W h[CLS])
 
-A post-norm block like textattn.models.layers.EncoderBlock, except in what a checkpoint's config.json
-decides: the activation (BERT's exact erf GELU, not Flax's default tanh approximation), the
+A post-norm block like layers.EncoderBlock, except in what a checkpoint's config.json decides:
+the activation (BERT's exact erf GELU, not Flax's default tanh approximation), the
 LayerNorm epsilon (1e-12; RoBERTa's 1e-5), token-type embeddings, the pooler, and RoBERTa's
 position numbering (real tokens from pad_token_id + 1, padding at pad_token_id); `BertConfig`
 carries them (textattn/pretrained/hf.py reads it). LayerNorm computes its variance in two passes, as

@@ -2,7 +2,7 @@
 dropout), deterministic dropout, the encoder block around any registered attention variant, the
 padding that splits a length over a mesh's sequence axis, and the poolings.
 
-Token id 0 is padding everywhere; no layer lets a padding position contribute (textattn/models/__init__.py
+Token id 0 is padding everywhere; no layer lets a padding position contribute (models/__init__.py
 assembles them).
 """
 

@@ -1,7 +1,7 @@
 """The text-classification task: texts and labels -> a classifier -> test accuracy.
 
 Its data come from TFDS or the user's .csv/.tsv/.jsonl files (textattn/data), its models are the
-attention encoders and baselines of textattn/models/__init__.py and textattn/models/baselines.py, its steps are
+attention encoders and baselines of textattn/models/ (__init__.py, baselines.py), its steps are
 textattn/step.py's (cross-entropy; loss, correct and confusion sums), and its report is the test
 split's accuracy, weighted F1 and per-class precision/recall from the parameters the runner
 chose, with the class probabilities in test_predictions.npz (read by textattn.compare and
