@@ -33,7 +33,7 @@ from tests.test_train import (
   tiny_config,
   write_sentiment_jsonl,
 )
-from textattn import checkpointing, errors
+from textattn import checkpointing, errors, loop
 from textattn import run as runner
 from textattn import step as step_lib
 from textattn import workdir as workdir_lib
@@ -104,6 +104,35 @@ def test_sigterm_stops_with_a_checkpoint_and_the_resume_is_bit_identical(tmp_pat
   assert final_report(straight) == final_report(run)
   assert eval_rows(straight) == eval_rows(run)
   assert read_metrics(run)[:len(rows)] == rows
+
+
+def test_the_host_dispatches_at_most_max_in_flight_steps_ahead_so_a_stop_is_prompt(
+    monkeypatch):
+  # JAX dispatches asynchronously: unbounded, the host queued every step up to the next log
+  # line, and a SIGTERM's checkpoint waited for all of them (2.5 min on a CPU fine-tune).
+  waited = []
+  real_wait = jax.block_until_ready
+  monkeypatch.setattr(jax, "block_until_ready", lambda x: waited.append(x) or real_wait(x))
+  waits_when_drawn = []
+
+  def batches():
+    while True:
+      waits_when_drawn.append(len(waited))
+      yield {"x": np.ones((4, 4), np.float32)}
+
+  def train_step(state, batch):
+    one = jnp.float32(1)
+    return state + batch["x"].sum(), {"loss_sum": one, "correct": one, "count": one,
+                                      "nonfinite": jnp.int32(0)}
+
+  loop.fit(jnp.float32(0), train_step, batches(), loop.Schedule(20, log_every=0),
+           loop.Hooks(progress=False))
+  # Batch 0 compiles the step; batch n is drawn for step n + 1, once step n is dispatched:
+  # by then the loop has waited for step n - MAX_IN_FLIGHT's results.
+  assert len(waits_when_drawn) == 20
+  for n, waits in enumerate(waits_when_drawn[1:], start=1):
+    assert waits >= n - loop.MAX_IN_FLIGHT, waits_when_drawn
+  assert all(set(sums) >= {"loss_sum", "nonfinite"} for sums in waited)
 
 
 def test_a_second_run_on_a_busy_workdir_refuses_naming_the_holder_and_ctrl_c_twice_exits(

@@ -12,7 +12,8 @@ before anything is saved; then evaluation, then the checkpoint; only then is the
 drawn, so a checkpoint's iterator position is the batch of the step after it.
 
 Stopping on SIGINT/SIGTERM (`stop_on_signals`, installed by the caller around `fit`): the signal
-only sets a flag; the current step finishes, the window is checked for NaN, a checkpoint is
+only sets a flag; the current step finishes (the host is at most MAX_IN_FLIGHT steps ahead of
+the device, so the stop waits for those only), the window is checked for NaN, a checkpoint is
 saved at that step like any other (so the resume is exact), and `fit` raises errors.Stopped
 (exit code 128 + the signal). A second signal exits at once (os._exit): whatever was being
 written then is an unfinished Orbax temporary directory, which a resume ignores and removes.
@@ -24,6 +25,7 @@ extra host sync for it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -101,6 +103,11 @@ PROFILED_STEPS = 3
 STEP_ANNOTATION = "textattn_step"
 
 
+# Steps the host may dispatch ahead of the device. JAX dispatches asynchronously, so without a
+# bound the host queues every step up to the next log line (100 steps of 5 s on a CPU
+# fine-tune); a stop (SIGTERM, a preemption's notice) then saves only once all of them have run.
+# Two keep an accelerator fed: the host prepares step n + 1 while steps n - 1 and n run.
+MAX_IN_FLIGHT = 2
 STOP_CHECK_EVERY = 10  # steps between the processes' stop agreements (several processes only)
 _SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
@@ -210,6 +217,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
 
   progress = _Progress(total, start_step, is_main and hooks.progress, prefix)
   pending, window_start = [], time.perf_counter()
+  in_flight = collections.deque()
   step = start_step
   profiler = _Profiler(hooks.profile_dir, start_step, total)
   while step < total:
@@ -221,6 +229,9 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
       state, sums = step_for(state, batch)(state, batch)
     profiler.after(step + 1, sums)
     pending.append(sums)
+    in_flight.append(sums)
+    if len(in_flight) > MAX_IN_FLIGHT:
+      jax.block_until_ready(in_flight.popleft())
     done = step = step + 1
     is_last = done == total
     log_now = (schedule.log_every and done % schedule.log_every == 0) or is_last
