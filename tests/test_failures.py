@@ -135,6 +135,25 @@ def test_the_host_dispatches_at_most_max_in_flight_steps_ahead_so_a_stop_is_prom
   assert all(set(sums) >= {"loss_sum", "nonfinite"} for sums in waited)
 
 
+def test_sigterm_outside_the_training_loop_is_ctrl_c_with_exit_143_and_inside_it_saves():
+  previous = signal.getsignal(signal.SIGTERM)
+  try:
+    loop.sigterm_as_interrupt()  # (textattn.main's, before the run starts)
+    with pytest.raises(KeyboardInterrupt) as caught:  # main: one sentence, the lock released
+      os.kill(os.getpid(), signal.SIGTERM)
+      time.sleep(5)
+    assert isinstance(caught.value, errors.Terminated) and caught.value.exit_code == 143
+    with loop.stop_on_signals() as stop:  # fit's: a flag; the step finishes and saves
+      os.kill(os.getpid(), signal.SIGTERM)
+      time.sleep(0.2)
+      assert stop.signum == signal.SIGTERM
+    with pytest.raises(errors.Terminated):  # and after fit, the interrupt again
+      os.kill(os.getpid(), signal.SIGTERM)
+      time.sleep(5)
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
 def test_a_second_run_on_a_busy_workdir_refuses_naming_the_holder_and_ctrl_c_twice_exits(
     tmp_path, data_file):
   args = cli_args(data_file, tmp_path / "cache", num_train_steps=100000,

@@ -40,6 +40,12 @@ class Stopped(Exception):
     self.exit_code = exit_code
 
 
+class Terminated(KeyboardInterrupt):
+  """SIGTERM outside the training loop (whose own handler saves a checkpoint first), raised by
+  loop.sigterm_as_interrupt's handler: handled as Ctrl-C is there, with SIGTERM's exit code."""
+  exit_code = 143
+
+
 def one_line(text, limit: int | None = None) -> str:
   """`text` with its whitespace runs collapsed to single spaces (and cut at `limit`)."""
   line = " ".join(str(text).split())

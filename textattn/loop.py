@@ -41,7 +41,7 @@ import numpy as np
 from absl import logging
 
 from textattn import platform
-from textattn.errors import NonFiniteLossError, Stopped
+from textattn.errors import NonFiniteLossError, Stopped, Terminated
 from textattn.metrics import MetricWriter, sum_steps
 
 
@@ -148,6 +148,16 @@ def stop_on_signals(on_force_exit: Callable[[], None] | None = None):
   finally:
     for s, old in previous.items():
       signal.signal(s, old)
+
+
+def sigterm_as_interrupt() -> None:
+  """From now on SIGTERM raises errors.Terminated (a KeyboardInterrupt) in the main thread, so a
+  command ends on it as on Ctrl-C: one sentence, its exit code (143), the workdir lock released.
+  (Python's default ends the process at once, silently, leaving the lock behind.) Inside `fit`,
+  stop_on_signals' handler takes over and saves first."""
+  def handler(signum, frame):
+    raise Terminated()
+  signal.signal(signal.SIGTERM, handler)
 
 
 def _agreed_stop(stop: StopRequest | None, done: int, boundary: bool) -> int:

@@ -55,7 +55,7 @@ def main(argv):
     fail(UsageError(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value)."))
   import jax  # after flag parsing, so --help and flag errors are instant
 
-  from textattn import attention, platform, run, tasks
+  from textattn import attention, loop, platform, run, tasks
 
   if not flags.FLAGS["verbosity"].present:
     # Quiet by default: the run's own lines only; absl's --verbosity=0 (INFO) or 1 shows the
@@ -88,6 +88,7 @@ def main(argv):
     fail(error)
 
   existed = os.path.exists(workdir)
+  loop.sigterm_as_interrupt()
   try:
     run.train_and_evaluate(config, workdir, _PROFILE_DIR.value)
   except (UsageError, DataError, RunError, NonFiniteLossError) as error:
@@ -101,11 +102,11 @@ def main(argv):
   except Stopped as error:  # SIGINT/SIGTERM: "stopped at step N, checkpoint saved; ..."
     print(error.args[0], file=sys.stderr)
     sys.exit(error.exit_code)
-  except KeyboardInterrupt:  # Ctrl-C outside the training loop (its own handler saves)
+  except KeyboardInterrupt as error:  # Ctrl-C or SIGTERM outside the loop (its own handler saves)
     print("interrupted before training started or while the report was written; nothing new "
           "was saved (earlier checkpoints are intact): run the same command to start or resume.",
           file=sys.stderr)
-    sys.exit(130)
+    sys.exit(getattr(error, "exit_code", 130))
 
 
 if __name__ == "__main__":

@@ -163,7 +163,7 @@ def _initializer(config, job: Job, tx):
 
 def in_workdir(workdir: str, body):
   """body(is_main, lock, progress) holding the workdir lock; a workdir this call created is
-  removed again if body fails before it sets progress["training"]."""
+  removed again if body fails (or is interrupted) before it sets progress["training"]."""
   is_main = jax.process_index() == 0
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise RunError(f"--workdir={workdir} is a file, not a directory; name a directory (it is "
@@ -180,9 +180,10 @@ def in_workdir(workdir: str, body):
       problem = e
     checkpointing.stop_together(problem)
     return body(is_main, lock, progress)
-  except Exception:
+  except (Exception, KeyboardInterrupt):
     if created and is_main and not progress["training"]:
-      shutil.rmtree(workdir, ignore_errors=True)  # refused before training: leave no trace
+      # refused or interrupted before training: leave no trace
+      shutil.rmtree(workdir, ignore_errors=True)
     raise
   finally:
     lock.release()
