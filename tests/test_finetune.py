@@ -17,7 +17,7 @@ import textattn
 from tests.test_train import REPO, assert_trees_identical, final_report, restore_params, run_main
 from textattn import checkpointing, defaults, errors, optim
 from textattn import run as runner
-from textattn.pretrained import finetune
+from textattn.pretrained import finetune, hf
 
 FIXTURE = REPO / "tests" / "fixtures" / "tiny_bert"
 FILLER = ["the", "movie", "film", "was", "plot", "acting", "this", "it", "and", "of"]
@@ -75,6 +75,8 @@ def test_a_fine_tuning_run_stops_resumes_bit_identically_and_predicts_without_th
   with pytest.raises(errors.Stopped):
     runner.train_and_evaluate(config, str(stopped))
   assert 8 <= restore_params(stopped)[0] < 16
+  # The model directory is gone (moved, deleted): the workdir alone resumes the run.
+  shutil.rmtree(model_dir)
   assert runner.train_and_evaluate(config, str(stopped)) == straight
   assert "Resuming from checkpoint" in capsys.readouterr().out
   step_a, params_a = restore_params(tmp_path / "straight")
@@ -84,7 +86,6 @@ def test_a_fine_tuning_run_stops_resumes_bit_identically_and_predicts_without_th
   assert final_report(tmp_path / "straight") == final_report(stopped)
 
   # The workdir alone predicts and explains: the encoder's config and tokenizer are in it.
-  shutil.rmtree(model_dir)
   classifier = textattn.load(str(stopped))
   rows = classifier.predict(["this movie was good", "bad plot"])
   assert [row["tokens"] for row in rows] == [6, 4]  # [CLS] ... [SEP]
@@ -120,13 +121,25 @@ def test_the_fine_tuned_model_learns_the_task(tmp_path):
 
 def test_additive_attention_on_the_pretrained_encoder_trains_and_says_what_is_new(tmp_path,
                                                                                  capsys):
+  # A learning rate of 1e-30: the trained state is the start the runner built, to float32.
   config = finetune_config(tmp_path, FIXTURE, num_train_steps=4, eval_every_steps=4,
                            checkpoint_every_steps=4, **{"model.attention": "additive",
-                                                         "model.pooling": "mean"})
+                                                         "model.pooling": "mean",
+                                                         "optimizer.learning_rate": 1e-30})
   runner.train_and_evaluate(config, str(tmp_path / "run"))
   printed = capsys.readouterr().out
   assert "parameter arrays are new (initialised afresh): encoder/block_*/attention/" in printed
   assert "checkpoint weights are unused: encoder/block_*/attention/" in printed
+  # Every pretrained weight with a place (all but the value projections) is in the run's state.
+  pretrained = hf.load(str(FIXTURE)).params
+  _, params = restore_params(tmp_path / "run")
+  trained = hf.flatten(params)
+  kept = [name for name in pretrained if "/value/" not in name]
+  assert len(kept) == len(pretrained) - 4  # (2 blocks: their value kernel and bias)
+  for name in kept:
+    np.testing.assert_allclose(trained[f"encoder/{name}"], pretrained[name], rtol=1e-6,
+                               atol=1e-20, err_msg=name)
+  assert not any("/value/" in name for name in trained)
 
 
 def one_sentence(error):
@@ -136,7 +149,6 @@ def one_sentence(error):
 
 
 @pytest.mark.parametrize("problem, fragment", [
-    ("missing", "is not a directory"),
     ("no_weights", "has no model.safetensors"),
     ("too_long", "config.max_len=64 is longer than the 32 positions"),
     ("too_short", "config.max_len=2 leaves no room for a token beside the 2 special tokens"),
@@ -147,9 +159,7 @@ def test_a_pretrained_model_that_cannot_be_used_is_one_sentence_before_jax(tmp_p
   model_dir = tmp_path / "model"
   shutil.copytree(FIXTURE, model_dir)
   overrides = {}
-  if problem == "missing":
-    model_dir = tmp_path / "no_such_model"
-  elif problem == "no_weights":
+  if problem == "no_weights":
     (model_dir / "model.safetensors").unlink()
   elif problem in ("too_long", "too_short"):
     overrides["max_len"] = 64 if problem == "too_long" else 2
@@ -160,6 +170,16 @@ def test_a_pretrained_model_that_cannot_be_used_is_one_sentence_before_jax(tmp_p
   with pytest.raises(errors.UsageError) as raised:  # exit 2
     runner.tasks.get("classification").validate(config, None)
   assert fragment in one_sentence(raised.value)
+
+
+def test_a_missing_model_directory_is_refused_at_a_fresh_start_in_one_sentence(tmp_path):
+  # (not before JAX starts, as a resume needs no model directory; the workdir is not left)
+  config = finetune_config(tmp_path, tmp_path / "no_such_model")
+  runner.tasks.get("classification").validate(config, None)
+  with pytest.raises(errors.UsageError) as raised:  # exit 2
+    runner.train_and_evaluate(config, str(tmp_path / "run"))
+  assert "is not a directory" in one_sentence(raised.value)
+  assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("overrides, fragment", [

