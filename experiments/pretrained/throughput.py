@@ -15,6 +15,10 @@ competing with torch's. Inputs are random ids
 of the full length (no padding: both would skip nothing), the classification head is
 BertForSequenceClassification's (dropout + linear on the pooler output), AdamW lr 2e-5, weight
 decay 0.01, float32. One JSON line at the end holds every figure.
+
+Attention-probability dropout: textattn's kernels have none (textattn/models/bert.py), so by
+default transformers runs with attention_probs_dropout_prob=0 too (--hf_attention_dropout; BERT's
+own 0.1 was the 2026-11-26 measurement's, which may also keep PyTorch off its fastest attention).
 """
 
 import argparse
@@ -74,12 +78,14 @@ def ours(directory: str, tokens, labels, warmup: int, implementation: str) -> di
           "kernel": attention.get("softmax").resolve(implementation)}
 
 
-def transformers_pytorch(directory: str, tokens, labels, warmup: int, threads: int) -> dict:
+def transformers_pytorch(directory: str, tokens, labels, warmup: int, threads: int,
+                         attention_dropout: float) -> dict:
   import torch
   import transformers
   torch.set_num_threads(threads)
   torch.manual_seed(0)
-  model = transformers.BertForSequenceClassification.from_pretrained(directory, num_labels=2)
+  model = transformers.BertForSequenceClassification.from_pretrained(
+      directory, num_labels=2, attention_probs_dropout_prob=attention_dropout)
   model.train()
   optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
   times = []
@@ -98,6 +104,7 @@ def transformers_pytorch(directory: str, tokens, labels, warmup: int, threads: i
           "examples_per_s": tokens.shape[1] / float(np.mean(timed)),
           "first_step_s": times[0], "final_loss": loss,
           "attention": model.config._attn_implementation,
+          "attention_probs_dropout": model.config.attention_probs_dropout_prob,
           "torch": torch.__version__, "transformers": transformers.__version__,
           "threads": threads}
 
@@ -107,7 +114,7 @@ def run_one(framework: str, args) -> dict:
   command = [sys.executable, __file__, "--framework", framework, "--model", args.model,
              "--batch", str(args.batch), "--max_len", str(args.max_len), "--steps",
              str(args.steps), "--warmup", str(args.warmup), "--attention_impl",
-             args.attention_impl]
+             args.attention_impl, "--hf_attention_dropout", str(args.hf_attention_dropout)]
   done = subprocess.run(command, check=True, capture_output=True, text=True)
   return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -120,6 +127,8 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=10, help="timed steps")
   parser.add_argument("--warmup", type=int, default=2)
   parser.add_argument("--attention_impl", default="auto")
+  parser.add_argument("--hf_attention_dropout", type=float, default=0.0,
+                      help="transformers' attention_probs_dropout_prob (ours has none)")
   parser.add_argument("--framework", choices=("textattn", "transformers"), default=None,
                       help="(internal) measure one framework in this process")
   args = parser.parse_args()
@@ -133,7 +142,8 @@ def main() -> None:
     if args.framework == "textattn":
       result = ours(args.model, tokens, labels, args.warmup, args.attention_impl)
     else:
-      result = transformers_pytorch(args.model, tokens, labels, args.warmup, usable_cores())
+      result = transformers_pytorch(args.model, tokens, labels, args.warmup, usable_cores(),
+                                    args.hf_attention_dropout)
     print(json.dumps(result))
     return
   result = {"model": args.model, "batch": args.batch, "max_len": args.max_len,
