@@ -150,6 +150,21 @@ def test_relative_positions_are_refused_not_computed_as_absolute(tmp_path):
   assert_one_sentence(error, "position_embedding_type='relative_key'")
 
 
+@pytest.mark.parametrize("text, fragment", [
+    ("[1, 2]", "holds a JSON list, not the object of settings"),
+    (None, "not a number where BERT's config.json has one"),
+])
+def test_a_config_json_of_the_wrong_shape_is_one_sentence(tmp_path, text, fragment):
+  directory = copy_fixture(tmp_path)
+  if text is None:  # a size that is not a number
+    config = json.loads((directory / "config.json").read_text())
+    text = json.dumps({**config, "hidden_size": "large"})
+  (directory / "config.json").write_text(text)
+  with pytest.raises(DataError) as error:
+    hf.load(str(directory))
+  assert_one_sentence(error, fragment, str(directory / "config.json"))
+
+
 @pytest.mark.parametrize("name", hf.FILES)
 def test_a_missing_file_is_named_in_one_sentence(tmp_path, name):
   directory = copy_fixture(tmp_path)

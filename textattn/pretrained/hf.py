@@ -152,6 +152,9 @@ def read_config(directory: pathlib.Path) -> BertConfig:
     data = json.loads(path.read_text(encoding="utf-8"))
   except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
     raise DataError(f"{path} cannot be read as JSON ({one_line(e, 160)}).") from e
+  if not isinstance(data, dict):
+    raise DataError(f"{path} holds a JSON {type(data).__name__}, not the object of settings a "
+                    f"Hugging Face config.json is.")
   model_type = data.get("model_type")
   if model_type not in MODEL_TYPES:
     raise DataError(f"{path} describes a {model_type!r} model; textattn loads only "
@@ -180,6 +183,9 @@ def read_config(directory: pathlib.Path) -> BertConfig:
         pad_token_id=int(data.get("pad_token_id") or 0), model_type=model_type)
   except KeyError as e:
     raise DataError(f"{path} has no {e.args[0]!r}, which a BERT config.json has.") from e
+  except (TypeError, ValueError) as e:  # e.g. "hidden_size": "large" or null
+    raise DataError(f"{path} has a setting that is not a number where BERT's config.json has "
+                    f"one ({one_line(e, 120)}).") from e
   if config.hidden_size % config.num_heads:
     raise DataError(f"{path}: hidden_size={config.hidden_size} is not a multiple of "
                     f"num_attention_heads={config.num_heads}.")
