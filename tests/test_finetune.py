@@ -126,8 +126,13 @@ def test_additive_attention_on_the_pretrained_encoder_trains_and_says_what_is_ne
                            checkpoint_every_steps=4, **{"model.attention": "additive",
                                                          "model.pooling": "mean",
                                                          "optimizer.learning_rate": 1e-30})
-  runner.train_and_evaluate(config, str(tmp_path / "run"))
+  report = runner.train_and_evaluate(config, str(tmp_path / "run"))
   printed = capsys.readouterr().out
+  # A run that learns nothing says so at its evaluations and keeps it in the test report.
+  assert "Warning: all 16 validation examples are predicted 'neg': the model has collapsed" in (
+      printed)
+  assert "Warning: all 16 test examples are predicted 'neg'" in report["test/warning"]
+  assert final_report(tmp_path / "run")["test/warning"] == report["test/warning"]
   assert "parameter arrays are new (initialised afresh): encoder/block_*/attention/" in printed
   assert "checkpoint weights are unused: encoder/block_*/attention/" in printed
   # Every pretrained weight with a place (all but the value projections) is in the run's state.

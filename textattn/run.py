@@ -451,7 +451,8 @@ def _report(config, job, state, manager, abstract_state, state_sharding, attach,
   report["test/params_from_step"] = int(report_step)
   if is_main:
     writer.write_report(total_steps, report)
+    shown = {k: v for k, v in report.items() if not k.endswith("/warning")}  # (said already)
     print("Test report: " + ", ".join(
         f"{k.split('/', 1)[1]}={v:.4f}" if isinstance(v, float) else f"{k.split('/', 1)[1]}={v}"
-        for k, v in report.items()), flush=True)
+        for k, v in shown.items()), flush=True)
   return report

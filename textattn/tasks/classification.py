@@ -145,8 +145,10 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
     totals = jax.device_get(totals)
     metrics = summarize_eval(totals, class_names, prefix)
     warning = collapse_warning(totals, class_names, prefix)
-    if warning and jax.process_index() == 0:
-      print(warning, flush=True)
+    if warning:  # printed now, and kept with the evaluation's row (the test report's too)
+      metrics[f"{prefix}/warning"] = warning
+      if jax.process_index() == 0:
+        print(warning, flush=True)
     if not with_probabilities:
       return metrics, None
     return metrics, np.concatenate(jax.device_get(probabilities))[:len(split)]
