@@ -113,6 +113,16 @@ def test_settings_that_cannot_work_are_refused_before_reading(tmp_path):
   vectors.check(f"vectors:{path}", "word")
 
 
+@pytest.mark.parametrize("kind", ["glove", "word2vec_text", "word2vec_binary", "glove_gz"])
+def test_a_dimension_other_than_embed_dim_is_refused_from_the_first_line(tmp_path, kind):
+  # (at the config's validation, before the data and the whole file are read)
+  path = write(tmp_path, kind)
+  vectors.check(f"vectors:{path}", "word", 3)
+  with pytest.raises(DataError) as error:
+    vectors.check(f"vectors:{path}", "word", 32)
+  assert_one_sentence(error, "3-dimensional", "config.model.embed_dim=32", "model.embed_dim=3")
+
+
 def test_a_file_that_is_not_vectors_is_refused_in_one_sentence(tmp_path):
   path = tmp_path / "notes.txt"
   path.write_text("this is a sentence, not a vector file\nnor is this\n")

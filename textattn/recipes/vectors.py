@@ -46,8 +46,9 @@ def path_of(embedding_init: str) -> str:
   return os.path.expanduser(embedding_init[len(PREFIX):])
 
 
-def check(embedding_init: str, tokenizer_kind: str) -> None:
-  """One sentence for a vectors setting that cannot work, before any data is read."""
+def check(embedding_init: str, tokenizer_kind: str, embed_dim: int | None = None) -> None:
+  """One sentence for a vectors setting that cannot work, before any data is read: with
+  `embed_dim`, also vectors of another size (read from the file's first line)."""
   path = path_of(embedding_init)
   if not path:
     raise UsageError("config.model.embedding_init='vectors:' names no file; give "
@@ -59,6 +60,35 @@ def check(embedding_init: str, tokenizer_kind: str) -> None:
   if not os.path.isfile(path):
     raise DataError(f"config.model.embedding_init={embedding_init!r}: {path} is not a file; "
                     f"give the path of a word2vec .txt/.bin or GloVe .txt file.")
+  dim = file_dim(path) if embed_dim is not None else None
+  if dim is not None and dim != embed_dim:
+    raise DataError(dimension_mismatch(path, dim, embed_dim))
+
+
+def dimension_mismatch(path: str, dim: int, embed_dim: int) -> str:
+  return (f"{path} holds {dim}-dimensional word vectors but config.model.embed_dim={embed_dim}; "
+          f"set model.embed_dim={dim} to use them.")
+
+
+def file_dim(path: str) -> int | None:
+  """The vectors' size from the file's first line: word2vec's "count dim" header, or the
+  numbers that end a GloVe line (its word may hold spaces); None if the line says neither
+  (reading the file then says what is wrong)."""
+  try:
+    with _open(path) as f:
+      first = f.readline(1 << 20)
+  except OSError:
+    return None
+  if _HEADER.match(first):
+    return int(first.split()[1])
+  numbers = 0
+  for field in reversed(first.split()):
+    try:
+      float(field)
+    except ValueError:
+      break
+    numbers += 1
+  return numbers if 0 < numbers < len(first.split()) else None
 
 
 def validate_config(config) -> None:
@@ -68,7 +98,7 @@ def validate_config(config) -> None:
     raise UsageError(f"config.model.vectors_scale={config.model.vectors_scale!r} is invalid; "
                      f"allowed: {', '.join(SCALES)}.")
   try:
-    check(config.model.embedding_init, config.tokenizer)
+    check(config.model.embedding_init, config.tokenizer, int(config.model.embed_dim))
   except DataError as e:
     raise DataConfigError(str(e)) from None
   except ValueError as e:
@@ -160,8 +190,7 @@ def table_from_file(path: str, tokenizer: tokenizer_lib.WordTokenizer, vocab_siz
   vectors, file_format = read_vectors(path)
   dim = int(vectors.vector_size)
   if dim != embed_dim:
-    raise DataError(f"{path} holds {dim}-dimensional word vectors but config.model.embed_dim="
-                    f"{embed_dim}; set model.embed_dim={dim} to use them.")
+    raise DataError(dimension_mismatch(path, dim, embed_dim))
   by_lower: dict[str, str] = {}
   for key in vectors.index_to_key:  # file order: the most frequent spelling first
     by_lower.setdefault(str(key).lower(), key)
