@@ -71,24 +71,31 @@ def dimension_mismatch(path: str, dim: int, embed_dim: int) -> str:
 
 
 def file_dim(path: str) -> int | None:
-  """The vectors' size from the file's first line: word2vec's "count dim" header, or the
-  numbers that end a GloVe line (its word may hold spaces); None if the line says neither
-  (reading the file then says what is wrong)."""
+  """The vectors' size from the file's start: word2vec's "count dim" header, or the count of
+  numbers that end each of GloVe's first two lines where they agree (a word may hold spaces or
+  be a number itself); None where the start says neither (reading the file then says what is
+  wrong)."""
   try:
     with _open(path) as f:
       first = f.readline(1 << 20)
+      if _HEADER.match(first):
+        return int(first.split()[1])
+      second = f.readline(1 << 20)
   except OSError:
     return None
-  if _HEADER.match(first):
-    return int(first.split()[1])
-  numbers = 0
-  for field in reversed(first.split()):
+  counts = {_trailing_numbers(line) for line in (first, second) if line.strip()}
+  return counts.pop() if len(counts) == 1 and 0 not in counts else None
+
+
+def _trailing_numbers(line: bytes) -> int:
+  fields, numbers = line.split(), 0
+  for field in reversed(fields):
     try:
       float(field)
     except ValueError:
       break
     numbers += 1
-  return numbers if 0 < numbers < len(first.split()) else None
+  return numbers if numbers < len(fields) else 0  # (all numbers: the word is one too)
 
 
 def validate_config(config) -> None:
