@@ -19,10 +19,9 @@ import tempfile
 import time
 
 import jax
-import optax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from throughput import batches  # noqa: E402
+from throughput import batches, training_step
 
 
 def main() -> None:
@@ -32,27 +31,10 @@ def main() -> None:
   parser.add_argument("--max_len", type=int, default=256)
   parser.add_argument("--attention_impl", default="auto")
   args = parser.parse_args()
-  from textattn.models import bert
   from textattn.pretrained import hf
-  pretrained = hf.load(args.model)
-  model = bert.BertClassifier(pretrained.config, num_classes=2, attention="softmax",
-                              attention_impl=args.attention_impl)
-  tokens, labels = batches(pretrained.config.vocab_size, args.batch, args.max_len, 3)
-  params, _ = hf.init_params(model, pretrained, jax.random.key(0), args.max_len)
-  tx = optax.adamw(2e-5, weight_decay=0.01)
-  opt_state = tx.init(params)
-
-  def loss_fn(params, x, y, rng):
-    logits = model.apply({"params": params}, x, train=True, rngs={"dropout": rng})
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-
-  @jax.jit
-  def step(params, opt_state, x, y, i):
-    loss, grads = jax.value_and_grad(loss_fn)(params, x, y,
-                                              jax.random.fold_in(jax.random.key(1), i))
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
-
+  vocab_size = hf.read_config(hf.resolve(args.model)).vocab_size
+  tokens, labels = batches(vocab_size, args.batch, args.max_len, 3)
+  step, params, opt_state = training_step(args.model, args.attention_impl, args.max_len)
   for i in range(2):  # compilation and warm-up
     params, opt_state, loss = step(params, opt_state, tokens[i], labels[i], i)
     loss.block_until_ready()
@@ -64,7 +46,8 @@ def main() -> None:
   wall = time.perf_counter() - start
   jax.profiler.stop_trace()
   [trace] = glob.glob(os.path.join(directory, "**", "perfetto_trace.json.gz"), recursive=True)
-  events = json.load(gzip.open(trace))
+  with gzip.open(trace) as f:
+    events = json.load(f)
   events = events["traceEvents"] if isinstance(events, dict) else events
   total, count = collections.Counter(), collections.Counter()
   for event in events:

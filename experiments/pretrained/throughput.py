@@ -42,14 +42,16 @@ def batches(vocab_size: int, batch: int, length: int, count: int, seed: int = 0)
   return tokens, labels
 
 
-def ours(directory: str, tokens, labels, warmup: int, implementation: str) -> dict:
-  from textattn import attention
+def training_step(directory: str, implementation: str, length: int):
+  """(step, params, opt_state): textattn's jit-compiled training step of the model in
+  `directory` with a 2-class head, AdamW, dropout on; step(params, opt_state, x, y, i) ->
+  (params, opt_state, loss). Also what profile_step.py traces."""
   from textattn.models import bert
   from textattn.pretrained import hf
   pretrained = hf.load(directory)
   model = bert.BertClassifier(pretrained.config, num_classes=2, attention="softmax",
                               attention_impl=implementation)
-  params, _ = hf.init_params(model, pretrained, jax.random.key(0), tokens.shape[-1])
+  params, _ = hf.init_params(model, pretrained, jax.random.key(0), length)
   tx = optax.adamw(2e-5, weight_decay=0.01)
   opt_state = tx.init(params)
 
@@ -64,6 +66,12 @@ def ours(directory: str, tokens, labels, warmup: int, implementation: str) -> di
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
+  return step, params, opt_state
+
+
+def ours(directory: str, tokens, labels, warmup: int, implementation: str) -> dict:
+  from textattn import attention
+  step, params, opt_state = training_step(directory, implementation, tokens.shape[-1])
   times = []
   for i in range(len(tokens)):
     start = time.perf_counter()
