@@ -68,8 +68,8 @@ def test_softmax_kernels_match_float64_reference(shape, impl, causal):
 @pytest.mark.parametrize("head_dim", [16, 32, 64, 12],
                          ids=["blocked16", "blocked32", "blocked64", "generic"])
 def test_native_kernel_matches_float64_reference_with_skipped_blocks(head_dim, causal):
-  # The native kernel's register-blocked path (head_dim 16, 32, 64: 4, 2 and 1 rows per block)
-  # and its generic path, at a length that is a multiple of neither 8 nor the row block, with
+  # The native kernel's register-blocked path (head_dim 16, 32, 64: 4, 2 and 1 rows a block;
+  # 8, 4 and 2 with AVX-512) and its generic path, at a length that is a multiple of neither 8 nor the row block, with
   # right padding, left padding, a fully padded row and scattered padding; the loss ignores
   # padding positions (as pooling does), so the backward's skipping of zero-gradient rows and
   # all-padding key blocks runs.
@@ -228,6 +228,22 @@ def test_native_additive_kernel_matches_float64_and_the_xla_function(heads, head
                            grads(additive.additive_attention)):
     np.testing.assert_allclose(np.asarray(g), np.asarray(want), atol=2e-4, rtol=2e-4,
                                err_msg=name)
+
+
+def test_a_native_build_that_fails_names_the_compilers_error(tmp_path, monkeypatch):
+  # The sources compile in one command: a first source's error is followed by the second's
+  # warnings from jaxlib's FFI headers. The message must carry the error (it once showed only
+  # those warnings).
+  from textattn.attention import native
+  if native.find_compiler() is None:
+    pytest.skip("no C++ compiler")
+  broken = tmp_path / "broken.cc"
+  broken.write_text("constexpr int kTiles = UNDEFINED_TILES;\n")
+  monkeypatch.setattr(native, "SOURCES", (broken, native.SOURCES[1]))
+  monkeypatch.setenv("TEXTATTN_NATIVE_CACHE", str(tmp_path / "cache"))
+  with pytest.raises(native.NativeUnavailable, match="UNDEFINED_TILES"):
+    native.build()
+  assert not list((tmp_path / "cache").glob("*.so"))  # no library left behind
 
 
 def test_native_additive_kernel_propagates_nan_and_checks_shapes():

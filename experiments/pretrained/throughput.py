@@ -22,6 +22,7 @@ own 0.1 was the 2026-11-26 measurement's, which may also keep PyTorch off its fa
 """
 
 import argparse
+import functools
 import json
 import platform
 import subprocess
@@ -45,7 +46,7 @@ def batches(vocab_size: int, batch: int, length: int, count: int, seed: int = 0)
 def training_step(directory: str, implementation: str, length: int):
   """(step, params, opt_state): textattn's jit-compiled training step of the model in
   `directory` with a 2-class head, AdamW, dropout on; step(params, opt_state, x, y, i) ->
-  (params, opt_state, loss). Also what profile_step.py traces."""
+  (params, opt_state, loss), the first two donated. Also what profile_step.py traces."""
   from textattn.models import bert
   from textattn.pretrained import hf
   pretrained = hf.load(directory)
@@ -59,7 +60,9 @@ def training_step(directory: str, implementation: str, length: int):
     logits = model.apply({"params": params}, x, train=True, rngs={"dropout": rng})
     return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
-  @jax.jit
+  # Parameters and optimizer state donated, as textattn's training loop compiles its step
+  # (loop.py): updated in place instead of into fresh buffers every step.
+  @functools.partial(jax.jit, donate_argnums=(0, 1))
   def step(params, opt_state, x, y, i):
     loss, grads = jax.value_and_grad(loss_fn)(params, x, y, jax.random.fold_in(
         jax.random.key(1), i))

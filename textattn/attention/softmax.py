@@ -177,17 +177,17 @@ def _native_forward_call(causal, q, k, v, mask):
   return jax.ffi.ffi_call(
       native.FORWARD_TARGET,
       (jax.ShapeDtypeStruct(q.shape, jnp.float32),
-       jax.ShapeDtypeStruct((q.shape[0], q.shape[2], q.shape[1], k.shape[1]), jnp.float32)),
+       jax.ShapeDtypeStruct((q.shape[0], q.shape[2], q.shape[1]), jnp.float32)),
       vmap_method="sequential")(q, k, v, mask, causal=causal, threads=usable_cores(),
                                 xla_pool=True)
 
 
-def _native_backward_call(causal, q, k, v, mask, out, probs, d_out):
+def _native_backward_call(causal, q, k, v, mask, out, lse, d_out):
   from textattn.attention import native
   native.load()
   return jax.ffi.ffi_call(
       native.BACKWARD_TARGET, (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 3,
-      vmap_method="sequential")(q, k, v, mask, out, probs, d_out, causal=causal,
+      vmap_method="sequential")(q, k, v, mask, out, lse, d_out, causal=causal,
                                 threads=usable_cores(), xla_pool=True)
 
 
@@ -197,13 +197,13 @@ def _native_core(q: Array, k: Array, v: Array, mask: Array, causal: bool) -> Arr
 
 
 def _native_forward(q, k, v, mask, causal):
-  out, probs = _native_forward_call(causal, q, k, v, mask)
-  return out, (q, k, v, mask, out, probs)
+  out, lse = _native_forward_call(causal, q, k, v, mask)  # lse: [batch, heads, length]
+  return out, (q, k, v, mask, out, lse)
 
 
 def _native_backward(causal, residuals, d_out):
-  q, k, v, mask, out, probs = residuals
-  d_q, d_k, d_v = _native_backward_call(causal, q, k, v, mask, out, probs,
+  q, k, v, mask, out, lse = residuals
+  d_q, d_k, d_v = _native_backward_call(causal, q, k, v, mask, out, lse,
                                         d_out.astype(jnp.float32))
   return d_q, d_k, d_v, None
 
@@ -218,8 +218,9 @@ def native_softmax_attention(query: Array, key: Array, value: Array, padding_mas
   The same function as `softmax_attention` (tests check values and gradients against float64
   NumPy and the reference): a block of query rows is scored, masked, exponentiated, normalised
   and applied to V in a small scratch buffer, instead of XLA:CPU's skinny batched matmuls over
-  scores materialised several times; only the weights ([batch, heads, L, L]) are written, for
-  the backward, which is the flash-attention one over them. For head_dim 8, 16, 32 or 64,
+  scores materialised several times; only each row's log-sum-exp ([batch, heads, L]) is kept
+  for the backward, which recomputes the weights from it (flash attention's backward), so the
+  memory the kernel keeps is linear in L. For head_dim 8, 16, 32 or 64,
   all-padding key blocks and rows without output gradient (padding positions, which pooling
   ignores) are skipped exactly. First-order reverse-mode gradients only (custom VJP). Computes
   in float32 (bfloat16 inputs are upcast), on every core of the process. The kernels are

@@ -188,7 +188,10 @@ def build() -> Path:
       command = [*compiler, *_FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", tmp]
       result = subprocess.run(command, capture_output=True, text=True, check=False)
       if result.returncode != 0:
-        tail = " ".join(result.stderr.strip().splitlines()[-3:])
+        # The first error, not the last lines: jaxlib's headers add warnings after it.
+        lines = result.stderr.strip().splitlines()
+        errors = [line for line in lines if "error" in line.lower() and "warning" not in line]
+        tail = " ".join(errors[:2] or lines[-3:])
         names = ", ".join(source.name for source in SOURCES)
         raise NativeUnavailable(f"compiling {names} failed ({' '.join(command)}): {tail}")
       os.chmod(tmp, 0o755)  # mkstemp makes it private; a shared cache must be loadable by all

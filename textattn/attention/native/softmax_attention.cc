@@ -7,7 +7,8 @@
 //
 //   q, k, v, out, d_out, d_q, d_k, d_v : float32 [batch, length, heads, head_dim]
 //   mask                               : int32   [batch, length], non-zero = real token
-//   probs (residual for the backward)  : float32 [batch, heads, length, length]
+//   lse (residual for the backward)    : float32 [batch, heads, length], each query row's
+//                                        log-sum-exp of its scores (+inf: no visible key)
 //
 // Semantics are those of textattn.attention.softmax_attention: scores q.k / sqrt(head_dim);
 // padding keys (and, when causal, keys after the query) get no weight; a query with no visible
@@ -19,8 +20,10 @@
 // Why by hand: XLA:CPU runs the four L x L products of this model (head_dim 16) as skinny
 // batched matmuls at a fraction of the machine's speed and materialises the scores several
 // times (experiments/RESULTS.md, "Training speed"); here a block of query rows is scored,
-// exponentiated and applied to V in a small scratch buffer, and only the final weights
-// ([batch, heads, L, L], for the backward) are written out.
+// exponentiated and applied to V in a small scratch buffer, and only each row's log-sum-exp is
+// written out: the backward recomputes the weights from it (flash attention's way), which costs
+// one more Q K^T product but saves writing and reading back [batch, heads, L, L] weights (and
+// the page faults of a fresh buffer that size every step), and keeps the memory linear in L.
 
 #include <algorithm>
 #include <cmath>
@@ -64,7 +67,7 @@ struct Shape {
   int64_t batch, length, heads, dim;
   int64_t row() const { return heads * dim; }  // stride between tokens in [B, L, H, D]
   int64_t at(int64_t b, int64_t i, int64_t h) const { return ((b * length + i) * heads + h) * dim; }
-  int64_t probs_at(int64_t b, int64_t h) const { return (b * heads + h) * length * length; }
+  int64_t lse_at(int64_t b, int64_t h) const { return (b * heads + h) * length; }
 };
 
 template <typename Body>
@@ -75,57 +78,71 @@ void for_each_pair(const Shape& s, textattn::Workers workers, Body body) {
 }
 
 // D > 0: head_dim known at compile time (the common sizes), so the inner loops unroll.
+// The scores of query row i (scaled, padding keys at -inf) into row[0, limit), and their max.
 template <int kDim>
-void forward_pair(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
-                  const float* k, const float* v, const int32_t* mask, float* out, float* probs,
-                  std::vector<float>& kt, std::vector<float>& bias) {
-  const int64_t L = s.length, D = kDim > 0 ? kDim : s.dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+float score_row(const Shape& s, int64_t D, float scale, const float* qi, const float* kt,
+                const float* bias, int64_t limit, float* row) {
+  const int64_t L = s.length;
+  for (int64_t j = 0; j < limit; ++j) row[j] = 0.0f;
+  for (int64_t d = 0; d < D; ++d) {
+    const float qd = qi[d] * scale;
+    const float* kr = kt + d * L;
+    for (int64_t j = 0; j < limit; ++j) row[j] += qd * kr[j];
+  }
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < limit; ++j) {
+    row[j] += bias[j];
+    mx = std::max(mx, row[j]);
+  }
+  return mx;
+}
+
+// K transposed ([D, L]) and the padding bias (0 or -inf, so the max and the sum are plain
+// reductions the compiler can vectorise) of one (batch, head) pair.
+inline void transpose_keys(const Shape& s, int64_t b, int64_t h, int64_t D, const float* k,
+                           const int32_t* mask, std::vector<float>& kt, std::vector<float>& bias) {
+  const int64_t L = s.length;
   kt.resize(D * L);
+  bias.resize(L);
   for (int64_t j = 0; j < L; ++j) {
     const float* kj = k + s.at(b, j, h);
     for (int64_t d = 0; d < D; ++d) kt[d * L + j] = kj[d];
+    bias[j] = mask[b * L + j] ? 0.0f : -std::numeric_limits<float>::infinity();
   }
-  // Padding as an additive bias (0 or -inf), so the max and the sum below are plain
-  // reductions the compiler can vectorise.
-  bias.resize(L);
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < L; ++j) bias[j] = mask[b * L + j] ? 0.0f : neg_inf;
-  float* pb = probs + s.probs_at(b, h);
+}
+
+// D > 0: head_dim known at compile time (the common sizes), so the inner loops unroll.
+template <int kDim>
+void forward_pair(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
+                  const float* k, const float* v, const int32_t* mask, float* out, float* lse,
+                  std::vector<float>& kt, std::vector<float>& bias, std::vector<float>& row) {
+  const int64_t L = s.length, D = kDim > 0 ? kDim : s.dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float inf = std::numeric_limits<float>::infinity();
+  transpose_keys(s, b, h, D, k, mask, kt, bias);
+  row.resize(L);
+  float* lb = lse + s.lse_at(b, h);
   for (int64_t i = 0; i < L; ++i) {
     const int64_t limit = causal ? i + 1 : L;
-    float* row = pb + i * L;
-    const float* qi = q + s.at(b, i, h);
     float* oi = out + s.at(b, i, h);
-    for (int64_t j = 0; j < limit; ++j) row[j] = 0.0f;
-    for (int64_t d = 0; d < D; ++d) {
-      const float qd = qi[d] * scale;
-      const float* kr = kt.data() + d * L;
-      for (int64_t j = 0; j < limit; ++j) row[j] += qd * kr[j];
-    }
-    float mx = neg_inf;
-    for (int64_t j = 0; j < limit; ++j) {
-      row[j] += bias[j];
-      mx = std::max(mx, row[j]);
-    }
-    for (int64_t j = limit; j < L; ++j) row[j] = 0.0f;
+    const float mx = score_row<kDim>(s, D, scale, q + s.at(b, i, h), kt.data(), bias.data(),
+                                     limit, row.data());
     for (int64_t d = 0; d < D; ++d) oi[d] = 0.0f;
-    if (mx == neg_inf) {  // no visible key: zero weights, zero output
-      for (int64_t j = 0; j < limit; ++j) row[j] = 0.0f;
+    if (mx == -inf) {  // no visible key: zero weights, zero output
+      lb[i] = inf;
       continue;
     }
     float total = 0.0f;
     for (int64_t j = 0; j < limit; ++j) {
-      const float e = exp_nonpositive(row[j] - mx);
-      row[j] = bias[j] == 0.0f ? e : 0.0f;
+      row[j] = bias[j] == 0.0f ? exp_nonpositive(row[j] - mx) : 0.0f;
       total += row[j];
     }
+    lb[i] = mx + std::log(total);
     const float inv = 1.0f / total;
-    for (int64_t j = 0; j < limit; ++j) row[j] *= inv;
     float acc[kDim > 0 ? kDim : 1024];
     for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
     for (int64_t j = 0; j < limit; ++j) {
-      const float p = row[j];
+      const float p = row[j] * inv;
       const float* vj = v + s.at(b, j, h);
       for (int64_t d = 0; d < D; ++d) acc[d] += p * vj[d];
     }
@@ -135,28 +152,39 @@ void forward_pair(const Shape& s, int64_t b, int64_t h, bool causal, const float
 
 template <int kDim>
 void backward_pair(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
-                   const float* k, const float* v, const float* out, const float* probs,
-                   const float* d_out, float* d_q, float* d_k, float* d_v,
+                   const float* k, const float* v, const int32_t* mask, const float* out,
+                   const float* lse, const float* d_out, float* d_q, float* d_k, float* d_v,
+                   std::vector<float>& kt, std::vector<float>& bias,
                    std::vector<float>& scratch) {
   const int64_t L = s.length, D = kDim > 0 ? kDim : s.dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  scratch.assign(3 * D * L + L, 0.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  transpose_keys(s, b, h, D, k, mask, kt, bias);
+  scratch.assign(3 * D * L + 2 * L, 0.0f);
   float* vt = scratch.data();          // V transposed, [D, L]
   float* dk = vt + D * L;              // dK accumulator, [L, D]
   float* dv = dk + D * L;              // dV accumulator, [L, D]
   float* ds = dv + D * L;              // one row of dS, [L]
+  float* p = ds + L;                   // one row of weights, [L]
   for (int64_t j = 0; j < L; ++j) {
     const float* vj = v + s.at(b, j, h);
     for (int64_t d = 0; d < D; ++d) vt[d * L + j] = vj[d];
   }
-  const float* pb = probs + s.probs_at(b, h);
+  const float* lb = lse + s.lse_at(b, h);
   for (int64_t i = 0; i < L; ++i) {
     const int64_t limit = causal ? i + 1 : L;
-    const float* p = pb + i * L;
     const float* doi = d_out + s.at(b, i, h);
     const float* oi = out + s.at(b, i, h);
     const float* qi = q + s.at(b, i, h);
     float* dqi = d_q + s.at(b, i, h);
+    if (lb[i] == inf) {  // no visible key: no weights, no gradient
+      for (int64_t d = 0; d < D; ++d) dqi[d] = 0.0f;
+      continue;
+    }
+    // The forward's weights, recomputed: P_ij = exp(s_ij - lse_i)
+    score_row<kDim>(s, D, scale, qi, kt.data(), bias.data(), limit, p);
+    for (int64_t j = 0; j < limit; ++j)
+      p[j] = bias[j] == 0.0f ? exp_nonpositive(std::min(p[j] - lb[i], 0.0f)) : 0.0f;
     float delta = 0.0f;  // sum_j P_ij dP_ij = dO_i . O_i
     for (int64_t d = 0; d < D; ++d) delta += doi[d] * oi[d];
     // dV_j += P_ij dO_i
@@ -205,6 +233,22 @@ void backward_pair(const Shape& s, int64_t b, int64_t h, bool causal, const floa
 // 128-bit units (Zen 1, NEON).
 
 typedef float v8 __attribute__((vector_size(32)));
+
+// Tile sizes for the vector registers there are: AVX-512 (used here with 256-bit vectors, via
+// AVX512VL) has 32, AVX2 and NEON's pairs 16. kChains: independent accumulators of a Q K^T
+// tile (each a chain of dependent multiply-adds; fewer than FMA latency x FMA units leave the
+// units idle). rows_per_block: query rows a block processes together, so every key/value
+// vector loaded serves that many rows (kRowVectors / (head_dim / 8)). Timed on a Zen 4 (CPU-5,
+// 2 cores, [32, 256, 12, 32]): 12 chains and 16 row vectors against 8 and 8: forward 36 -> 33
+// ms, backward 84 -> 72 ms.
+#if defined(__AVX512VL__)
+constexpr int kChains = 12;
+constexpr int kRowVectors = 16;
+#else
+constexpr int kChains = 8;
+constexpr int kRowVectors = 8;
+#endif
+constexpr int rows_per_block(int dv) { return dv >= kRowVectors ? 1 : kRowVectors / dv; }
 typedef int32_t v8i __attribute__((vector_size(32)));
 
 inline v8 load8(const float* p) {
@@ -246,19 +290,51 @@ inline v8 vexp_nonpositive(v8 x) {
 }
 
 struct Scratch {
-  std::vector<float> a, b, c, d, e, f;
+  std::vector<float> a, b, c, d, e, f, g, h;
 };
 
 inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
 
 // The three products of the blocked kernels, for R rows at once (DV = kDim / 8 vectors a row).
-// acc[r] += a[r] . t[:, j0:j0+8] for 8 keys: t is [kDim, Lp] (keys contiguous).
-template <int kDim, int R>
+// acc[r][c] += a[r] . t[:, j0 + 8c : j0 + 8c + 8] for C blocks of 8 keys: t is [kDim, Lp] (keys
+// contiguous). R * C independent accumulators: each is a chain of kDim dependent multiply-adds,
+// so fewer than ~8 chains (FMA latency x FMA units) would leave the units idle.
+template <int kDim, int R, int C>
 inline void add_row_dots(const float (&a)[R][kDim], const float* t, int64_t Lp, int64_t j0,
-                         v8 (&acc)[R]) {
+                         v8 (&acc)[R][C]) {
   for (int d = 0; d < kDim; ++d) {
-    const v8 tv = load8(t + d * Lp + j0);
-    for (int r = 0; r < R; ++r) acc[r] += a[r][d] * tv;
+    v8 tv[C];
+    for (int c = 0; c < C; ++c) tv[c] = load8(t + d * Lp + j0 + 8 * c);
+    for (int r = 0; r < R; ++r) {
+      const v8 ar = splat(a[r][d]);
+      for (int c = 0; c < C; ++c) acc[r][c] += ar * tv[c];
+    }
+  }
+}
+
+// For every 8-key block j0 in [begin, end) (multiples of 8): acc[r] = init(j0) + a[r] . t[:, j0..]
+// and then finish(r, j0, acc[r]); blocks go kWide at a time (R * kWide = 8 chains), then singly.
+template <int kDim, int R, typename Init, typename Finish>
+inline void row_dots(const float (&a)[R][kDim], const float* t, int64_t Lp, int64_t begin,
+                     int64_t end, Init init, Finish finish) {
+  constexpr int kWide = R >= kChains ? 1 : kChains / R;
+  int64_t j0 = begin;
+  for (; j0 + 8 * kWide <= end; j0 += 8 * kWide) {
+    v8 acc[R][kWide];
+    for (int c = 0; c < kWide; ++c) {
+      const v8 x = init(j0 + 8 * c);
+      for (int r = 0; r < R; ++r) acc[r][c] = x;
+    }
+    add_row_dots<kDim, R, kWide>(a, t, Lp, j0, acc);
+    for (int c = 0; c < kWide; ++c)
+      for (int r = 0; r < R; ++r) finish(r, j0 + 8 * c, acc[r][c]);
+  }
+  for (; j0 < end; j0 += 8) {
+    v8 acc[R][1];
+    const v8 x = init(j0);
+    for (int r = 0; r < R; ++r) acc[r][0] = x;
+    add_row_dots<kDim, R, 1>(a, t, Lp, j0, acc);
+    for (int r = 0; r < R; ++r) finish(r, j0, acc[r][0]);
   }
 }
 
@@ -314,9 +390,9 @@ inline void key_blocks(const int32_t* m, int64_t L, int64_t* begin, int64_t* end
 template <int kDim>
 void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
                           const float* k, const float* v, const int32_t* mask, float* out,
-                          float* probs, Scratch& w) {
+                          float* lse, Scratch& w) {
   constexpr int DV = kDim / 8;
-  constexpr int R = DV >= 8 ? 1 : 8 / DV;
+  constexpr int R = rows_per_block(DV);
   const int64_t L = s.length, Lp = round_up8(L);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -336,7 +412,7 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
   }
   int64_t kbeg, kend;
   key_blocks(mask + b * L, L, &kbeg, &kend);
-  float* pb = probs + s.probs_at(b, h);
+  float* lb = lse + s.lse_at(b, h);
   for (int64_t i0 = 0; i0 < L; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, L - i0);
     const int64_t jend = causal ? std::min(kend, round_up8(i0 + R)) : kend;
@@ -345,13 +421,9 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
       const float* qi = q + s.at(b, std::min(i0 + r, L - 1), h);
       for (int d = 0; d < kDim; ++d) qs[r][d] = qi[d] * scale;
     }
-    for (int64_t j0 = kbeg; j0 < jend; j0 += 8) {
-      v8 acc[R];
-      const v8 bv = load8(bias + j0);
-      for (int r = 0; r < R; ++r) acc[r] = bv;
-      add_row_dots<kDim, R>(qs, kt, Lp, j0, acc);
-      for (int r = 0; r < R; ++r) store8(S + r * Lp + j0, acc[r]);
-    }
+    row_dots<kDim, R>(
+        qs, kt, Lp, kbeg, jend, [&](int64_t j0) { return load8(bias + j0); },
+        [&](int r, int64_t j0, v8 x) { store8(S + r * Lp + j0, x); });
     for (int64_t r = 0; r < rows; ++r) {
       float* row = S + r * Lp;
       if (causal)
@@ -364,6 +436,7 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
       const float mx = hmax(m);
       if (mx == neg_inf) {  // no visible key: zero weights, zero output
         for (int64_t j = kbeg; j < jend; ++j) row[j] = 0.0f;
+        lb[i0 + r] = -neg_inf;
         continue;
       }
       v8 total = splat(0.0f);
@@ -372,7 +445,9 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
         store8(row + j0, e);
         total += e;
       }
-      const float inv = 1.0f / hsum(total);
+      const float sum = hsum(total);
+      lb[i0 + r] = mx + std::log(sum);
+      const float inv = 1.0f / sum;
       for (int64_t j0 = kbeg; j0 < jend; j0 += 8) store8(row + j0, load8(row + j0) * inv);
     }
     v8 o[R][DV];
@@ -380,11 +455,6 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
     for (int64_t r = 0; r < rows; ++r) {
       float* oi = out + s.at(b, i0 + r, h);
       for (int dv = 0; dv < DV; ++dv) store8(oi + 8 * dv, o[r][dv]);
-      float* prow = pb + (i0 + r) * L;
-      const int64_t n = std::max(kbeg, std::min(jend, L));
-      for (int64_t j = 0; j < kbeg; ++j) prow[j] = 0.0f;
-      std::memcpy(prow + kbeg, S + r * Lp + kbeg, (n - kbeg) * sizeof(float));
-      for (int64_t j = n; j < L; ++j) prow[j] = 0.0f;
     }
   }
 }
@@ -392,43 +462,48 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
 template <int kDim>
 void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
                            const float* k, const float* v, const int32_t* mask,
-                           const float* out, const float* probs,
+                           const float* out, const float* lse,
                            const float* d_out, float* d_q, float* d_k, float* d_v, Scratch& w) {
   constexpr int DV = kDim / 8;
-  constexpr int R = DV >= 8 ? 1 : 8 / DV;
+  constexpr int R = rows_per_block(DV);
   const int64_t L = s.length, Lp = round_up8(L);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
   w.a.assign(Lp * kDim, 0.0f);  // K rows [Lp, D]
   w.b.assign(kDim * Lp, 0.0f);  // V transposed [D, Lp]
   w.c.assign(Lp * kDim, 0.0f);  // dK accumulator [Lp, D]
   w.d.assign(Lp * kDim, 0.0f);  // dV accumulator [Lp, D]
   w.e.assign(R * Lp, 0.0f);     // weights of R rows
   w.f.assign(R * Lp, 0.0f);     // dS of R rows
+  w.g.assign(kDim * Lp, 0.0f);  // K transposed [D, Lp]
+  w.h.assign(Lp, neg_inf);      // padding bias
   float *kc = w.a.data(), *vt = w.b.data(), *dk = w.c.data(), *dv_acc = w.d.data();
-  float *P = w.e.data(), *dS = w.f.data();
+  float *P = w.e.data(), *dS = w.f.data(), *kt = w.g.data(), *bias = w.h.data();
   for (int64_t j = 0; j < L; ++j) {
     const float* kj = k + s.at(b, j, h);
     const float* vj = v + s.at(b, j, h);
     for (int d = 0; d < kDim; ++d) {
       kc[j * kDim + d] = kj[d];
+      kt[d * Lp + j] = kj[d];
       vt[d * Lp + j] = vj[d];
     }
+    bias[j] = mask[b * L + j] ? 0.0f : neg_inf;
   }
   int64_t kbeg, kend;
   key_blocks(mask + b * L, L, &kbeg, &kend);
-  const float* pb = probs + s.probs_at(b, h);
+  const float* lb = lse + s.lse_at(b, h);
   for (int64_t i0 = 0; i0 < L; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, L - i0);
     const int64_t jend = causal ? std::min(kend, round_up8(i0 + R)) : kend;
     const int64_t jn = std::max(kbeg, std::min(jend, L));
-    float dout[R][kDim], qq[R][kDim], delta[R];
+    float dout[R][kDim], qq[R][kDim], delta[R], row_lse[R];
     bool any_active = false;
     for (int r = 0; r < R; ++r) {
-      float* prow = P + r * Lp;
       // A row whose output gradient is all zero (padding positions, which pooling ignores)
-      // contributes exactly nothing: it is handled as an empty row.
+      // contributes exactly nothing, and so does a row without a visible key: both are
+      // handled as empty rows.
       bool active = false;
-      if (r < rows) {
+      if (r < rows && lb[i0 + r] != -neg_inf) {
         const float* doi = d_out + s.at(b, i0 + r, h);
         for (int d = 0; d < kDim; ++d) active |= doi[d] != 0.0f;
       }
@@ -445,11 +520,11 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
           dl += doi[d] * oi[d];
         }
         delta[r] = dl;
-        std::memcpy(prow + kbeg, pb + i * L + kbeg, (jn - kbeg) * sizeof(float));
+        row_lse[r] = lb[i];
       } else {  // inactive rows, and the rows past L in the last block, contribute nothing
         for (int d = 0; d < kDim; ++d) dout[r][d] = qq[r][d] = 0.0f;
         delta[r] = 0.0f;
-        for (int64_t j = kbeg; j < jn; ++j) prow[j] = 0.0f;
+        row_lse[r] = -neg_inf;  // (weights exp(s - inf) = 0)
       }
     }
     if (!any_active) {
@@ -457,16 +532,27 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
         std::memset(d_q + s.at(b, i0 + r, h), 0, kDim * sizeof(float));
       continue;
     }
+    // The forward's weights, recomputed from the same scores (the same products in the same
+    // order): P_rj = exp(s_rj - lse_r), zero for padding keys, keys after a causal query and
+    // inactive rows. (min(., 0) only guards the rounding of lse.)
+    row_dots<kDim, R>(
+        qq, kt, Lp, kbeg, jend, [&](int64_t j0) { return load8(bias + j0); },
+        [&](int r, int64_t j0, v8 x) {
+          v8 y = x - row_lse[r];
+          y = y > splat(0.0f) ? splat(0.0f) : y;
+          store8(P + r * Lp + j0, vexp_nonpositive(y));
+        });
+    if (causal)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = i0 + r + 1; j < jend; ++j) P[r * Lp + j] = 0.0f;
     // dV_j += sum_r P_rj dO_r
     add_weighted_to_rows<kDim, R>(P, Lp, dout, kbeg, jn, dv_acc);
     // dS_rj = P_rj (dO_r . V_j - delta_r)
-    for (int64_t j0 = kbeg; j0 < jend; j0 += 8) {
-      v8 acc[R];
-      for (int r = 0; r < R; ++r) acc[r] = splat(0.0f);
-      add_row_dots<kDim, R>(dout, vt, Lp, j0, acc);
-      for (int r = 0; r < R; ++r)
-        store8(dS + r * Lp + j0, load8(P + r * Lp + j0) * (acc[r] - delta[r]));
-    }
+    row_dots<kDim, R>(
+        dout, vt, Lp, kbeg, jend, [](int64_t) { return splat(0.0f); },
+        [&](int r, int64_t j0, v8 x) {
+          store8(dS + r * Lp + j0, load8(P + r * Lp + j0) * (x - delta[r]));
+        });
     // dQ_r = scale sum_j dS_rj K_j
     {
       v8 acc[R][DV];
@@ -487,14 +573,14 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
 
 template <int kDim>
 void forward_all(const Shape& s, bool causal, textattn::Workers workers, const float* q,
-                 const float* k, const float* v, const int32_t* mask, float* out, float* probs) {
+                 const float* k, const float* v, const int32_t* mask, float* out, float* lse) {
   for_each_pair(s, workers, [&](int64_t b, int64_t h) {
     if constexpr (kDim > 0 && kDim % 8 == 0) {
       thread_local Scratch w;
-      forward_pair_blocked<kDim>(s, b, h, causal, q, k, v, mask, out, probs, w);
+      forward_pair_blocked<kDim>(s, b, h, causal, q, k, v, mask, out, lse, w);
     } else {
-      thread_local std::vector<float> kt, bias;
-      forward_pair<kDim>(s, b, h, causal, q, k, v, mask, out, probs, kt, bias);
+      thread_local std::vector<float> kt, bias, row;
+      forward_pair<kDim>(s, b, h, causal, q, k, v, mask, out, lse, kt, bias, row);
     }
   });
 }
@@ -502,15 +588,16 @@ void forward_all(const Shape& s, bool causal, textattn::Workers workers, const f
 template <int kDim>
 void backward_all(const Shape& s, bool causal, textattn::Workers workers, const float* q,
                   const float* k, const float* v, const int32_t* mask, const float* out,
-                  const float* probs, const float* d_out, float* d_q, float* d_k, float* d_v) {
+                  const float* lse, const float* d_out, float* d_q, float* d_k, float* d_v) {
   for_each_pair(s, workers, [&](int64_t b, int64_t h) {
     if constexpr (kDim > 0 && kDim % 8 == 0) {
       thread_local Scratch w;
-      backward_pair_blocked<kDim>(s, b, h, causal, q, k, v, mask, out, probs, d_out, d_q, d_k,
+      backward_pair_blocked<kDim>(s, b, h, causal, q, k, v, mask, out, lse, d_out, d_q, d_k,
                                   d_v, w);
     } else {
-      thread_local std::vector<float> scratch;
-      backward_pair<kDim>(s, b, h, causal, q, k, v, out, probs, d_out, d_q, d_k, d_v, scratch);
+      thread_local std::vector<float> kt, bias, scratch;
+      backward_pair<kDim>(s, b, h, causal, q, k, v, mask, out, lse, d_out, d_q, d_k, d_v, kt,
+                          bias, scratch);
     }
   });
 }
@@ -545,14 +632,14 @@ ffi::Error shape_of(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::S32>&
 ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
                    ffi::Buffer<ffi::S32> mask, bool causal, int64_t threads, bool xla_pool,
                    ffi::ThreadPool pool,
-                   ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> probs) {
+                   ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> lse) {
   Shape s;
   if (auto err = shape_of(q, mask, {&k, &v}, &s); err.failure()) return err;
   const textattn::Workers workers{threads, xla_pool ? &pool : nullptr};
   try {  // (std::thread or an allocation may throw; exceptions must not cross into XLA)
     TEXTATTN_DISPATCH_DIM(s.dim, forward_all, s, causal, workers, q.typed_data(), k.typed_data(),
                           v.typed_data(), mask.typed_data(), out->typed_data(),
-                          probs->typed_data());
+                          lse->typed_data());
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("textattn native attention forward: ") + e.what());
   }
@@ -561,21 +648,20 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer
 
 ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
                     ffi::Buffer<ffi::S32> mask, ffi::Buffer<ffi::F32> out,
-                    ffi::Buffer<ffi::F32> probs, ffi::Buffer<ffi::F32> d_out, bool causal,
+                    ffi::Buffer<ffi::F32> lse, ffi::Buffer<ffi::F32> d_out, bool causal,
                     int64_t threads, bool xla_pool, ffi::ThreadPool pool,
                     ffi::ResultBuffer<ffi::F32> d_q,
                     ffi::ResultBuffer<ffi::F32> d_k, ffi::ResultBuffer<ffi::F32> d_v) {
   Shape s;
   if (auto err = shape_of(q, mask, {&k, &v, &out, &d_out}, &s); err.failure()) return err;
-  auto pd = probs.dimensions();
-  if (pd.size() != 4 || pd[0] != s.batch || pd[1] != s.heads || pd[2] != s.length ||
-      pd[3] != s.length)
-    return ffi::Error::InvalidArgument("probs must be [batch, heads, length, length]");
+  auto ld = lse.dimensions();
+  if (ld.size() != 3 || ld[0] != s.batch || ld[1] != s.heads || ld[2] != s.length)
+    return ffi::Error::InvalidArgument("lse must be [batch, heads, length]");
   const textattn::Workers workers{threads, xla_pool ? &pool : nullptr};
   try {
     TEXTATTN_DISPATCH_DIM(s.dim, backward_all, s, causal, workers, q.typed_data(),
                           k.typed_data(), v.typed_data(), mask.typed_data(), out.typed_data(),
-                          probs.typed_data(), d_out.typed_data(), d_q->typed_data(),
+                          lse.typed_data(), d_out.typed_data(), d_q->typed_data(),
                           d_k->typed_data(), d_v->typed_data());
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("textattn native attention backward: ") + e.what());
