@@ -1,16 +1,24 @@
-"""Where a MiniLM fine-tuning step's time goes on a CPU: one jit-compiled training step (the
-throughput script's: batch 32, 256 tokens, AdamW, dropout on) traced with jax.profiler, its XLA
-operations summed by kind (ynn_fusion: YNNPACK's matmuls and the elementwise work fused into
-them; ffi_call: textattn's native attention kernel; the rest: XLA's own fusions).
+"""Where a MiniLM fine-tuning step's time goes on a CPU: one training step of the throughput
+script (batch 32, 256 tokens, AdamW, dropout on), textattn's (jit-compiled, traced with
+jax.profiler) or transformers' (eager, torch.profiler).
+
+textattn: XLA's operations by kind (ynn_fusion: YNNPACK's matmuls and the elementwise work
+fused into them; ffi_call: textattn's native attention kernel; the rest: XLA's own fusions),
+twice: "wall" shares every instant of the step among the operations running then (XLA runs
+independent operations side by side, so their durations overlap), and "(no operation)" is the
+time none ran; "summed" adds the durations.
 
     XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true \
         python experiments/pretrained/profile_step.py --model DIR/all-MiniLM-L6-v2
+    PYTHONPATH=<torch, transformers> python experiments/pretrained/profile_step.py \
+        --model DIR/all-MiniLM-L6-v2 --framework transformers
 """
 
 import argparse
 import collections
 import glob
 import gzip
+import itertools
 import json
 import os
 import re
@@ -21,19 +29,36 @@ import time
 import jax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from throughput import batches, training_step
+from throughput import batches, training_step, transformers_training_step
+
+# Trace events that are not XLA operations (executor, thread pool and Python frames).
+NOT_OPERATIONS = ("ThunkExecutor", "$", "Slinky", "PjitFunction", "ThreadpoolListener",
+                  "Wait for", "end:", "Common", "DevicePut", "ParseArguments")
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--model", required=True)
-  parser.add_argument("--batch", type=int, default=32)
-  parser.add_argument("--max_len", type=int, default=256)
-  parser.add_argument("--attention_impl", default="auto")
-  args = parser.parse_args()
-  from textattn.pretrained import hf
-  vocab_size = hf.read_config(hf.resolve(args.model)).vocab_size
-  tokens, labels = batches(vocab_size, args.batch, args.max_len, 3)
+def wall_shares(operations: list[tuple[float, float, str]]) -> collections.Counter:
+  """Milliseconds of the span of `operations` ((start, end, kind) in microseconds) per kind,
+  each instant divided equally among the operations running then; "(no operation)" the rest."""
+  edges = sorted({t for start, end, _ in operations for t in (start, end)})
+  starts = collections.defaultdict(list)
+  ends = collections.defaultdict(list)
+  for start, end, kind in operations:
+    starts[start].append(kind)
+    ends[end].append(kind)
+  running, share = collections.Counter(), collections.Counter()
+  for a, b in itertools.pairwise(edges):
+    running.update(starts[a])
+    running.subtract(ends[a])
+    count = sum(running.values())
+    if count == 0:
+      share["(no operation)"] += (b - a) / 1e3
+    for kind, n in running.items():
+      if n:
+        share[kind] += (b - a) / 1e3 * n / count
+  return share
+
+
+def profile_textattn(args, tokens, labels) -> None:
   step, params, opt_state = training_step(args.model, args.attention_impl, args.max_len)
   for i in range(2):  # compilation and warm-up
     params, opt_state, loss = step(params, opt_state, tokens[i], labels[i], i)
@@ -49,19 +74,54 @@ def main() -> None:
   with gzip.open(trace) as f:
     events = json.load(f)
   events = events["traceEvents"] if isinstance(events, dict) else events
-  total, count = collections.Counter(), collections.Counter()
-  for event in events:
-    if event.get("ph") == "X" and not event["name"].startswith(("ThunkExecutor", "$", "Slinky",
-                                                                "PjitFunction")):
-      kind = re.sub(r"[.\d]+$", "", event["name"])
-      total[kind] += event["dur"] / 1e3
-      count[kind] += 1
-  if not total:
+  operations = [(e["ts"], e["ts"] + e["dur"], re.sub(r"[.\d]+$", "", e["name"]))
+                for e in events
+                if e.get("ph") == "X" and not e["name"].startswith(NOT_OPERATIONS)]
+  if not operations:
     sys.exit("no XLA operations in the trace: set XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true")
-  print(f"step: {wall * 1e3:.0f} ms wall; operations: {sum(total.values()):.0f} ms summed "
-        f"(some run side by side)")
-  for kind, ms in total.most_common(12):
-    print(f"{ms:8.1f} ms  {count[kind]:4d}x  {kind}")
+  total, count = collections.Counter(), collections.Counter()
+  for start, end, kind in operations:
+    total[kind] += (end - start) / 1e3
+    count[kind] += 1
+  share = wall_shares(operations)
+  print(f"step: {wall * 1e3:.0f} ms wall; operations: {sum(share.values()):.0f} ms from the first "
+        f"start to the last end, {sum(total.values()):.0f} ms summed")
+  print("    wall    summed  calls  kind")
+  for kind, ms in share.most_common(14):
+    print(f"{ms:8.1f} {total[kind]:9.1f} {count[kind]:6d}  {kind}")
+
+
+def profile_transformers(args, tokens, labels) -> None:
+  import torch
+
+  from textattn.attention.common import usable_cores
+  step, _ = transformers_training_step(args.model, usable_cores(), args.hf_attention_dropout)
+  for i in range(2):
+    step(tokens[i], labels[i])
+  with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+    start = time.perf_counter()
+    step(tokens[2], labels[2])
+    wall = time.perf_counter() - start
+  print(f"step: {wall * 1e3:.0f} ms wall")
+  print(profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--model", required=True)
+  parser.add_argument("--batch", type=int, default=32)
+  parser.add_argument("--max_len", type=int, default=256)
+  parser.add_argument("--attention_impl", default="auto")
+  parser.add_argument("--framework", choices=("textattn", "transformers"), default="textattn")
+  parser.add_argument("--hf_attention_dropout", type=float, default=0.0)
+  args = parser.parse_args()
+  from textattn.pretrained import hf
+  vocab_size = hf.read_config(hf.resolve(args.model)).vocab_size
+  tokens, labels = batches(vocab_size, args.batch, args.max_len, 3)
+  if args.framework == "textattn":
+    profile_textattn(args, tokens, labels)
+  else:
+    profile_transformers(args, tokens, labels)
 
 
 if __name__ == "__main__":

@@ -89,8 +89,10 @@ def ours(directory: str, tokens, labels, warmup: int, implementation: str) -> di
           "kernel": attention.get("softmax").resolve(implementation)}
 
 
-def transformers_pytorch(directory: str, tokens, labels, warmup: int, threads: int,
-                         attention_dropout: float) -> dict:
+def transformers_training_step(directory: str, threads: int, attention_dropout: float):
+  """(step, model): transformers' eager training step of the same model
+  (BertForSequenceClassification, AdamW, dropout on); step(x, y) -> loss for NumPy x and y.
+  Also what profile_step.py traces."""
   import torch
   import transformers
   torch.set_num_threads(threads)
@@ -99,16 +101,28 @@ def transformers_pytorch(directory: str, tokens, labels, warmup: int, threads: i
       directory, num_labels=2, attention_probs_dropout_prob=attention_dropout)
   model.train()
   optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
-  times = []
-  for i in range(len(tokens)):
-    start = time.perf_counter()
-    x = torch.from_numpy(tokens[i].astype(np.int64))
-    y = torch.from_numpy(labels[i].astype(np.int64))
+
+  def step(tokens, labels):
+    x = torch.from_numpy(tokens.astype(np.int64))
+    y = torch.from_numpy(labels.astype(np.int64))
     out = model(input_ids=x, attention_mask=torch.ones_like(x), labels=y)
     optimizer.zero_grad()
     out.loss.backward()
     optimizer.step()
-    loss = out.loss.item()
+    return out.loss.item()
+
+  return step, model
+
+
+def transformers_pytorch(directory: str, tokens, labels, warmup: int, threads: int,
+                         attention_dropout: float) -> dict:
+  import torch
+  import transformers
+  step, model = transformers_training_step(directory, threads, attention_dropout)
+  times = []
+  for i in range(len(tokens)):
+    start = time.perf_counter()
+    loss = step(tokens[i], labels[i])
     times.append(time.perf_counter() - start)
   timed = times[warmup:]
   return {"seconds_per_step": float(np.mean(timed)),
