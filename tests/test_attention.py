@@ -65,15 +65,18 @@ def test_softmax_kernels_match_float64_reference(shape, impl, causal):
 
 @pytest.mark.cpu_only
 @pytest.mark.parametrize("causal", [False, True], ids=["softmax", "causal"])
-@pytest.mark.parametrize("head_dim", [16, 32, 64, 12],
-                         ids=["blocked16", "blocked32", "blocked64", "generic"])
-def test_native_kernel_matches_float64_reference_with_skipped_blocks(head_dim, causal):
-  # The native kernel's register-blocked path (head_dim 16, 32, 64: 4, 2 and 1 rows a block;
-  # 8, 4 and 2 with AVX-512) and its generic path, at a length that is a multiple of neither 8 nor the row block, with
-  # right padding, left padding, a fully padded row and scattered padding; the loss ignores
-  # padding positions (as pooling does), so the backward's skipping of zero-gradient rows and
-  # all-padding key blocks runs.
-  batch, length = 5, 45
+@pytest.mark.parametrize("head_dim,length", [(8, 45), (16, 45), (32, 45), (64, 45), (12, 45),
+                                             (32, 100), (64, 100)],
+                         ids=["blocked8", "blocked16", "blocked32", "blocked64", "generic",
+                              "blocked32-L100", "blocked64-L100"])
+def test_native_kernel_matches_float64_reference_with_skipped_blocks(head_dim, length, causal):
+  # The native kernel's register-blocked path (head_dim 8, 16, 32, 64: 8, 4, 2 and 1 rows a
+  # block; 16, 8, 4 and 2 with AVX-512) and its generic path, at lengths that are multiples of
+  # neither 8 nor the row block (100: enough unpadded keys for the widest Q K^T tiles, 6 or 8
+  # blocks of 8), with right padding, left padding, a fully padded row and scattered padding;
+  # the loss ignores padding positions (as pooling does), so the backward's skipping of
+  # zero-gradient rows and all-padding key blocks runs.
+  batch = 5
   q, k, v = random_qkv((batch, length, 2, head_dim), seed=7)
   mask = np.ones((batch, length), bool)
   mask[1, 20:], mask[2, :], mask[3, :13], mask[4, ::3] = False, False, False, False
