@@ -9,9 +9,9 @@ pretrained encoder, against imdb_minilm.py paired by seed.
     python -m textattn.main --config=configs/imdb_minilm_additive.py \
         --workdir=runs/imdb_minilm_additive
 
-Result: 81.36 +- 1.28% test (seeds 0-1: 82.26, 80.46; seed 2 stopped at step 163, to resume), 9.24 and 11.32 points
-below imdb_minilm.py's same seeds (95% CIs 8.76-9.71 and 10.82-11.82; experiments/RESULTS.md
-section 26; budget as imdb_minilm.py).
+Result: 81.58 +- 0.98% test (seeds 0-2: 82.26, 80.46, 82.02), 9.24, 11.32 and 9.70 points
+below imdb_minilm.py's same seeds (95% CIs 8.76-9.71, 10.82-11.82 and 9.22-10.18;
+experiments/RESULTS.md section 26; budget as imdb_minilm.py).
 """
 
 from textattn import defaults
