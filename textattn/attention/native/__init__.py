@@ -1,7 +1,7 @@
 """Builds and registers textattn's native CPU kernels (XLA FFI custom calls) on first use.
 
 The C++ sources (textattn/attention/native/softmax_attention.cc and additive_attention.cc, which share
-parallel.h) are compiled with the system C++ compiler (`$CXX`, else `c++`/`g++`/`clang++`)
+parallel.h and vec8.h) are compiled with the system C++ compiler (`$CXX`, else `c++`/`g++`/`clang++`)
 against the XLA FFI headers that ship with jaxlib, for this machine's CPU (`-march=native`), into
 one library in a cache directory:
 
@@ -45,7 +45,8 @@ from pathlib import Path
 
 SOURCES = (Path(__file__).parent / "softmax_attention.cc",
            Path(__file__).parent / "additive_attention.cc")
-HEADERS = (Path(__file__).parent / "parallel.h",)  # (hashed with the sources)
+HEADERS = tuple(Path(__file__).parent / name  # (hashed with the sources)
+                for name in ("parallel.h", "vec8.h", "softmax_plain.h"))
 FORWARD_TARGET = "textattn_softmax_attention_forward"
 BACKWARD_TARGET = "textattn_softmax_attention_backward"
 ADDITIVE_FORWARD_TARGET = "textattn_additive_attention_forward"

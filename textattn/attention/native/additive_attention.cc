@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "parallel.h"
+#include "vec8.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -60,21 +61,11 @@ void for_each_example(int64_t batch, textattn::Workers workers, Body body) {
 }
 
 // Rows of F = heads * head_dim features are processed 8 features at a time (head_dim is a
-// multiple of 8, so a chunk never straddles two heads) with GCC/Clang vector extensions:
-// 256-bit on AVX2, split in two on 128-bit units (Zen 1, NEON).
-typedef float v8 __attribute__((vector_size(32)));
-
-inline v8 load8(const float* p) {
-  v8 x;
-  std::memcpy(&x, p, sizeof(x));
-  return x;
-}
-inline void store8(float* p, v8 x) { std::memcpy(p, &x, sizeof(x)); }
-inline float hsum(v8 x) {
-  float t = 0.0f;
-  for (int l = 0; l < 8; ++l) t += x[l];
-  return t;
-}
+// multiple of 8, so a chunk never straddles two heads) with vec8.h's vectors.
+using textattn::hsum;
+using textattn::load8;
+using textattn::store8;
+using textattn::v8;
 
 // One example's view: L rows of F features; C = F / 8 chunks, kChunks = head_dim / 8 per head.
 // (kChunks = 0: any multiple of 8, chunks per head at run time.)

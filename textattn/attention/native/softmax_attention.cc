@@ -36,39 +36,15 @@
 #include <vector>
 
 #include "parallel.h"
+#include "softmax_plain.h"
+#include "vec8.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
-// exp(x) for x <= 0 (the inputs are s - max(s)), vectorisable: 2^(x log2 e) split into an
-// integer power of two (exponent bits) and a degree-6 polynomial on [-ln2/2, ln2/2].
-// Relative error < 2e-7 on [-87, 0]; inputs below -87 give ~0 (callers zero masked entries).
-inline float exp_nonpositive(float x) {
-  x = std::max(x, -87.0f);
-  const float t = x * 1.44269504088896341f;
-  const float n = std::nearbyint(t);
-  const float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
-  float p = 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
-struct Shape {
-  int64_t batch, length, heads, dim;
-  int64_t row() const { return heads * dim; }  // stride between tokens in [B, L, H, D]
-  int64_t at(int64_t b, int64_t i, int64_t h) const { return ((b * length + i) * heads + h) * dim; }
-  int64_t lse_at(int64_t b, int64_t h) const { return (b * heads + h) * length; }
-};
+using namespace textattn;  // NOLINT: Shape, the plain path (softmax_plain.h), v8 (vec8.h)
 
 template <typename Body>
 void for_each_pair(const Shape& s, textattn::Workers workers, Body body) {
@@ -77,162 +53,11 @@ void for_each_pair(const Shape& s, textattn::Workers workers, Body body) {
   });
 }
 
-// D > 0: head_dim known at compile time (the common sizes), so the inner loops unroll.
-// The scores of query row i (scaled, padding keys at -inf) into row[0, limit), and their max.
-template <int kDim>
-float score_row(const Shape& s, int64_t D, float scale, const float* qi, const float* kt,
-                const float* bias, int64_t limit, float* row) {
-  const int64_t L = s.length;
-  for (int64_t j = 0; j < limit; ++j) row[j] = 0.0f;
-  for (int64_t d = 0; d < D; ++d) {
-    const float qd = qi[d] * scale;
-    const float* kr = kt + d * L;
-    for (int64_t j = 0; j < limit; ++j) row[j] += qd * kr[j];
-  }
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < limit; ++j) {
-    row[j] += bias[j];
-    mx = std::max(mx, row[j]);
-  }
-  return mx;
-}
-
-// K transposed ([D, L]) and the padding bias (0 or -inf, so the max and the sum are plain
-// reductions the compiler can vectorise) of one (batch, head) pair.
-inline void transpose_keys(const Shape& s, int64_t b, int64_t h, int64_t D, const float* k,
-                           const int32_t* mask, std::vector<float>& kt, std::vector<float>& bias) {
-  const int64_t L = s.length;
-  kt.resize(D * L);
-  bias.resize(L);
-  for (int64_t j = 0; j < L; ++j) {
-    const float* kj = k + s.at(b, j, h);
-    for (int64_t d = 0; d < D; ++d) kt[d * L + j] = kj[d];
-    bias[j] = mask[b * L + j] ? 0.0f : -std::numeric_limits<float>::infinity();
-  }
-}
-
-// D > 0: head_dim known at compile time (the common sizes), so the inner loops unroll.
-template <int kDim>
-void forward_pair(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
-                  const float* k, const float* v, const int32_t* mask, float* out, float* lse,
-                  std::vector<float>& kt, std::vector<float>& bias, std::vector<float>& row) {
-  const int64_t L = s.length, D = kDim > 0 ? kDim : s.dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const float inf = std::numeric_limits<float>::infinity();
-  transpose_keys(s, b, h, D, k, mask, kt, bias);
-  row.resize(L);
-  float* lb = lse + s.lse_at(b, h);
-  for (int64_t i = 0; i < L; ++i) {
-    const int64_t limit = causal ? i + 1 : L;
-    float* oi = out + s.at(b, i, h);
-    const float mx = score_row<kDim>(s, D, scale, q + s.at(b, i, h), kt.data(), bias.data(),
-                                     limit, row.data());
-    for (int64_t d = 0; d < D; ++d) oi[d] = 0.0f;
-    if (mx == -inf) {  // no visible key: zero weights, zero output
-      lb[i] = inf;
-      continue;
-    }
-    float total = 0.0f;
-    for (int64_t j = 0; j < limit; ++j) {
-      row[j] = bias[j] == 0.0f ? exp_nonpositive(row[j] - mx) : 0.0f;
-      total += row[j];
-    }
-    lb[i] = mx + std::log(total);
-    const float inv = 1.0f / total;
-    float acc[kDim > 0 ? kDim : 1024];
-    for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
-    for (int64_t j = 0; j < limit; ++j) {
-      const float p = row[j] * inv;
-      const float* vj = v + s.at(b, j, h);
-      for (int64_t d = 0; d < D; ++d) acc[d] += p * vj[d];
-    }
-    for (int64_t d = 0; d < D; ++d) oi[d] = acc[d];
-  }
-}
-
-template <int kDim>
-void backward_pair(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
-                   const float* k, const float* v, const int32_t* mask, const float* out,
-                   const float* lse, const float* d_out, float* d_q, float* d_k, float* d_v,
-                   std::vector<float>& kt, std::vector<float>& bias,
-                   std::vector<float>& scratch) {
-  const int64_t L = s.length, D = kDim > 0 ? kDim : s.dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const float inf = std::numeric_limits<float>::infinity();
-  transpose_keys(s, b, h, D, k, mask, kt, bias);
-  scratch.assign(3 * D * L + 2 * L, 0.0f);
-  float* vt = scratch.data();          // V transposed, [D, L]
-  float* dk = vt + D * L;              // dK accumulator, [L, D]
-  float* dv = dk + D * L;              // dV accumulator, [L, D]
-  float* ds = dv + D * L;              // one row of dS, [L]
-  float* p = ds + L;                   // one row of weights, [L]
-  for (int64_t j = 0; j < L; ++j) {
-    const float* vj = v + s.at(b, j, h);
-    for (int64_t d = 0; d < D; ++d) vt[d * L + j] = vj[d];
-  }
-  const float* lb = lse + s.lse_at(b, h);
-  for (int64_t i = 0; i < L; ++i) {
-    const int64_t limit = causal ? i + 1 : L;
-    const float* doi = d_out + s.at(b, i, h);
-    const float* oi = out + s.at(b, i, h);
-    const float* qi = q + s.at(b, i, h);
-    float* dqi = d_q + s.at(b, i, h);
-    if (lb[i] == inf) {  // no visible key: no weights, no gradient
-      for (int64_t d = 0; d < D; ++d) dqi[d] = 0.0f;
-      continue;
-    }
-    // The forward's weights, recomputed: P_ij = exp(s_ij - lse_i)
-    score_row<kDim>(s, D, scale, qi, kt.data(), bias.data(), limit, p);
-    for (int64_t j = 0; j < limit; ++j)
-      p[j] = bias[j] == 0.0f ? exp_nonpositive(std::min(p[j] - lb[i], 0.0f)) : 0.0f;
-    float delta = 0.0f;  // sum_j P_ij dP_ij = dO_i . O_i
-    for (int64_t d = 0; d < D; ++d) delta += doi[d] * oi[d];
-    // dV_j += P_ij dO_i
-    for (int64_t j = 0; j < limit; ++j) {
-      const float pij = p[j];
-      float* dvj = dv + j * D;
-      for (int64_t d = 0; d < D; ++d) dvj[d] += pij * doi[d];
-    }
-    // dP_ij = dO_i . V_j, then dS_ij = P_ij (dP_ij - delta) * scale
-    for (int64_t j = 0; j < limit; ++j) ds[j] = 0.0f;
-    for (int64_t d = 0; d < D; ++d) {
-      const float g = doi[d];
-      const float* vr = vt + d * L;
-      for (int64_t j = 0; j < limit; ++j) ds[j] += g * vr[j];
-    }
-    for (int64_t j = 0; j < limit; ++j) ds[j] = p[j] * (ds[j] - delta) * scale;
-    // dQ_i = sum_j dS_ij K_j ; dK_j += dS_ij Q_i
-    float acc[kDim > 0 ? kDim : 1024];
-    for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
-    for (int64_t j = 0; j < limit; ++j) {
-      const float g = ds[j];
-      const float* kj = k + s.at(b, j, h);
-      float* dkj = dk + j * D;
-      for (int64_t d = 0; d < D; ++d) {
-        acc[d] += g * kj[d];
-        dkj[d] += g * qi[d];
-      }
-    }
-    for (int64_t d = 0; d < D; ++d) dqi[d] = acc[d];
-  }
-  for (int64_t j = 0; j < L; ++j) {
-    float* dkj = d_k + s.at(b, j, h);
-    float* dvj = d_v + s.at(b, j, h);
-    for (int64_t d = 0; d < D; ++d) {
-      dkj[d] = dk[j * D + d];
-      dvj[d] = dv[j * D + d];
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
-// Register-blocked versions for head_dim 8, 16, 32 or 64 (other sizes take the plain loops above,
-// without the skipping of padding blocks and zero-gradient rows): R query rows at a
-// time, 8 keys per vector, so every loaded key/value vector feeds R multiply-adds and the row
-// accumulators stay in registers. GCC/Clang vector extensions: 256-bit on AVX2, split in two on
-// 128-bit units (Zen 1, NEON).
-
-typedef float v8 __attribute__((vector_size(32)));
+// Register-blocked versions for head_dim 8, 16, 32 or 64 (other sizes take softmax_plain.h's
+// loops, without the skipping of padding blocks and zero-gradient rows): R query rows at a
+// time, 8 keys per vector (vec8.h), so every loaded key/value vector feeds R multiply-adds and
+// the row accumulators stay in registers.
 
 // Tile sizes for the vector registers there are: AVX-512 (used here with 256-bit vectors, via
 // AVX512VL) has 32, AVX2 and NEON's pairs 16. kChains: independent accumulators of a Q K^T
@@ -249,51 +74,9 @@ constexpr int kChains = 8;
 constexpr int kRowVectors = 8;
 #endif
 constexpr int rows_per_block(int dv) { return dv >= kRowVectors ? 1 : kRowVectors / dv; }
-typedef int32_t v8i __attribute__((vector_size(32)));
-
-inline v8 load8(const float* p) {
-  v8 x;
-  std::memcpy(&x, p, sizeof(x));
-  return x;
-}
-inline void store8(float* p, v8 x) { std::memcpy(p, &x, sizeof(x)); }
-inline v8 splat(float x) { return v8{x, x, x, x, x, x, x, x}; }
-inline float hsum(v8 x) {
-  float t = 0.0f;
-  for (int l = 0; l < 8; ++l) t += x[l];
-  return t;
-}
-inline float hmax(v8 x) {
-  float t = x[0];
-  for (int l = 1; l < 8; ++l) t = std::max(t, x[l]);
-  return t;
-}
-
-// exp_nonpositive on 8 lanes (same polynomial); lanes equal to -inf give exactly 0.
-inline v8 vexp_nonpositive(v8 x) {
-  const v8 neg_inf = splat(-std::numeric_limits<float>::infinity());
-  const v8 masked = x == neg_inf ? splat(1.0f) : splat(0.0f);
-  x = x < splat(-87.0f) ? splat(-87.0f) : x;
-  const v8 t = x * 1.44269504088896341f;
-  const v8i ni = __builtin_convertvector(t - 0.5f, v8i);  // round half down, t <= 0
-  const v8 n = __builtin_convertvector(ni, v8);
-  const v8 r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
-  v8 p = splat(1.3981999507e-3f);
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const v8 scale = (v8)((ni + 127) << 23);
-  return masked == splat(1.0f) ? splat(0.0f) : p * scale;
-}
-
 struct Scratch {
   std::vector<float> a, b, c, d, e, f, g, h;
 };
-
-inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
 
 // The three products of the blocked kernels, for R rows at once (DV = kDim / 8 vectors a row).
 // acc[r][c] += a[r] . t[:, j0 + 8c : j0 + 8c + 8] for C blocks of 8 keys: t is [kDim, Lp] (keys
@@ -313,7 +96,7 @@ inline void add_row_dots(const float (&a)[R][kDim], const float* t, int64_t Lp, 
 }
 
 // For every 8-key block j0 in [begin, end) (multiples of 8): acc[r] = init(j0) + a[r] . t[:, j0..]
-// and then finish(r, j0, acc[r]); blocks go kWide at a time (R * kWide = 8 chains), then singly.
+// and then finish(r, j0, acc[r]); blocks go kWide at a time (R * kWide ~ kChains), then singly.
 template <int kDim, int R, typename Init, typename Finish>
 inline void row_dots(const float (&a)[R][kDim], const float* t, int64_t Lp, int64_t begin,
                      int64_t end, Init init, Finish finish) {
@@ -387,6 +170,47 @@ inline void key_blocks(const int32_t* m, int64_t L, int64_t* begin, int64_t* end
   *end = last < 0 ? 0 : round_up8(last + 1);
 }
 
+// The backward's view of rows i0 .. i0 + R - 1: dO, Q scaled by 1/sqrt(d), delta = dO . O and the
+// forward's log-sum-exp. A row whose output gradient is all zero (padding positions, which
+// pooling ignores) contributes exactly nothing, and so does a row without a visible key and a
+// row past L: all get zeros and lse +inf (weights exp(s - inf) = 0). Whether any row is active.
+template <int kDim, int R>
+bool backward_rows(const Shape& s, int64_t b, int64_t h, int64_t i0, float scale, const float* q,
+                   const float* out, const float* d_out, const float* lb,
+                   float (&dout)[R][kDim], float (&qq)[R][kDim], float (&delta)[R],
+                   float (&row_lse)[R]) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t rows = std::min<int64_t>(R, s.length - i0);
+  bool any_active = false;
+  for (int r = 0; r < R; ++r) {
+    const int64_t i = i0 + r;
+    bool active = false;
+    if (r < rows && lb[i] != inf) {
+      const float* doi = d_out + s.at(b, i, h);
+      for (int d = 0; d < kDim; ++d) active |= doi[d] != 0.0f;
+    }
+    any_active |= active;
+    if (!active) {
+      for (int d = 0; d < kDim; ++d) dout[r][d] = qq[r][d] = 0.0f;
+      delta[r] = 0.0f;
+      row_lse[r] = inf;
+      continue;
+    }
+    const float* doi = d_out + s.at(b, i, h);
+    const float* oi = out + s.at(b, i, h);
+    const float* qi = q + s.at(b, i, h);
+    float dl = 0.0f;
+    for (int d = 0; d < kDim; ++d) {
+      dout[r][d] = doi[d];
+      qq[r][d] = qi[d] * scale;  // the 1/sqrt(d) of the scores, folded into dK's factor
+      dl += doi[d] * oi[d];
+    }
+    delta[r] = dl;
+    row_lse[r] = lb[i];
+  }
+  return any_active;
+}
+
 template <int kDim>
 void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, const float* q,
                           const float* k, const float* v, const int32_t* mask, float* out,
@@ -401,7 +225,7 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
   w.c.assign(Lp, neg_inf);      // padding bias
   w.d.assign(R * Lp, 0.0f);     // scores / weights of R rows
   float *kt = w.a.data(), *vc = w.b.data(), *bias = w.c.data(), *S = w.d.data();
-  for (int64_t j = 0; j < L; ++j) {
+  for (int64_t j = 0; j < L; ++j) {  // (one pass over K and V: two made the forward 15% slower)
     const float* kj = k + s.at(b, j, h);
     const float* vj = v + s.at(b, j, h);
     for (int d = 0; d < kDim; ++d) {
@@ -497,37 +321,8 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
     const int64_t jend = causal ? std::min(kend, round_up8(i0 + R)) : kend;
     const int64_t jn = std::max(kbeg, std::min(jend, L));
     float dout[R][kDim], qq[R][kDim], delta[R], row_lse[R];
-    bool any_active = false;
-    for (int r = 0; r < R; ++r) {
-      // A row whose output gradient is all zero (padding positions, which pooling ignores)
-      // contributes exactly nothing, and so does a row without a visible key: both are
-      // handled as empty rows.
-      bool active = false;
-      if (r < rows && lb[i0 + r] != -neg_inf) {
-        const float* doi = d_out + s.at(b, i0 + r, h);
-        for (int d = 0; d < kDim; ++d) active |= doi[d] != 0.0f;
-      }
-      any_active |= active;
-      if (active) {
-        const int64_t i = i0 + r;
-        const float* doi = d_out + s.at(b, i, h);
-        const float* oi = out + s.at(b, i, h);
-        const float* qi = q + s.at(b, i, h);
-        float dl = 0.0f;
-        for (int d = 0; d < kDim; ++d) {
-          dout[r][d] = doi[d];
-          qq[r][d] = qi[d] * scale;  // the 1/sqrt(d) of the scores, folded into dK's factor
-          dl += doi[d] * oi[d];
-        }
-        delta[r] = dl;
-        row_lse[r] = lb[i];
-      } else {  // inactive rows, and the rows past L in the last block, contribute nothing
-        for (int d = 0; d < kDim; ++d) dout[r][d] = qq[r][d] = 0.0f;
-        delta[r] = 0.0f;
-        row_lse[r] = -neg_inf;  // (weights exp(s - inf) = 0)
-      }
-    }
-    if (!any_active) {
+    if (!backward_rows<kDim, R>(s, b, h, i0, scale, q, out, d_out, lb, dout, qq, delta,
+                                row_lse)) {
       for (int64_t r = 0; r < rows; ++r)
         std::memset(d_q + s.at(b, i0 + r, h), 0, kDim * sizeof(float));
       continue;

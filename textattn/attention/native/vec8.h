@@ -1,0 +1,82 @@
+// 8-float vectors for the native kernels (softmax_attention.cc, additive_attention.cc): GCC/Clang
+// vector extensions, 256-bit on AVX2 (and AVX-512's 256-bit forms), split in two on 128-bit
+// units (Zen 1, NEON); and the exponential both kernels' softmaxes use.
+#ifndef TEXTATTN_NATIVE_VEC8_H_
+#define TEXTATTN_NATIVE_VEC8_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace textattn {
+
+// exp(x) for x <= 0 (the inputs are s - max(s)), vectorisable: 2^(x log2 e) split into an
+// integer power of two (exponent bits) and a degree-6 polynomial on [-ln2/2, ln2/2].
+// Relative error < 2e-7 on [-87, 0]; inputs below -87 give ~0 (callers zero masked entries).
+inline float exp_nonpositive(float x) {
+  x = std::max(x, -87.0f);
+  const float t = x * 1.44269504088896341f;
+  const float n = std::nearbyint(t);
+  const float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+  float p = 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+typedef float v8 __attribute__((vector_size(32)));
+
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+inline v8 load8(const float* p) {
+  v8 x;
+  std::memcpy(&x, p, sizeof(x));
+  return x;
+}
+inline void store8(float* p, v8 x) { std::memcpy(p, &x, sizeof(x)); }
+inline v8 splat(float x) { return v8{x, x, x, x, x, x, x, x}; }
+inline float hsum(v8 x) {
+  float t = 0.0f;
+  for (int l = 0; l < 8; ++l) t += x[l];
+  return t;
+}
+inline float hmax(v8 x) {
+  float t = x[0];
+  for (int l = 1; l < 8; ++l) t = std::max(t, x[l]);
+  return t;
+}
+
+// exp_nonpositive on 8 lanes (same polynomial); lanes equal to -inf give exactly 0.
+inline v8 vexp_nonpositive(v8 x) {
+  const v8 neg_inf = splat(-std::numeric_limits<float>::infinity());
+  const v8 masked = x == neg_inf ? splat(1.0f) : splat(0.0f);
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;
+  const v8 t = x * 1.44269504088896341f;
+  const v8i ni = __builtin_convertvector(t - 0.5f, v8i);  // round half down, t <= 0
+  const v8 n = __builtin_convertvector(ni, v8);
+  const v8 r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+  v8 p = splat(1.3981999507e-3f);
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const v8 scale = (v8)((ni + 127) << 23);
+  return masked == splat(1.0f) ? splat(0.0f) : p * scale;
+}
+
+inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
+
+}  // namespace textattn
+
+#endif  // TEXTATTN_NATIVE_VEC8_H_
