@@ -32,6 +32,12 @@ BENCH=(python3 -m textattn.benchmark --overwrite --mode=attention+backward --len
        --warmup=2 --repeats=10 --point_timeout_s=$LIMIT "${SIZES[@]}")
 show() { grep -A4 "^| variant | L | kernel" "$1/results.md" | cut -c1-200; }
 
+# 0. Lowering first (~15 s; issue 53): every GPU Pallas kernel exported for CUDA with this
+#    machine's JAX, so a kernel that cannot lower stops the script in seconds, not minutes.
+python3 -m textattn.attention.lowering > "$OUT/lowering.log" 2>&1
+lowered=$?; grep -E "^(ok|FAILED|jax)" "$OUT/lowering.log"
+[ $lowered = 0 ] || { echo "a kernel does not lower: stopping before the GPU runs"; exit 1; }
+
 # 1. Numerics (~1 min): cuDNN flash attention against float64 (the test skipped on CPUs), and
 #    the Pallas kernels compiled through Triton (not interpreted, as on a CPU) against float64.
 #    A timing of a kernel that fails here is not worth reporting.

@@ -44,6 +44,10 @@ from jax.experimental.pallas import triton as plgpu
 from textattn.attention.common import MASK_VALUE, Array
 
 F32 = jnp.float32
+# Triton's lowering on a GPU, whatever `jax_pallas_use_mosaic_gpu` says: these kernels are written
+# for Triton (masked loads of any shape); Mosaic GPU refuses them (its async copies need 16-byte
+# strides). tests/test_lowering.py exports each kernel for CUDA and checks the Triton call.
+TRITON = plgpu.CompilerParams()
 
 
 class Tiling(NamedTuple):
@@ -250,7 +254,7 @@ def _call(kernel, shape: _Shape, interpret: bool, rows_in, vectors_in, rows_out,
                                   lambda b, s: (b, s, 0, 0)))
   return pl.pallas_call(
       kernel, grid=(batch, shape.splits), in_specs=in_specs, out_specs=out_specs,
-      out_shape=out_shape, interpret=interpret,
+      out_shape=out_shape, interpret=interpret, compiler_params=TRITON,
       name=getattr(kernel, "func", kernel).__name__.strip("_"),
   )(*rows, mask, *weights, *vectors_in)
 

@@ -52,6 +52,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from textattn.attention.additive_pallas import TRITON
 from textattn.attention.common import MASK_VALUE, Array
 
 F32 = jnp.float32
@@ -285,7 +286,7 @@ def _forward(q, k, mask, alpha_kernel, beta_kernel, shape: _Shape, interpret: bo
       functools.partial(_kernel, shape=shape, scale=shape.head_dim ** -0.5), grid=(batch,),
       in_specs=[row_spec, row_spec, mask_spec, weight_spec, weight_spec],
       out_specs=out_specs, out_shape=out_shape, interpret=interpret,
-      name="chunked_causal_additive",
+      compiler_params=TRITON, name="chunked_causal_additive",
   )(q, k, mask, _weight_rows(alpha_kernel, shape), _weight_rows(beta_kernel, shape))
 
 
@@ -313,7 +314,7 @@ def _core_backward(shape, interpret, residuals, d_u):
       out_specs=[row_spec, row_spec, gradient_spec, gradient_spec],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
                  gradient_shape, gradient_shape],
-      interpret=interpret, name="chunked_causal_additive_backward",
+      interpret=interpret, compiler_params=TRITON, name="chunked_causal_additive_backward",
   )(q, k, d_u, mask, global_query, global_key, alpha_lse, beta_lse,
     _weight_rows(alpha_kernel, shape), _weight_rows(beta_kernel, shape))
 
