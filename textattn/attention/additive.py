@@ -24,7 +24,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textattn.attention import additive_pallas, additive_tpu, pallas_allowlist, registry, softmax
+from textattn.attention import (
+  additive_pallas,
+  additive_tpu,
+  common,
+  pallas_allowlist,
+  registry,
+  softmax,
+)
 from textattn.attention.common import Array, dense_init, masked_softmax_over_tokens, usable_cores
 from textattn.errors import UsageError
 
@@ -172,10 +179,10 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
   it)."""
   if implementation != "auto":
     return implementation
-  if jax.default_backend() in PALLAS_BY_BACKEND:
+  if common.backend() in PALLAS_BY_BACKEND:
     reason = pallas_allowlist.refusal("additive")
     if reason is None:
-      return PALLAS_BY_BACKEND[jax.default_backend()]
+      return PALLAS_BY_BACKEND[common.backend()]
     softmax.warn_fallback("additive", "xla", reason)
     return "xla"
   if head_dim is not None and head_dim % 8:
@@ -186,7 +193,7 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
     from textattn.attention import calibration
     shape = calibration.shape("additive", length, head_dim, str(dtype), heads=num_heads)
     return calibration.choose(shape, "xla", lambda: calibration_problem(shape))
-  if jax.default_backend() == "cpu":  # (elsewhere 'xla' is the platform's best: no warning)
+  if common.backend() == "cpu":  # (elsewhere 'xla' is the platform's best: no warning)
     softmax.warn_fallback("additive", "xla")
   return "xla"
 
@@ -201,14 +208,14 @@ def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "flo
                        f"head size (embed_dim / num_heads = {embed_dim // num_heads}) that is a "
                        f"multiple of 8; use 'auto' (falls back to XLA) or 'xla'.")
     softmax.check_native_here()
-  if implementation == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
+  if implementation == "pallas" and common.backend() not in ("gpu", "cpu"):
     raise UsageError(f"config.model.attention_impl='pallas' with additive attention runs on a GPU "
-                     f"(or in interpret mode on a CPU), not on the {jax.default_backend()} "
+                     f"(or in interpret mode on a CPU), not on the {common.backend()} "
                      f"backend; use 'auto', 'xla' or (on a TPU) 'pallas_tpu'.")
-  if implementation == "pallas_tpu" and jax.default_backend() not in ("tpu", "cpu"):
+  if implementation == "pallas_tpu" and common.backend() not in ("tpu", "cpu"):
     raise UsageError(f"config.model.attention_impl='pallas_tpu' with additive attention runs on a "
                      f"TPU (or in TPU interpret mode on a CPU), not on the "
-                     f"{jax.default_backend()} backend; use 'auto', 'xla' or (on a GPU) 'pallas'.")
+                     f"{common.backend()} backend; use 'auto', 'xla' or (on a GPU) 'pallas'.")
 
 
 def fastformer_projections(module: nn.Module, x: Array, num_heads: int, dtype: Any):

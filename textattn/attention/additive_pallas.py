@@ -41,6 +41,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from textattn.attention import common
 from textattn.attention.common import MASK_VALUE, Array
 
 F32 = jnp.float32
@@ -350,7 +351,7 @@ def pallas_additive_attention(query: Array, key: Array, padding_mask: Array, alp
                      f"have the same [batch, length, heads, head_dim] shape.")
   batch, length, heads, head_dim = query.shape
   if tiling is None:
-    tiling = default_tiling(batch, length, jax.default_backend() == "cpu")
+    tiling = default_tiling(batch, length, common.backend() == "cpu")
   features = heads * head_dim
   num_blocks = pl.cdiv(length, tiling.block)
   shape = _Shape(length, features, pl.next_power_of_2(features), heads, head_dim, tiling.block,

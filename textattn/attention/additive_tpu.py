@@ -44,6 +44,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from textattn.attention import common
 from textattn.attention.common import MASK_VALUE, Array
 
 F32 = jnp.float32
@@ -323,7 +324,7 @@ def tpu_additive_attention(query: Array, key: Array, padding_mask: Array, alpha_
   features = heads * head_dim
   if tiling is None:
     tiling = default_tiling(length, features, query.dtype.itemsize,
-                            jax.default_backend() != "tpu")
+                            common.backend() != "tpu")
   if tiling.block % 8:
     raise ValueError(f"tpu_additive_attention: block={tiling.block} rows must be a multiple of "
                      f"8 (TPU sublanes).")

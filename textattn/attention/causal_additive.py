@@ -33,7 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textattn.attention import causal_additive_pallas, pallas_allowlist, registry, softmax
+from textattn.attention import causal_additive_pallas, common, pallas_allowlist, registry, softmax
 from textattn.attention.additive import fastformer_output, fastformer_projections
 from textattn.attention.common import MASK_VALUE, Array
 from textattn.errors import UsageError
@@ -233,7 +233,7 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
   del head_dim, dtype
   if implementation != "auto":
     return implementation
-  if form == "recurrent" and jax.default_backend() == "gpu":
+  if form == "recurrent" and common.backend() == "gpu":
     reason = pallas_allowlist.refusal("causal_additive_recurrent")
     if reason is None:
       return "pallas"
@@ -311,10 +311,10 @@ def _checker(form: str):
     del dtype
     registry.check_choice("model.attention_impl", implementation, IMPLEMENTATIONS[form])
     registry.check_heads(embed_dim, num_heads)
-    if implementation == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
+    if implementation == "pallas" and common.backend() not in ("gpu", "cpu"):
       raise UsageError(f"config.model.attention_impl='pallas' with causal additive attention "
                        f"runs on a GPU (or in interpret mode on a CPU), not on the "
-                       f"{jax.default_backend()} backend; use 'auto', 'xla' or 'chunked'.")
+                       f"{common.backend()} backend; use 'auto', 'xla' or 'chunked'.")
   return check
 
 

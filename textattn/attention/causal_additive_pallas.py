@@ -52,6 +52,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from textattn.attention import common
 from textattn.attention.additive_pallas import TRITON
 from textattn.attention.common import MASK_VALUE, Array
 
@@ -336,7 +337,7 @@ def pallas_recurrent_causal_additive(query: Array, key: Array, padding_mask: Arr
   CPU."""
   batch, length, heads, head_dim = query.shape
   if interpret is None:
-    interpret = jax.default_backend() == "cpu"
+    interpret = common.backend() == "cpu"
   features = heads * head_dim
   chunk = min(chunk_size, pl.next_power_of_2(length))
   shape = _Shape(length, features, pl.next_power_of_2(features), heads,

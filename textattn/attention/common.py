@@ -8,6 +8,8 @@ exactly zero, never NaN/Inf; softmax runs in float32 even when activations are b
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 
 import flax.linen as nn
@@ -15,6 +17,27 @@ import jax
 import jax.numpy as jnp
 
 Array = jax.Array
+
+_TRACED_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("traced_for",
+                                                                         default=None)
+
+
+def backend() -> str:
+  """The backend attention code is traced for: `jax.default_backend()`, or the one `traced_for`
+  names while a function is exported for another platform (each kernel choice, interpret mode
+  and platform check reads this, so an export for CUDA from a CPU traces what a GPU would)."""
+  return _TRACED_FOR.get() or jax.default_backend()
+
+
+@contextlib.contextmanager
+def traced_for(platform: str):
+  """Within: `backend()` is `platform` ("cuda"/"rocm" read as "gpu"), for `jax.export`."""
+  token = _TRACED_FOR.set({"cuda": "gpu", "rocm": "gpu"}.get(platform, platform))
+  try:
+    yield
+  finally:
+    _TRACED_FOR.reset(token)
+
 
 # Added to the logits of masked positions. Finite (so a row with every key masked stays finite)
 # and far below any real logit; rows with no valid key are zeroed explicitly afterwards.

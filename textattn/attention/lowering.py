@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
+from textattn.attention import common
+
 # The custom-call targets a Pallas kernel lowers to, by lowering.
 TRITON_CALL = "__gpu$xla.gpu.triton"
 MOSAIC_GPU_CALLS = ("mosaic_gpu", "mosaic_gpu_v2")
@@ -29,9 +31,12 @@ _ALLOWED = (TRITON_CALL, *MOSAIC_GPU_CALLS, TPU_CALL)
 
 
 def export(fn: Callable, args: Sequence, platform: str) -> jax.export.Exported:
-  """`jax.jit(fn)` exported for `platform` ("cuda", "tpu", "cpu") at `args`' shapes."""
+  """`jax.jit(fn)` exported for `platform` ("cuda", "tpu", "cpu") at `args`' shapes (arrays or
+  jax.ShapeDtypeStruct), traced as on that platform (`common.traced_for`: "auto" kernel choices,
+  interpret mode and platform checks read it)."""
   checks = [jax.export.DisabledSafetyCheck.custom_call(name) for name in _ALLOWED]
-  return jax.export.export(jax.jit(fn), platforms=[platform], disabled_checks=checks)(*args)
+  with common.traced_for(platform):
+    return jax.export.export(jax.jit(fn), platforms=[platform], disabled_checks=checks)(*args)
 
 
 def custom_calls(exported: jax.export.Exported) -> Counter:
@@ -51,12 +56,12 @@ def kernel_calls(exported: jax.export.Exported) -> Counter:
 def _gpu_fused(q, k, mask, a, b):
   from textattn.attention.additive_pallas import Tiling, pallas_additive_attention
   # 32-row tiles over a length that is no multiple of them: a ragged last tile.
-  return pallas_additive_attention(q, k, mask, a, b, tiling=Tiling(32, 2, False))
+  return pallas_additive_attention(q, k, mask, a, b, tiling=Tiling(32, 2, interpret=False))
 
 
 def _gpu_chunked(q, k, mask, a, b):
   from textattn.attention.causal_additive_pallas import pallas_recurrent_causal_additive
-  return pallas_recurrent_causal_additive(q, k, mask, a, b, chunk_size=32, interpret=False)
+  return pallas_recurrent_causal_additive(q, k, mask, a, b, chunk_size=32)
 
 
 def _tpu_fused(q, k, mask, a, b):

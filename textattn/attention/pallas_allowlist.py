@@ -3,11 +3,12 @@
 On a CPU the Pallas kernels run in interpret mode (tested, never fast); on an accelerator they go
 through a compiler this project cannot run in CI (Triton on GPUs, Mosaic on TPUs: "pallas_tpu"
 of additive attention, additive_tpu.py). CI proves the algorithm (interpret mode) and the
-lowering (tests/test_lowering.py), not the compilation, numerics or speed on the device. "auto" therefore
-picks a Pallas kernel only on a (device kind, JAX version) listed below, and elsewhere keeps the
-XLA kernel and says why once. An entry is added by a run on that platform, in the same commit
-as its RESULTS section: the kernel's tests passed there (`pytest tests/test_pallas.py` with
-JAX_PLATFORMS unset) and it was timed faster than XLA (experiments/gpu/accelerators.sh, part b).
+lowering (tests/test_lowering.py), not the compilation, numerics or speed on the device. "auto"
+therefore picks a Pallas kernel only on a (device kind, JAX version) listed below, and elsewhere
+keeps the XLA kernel and says why once. An entry is added by a run on that platform, in the same
+commit as its RESULTS section: the kernel's tests passed there (`pytest
+tests/test_additive_pallas.py tests/test_causal_additive.py` with JAX_PLATFORMS unset) and it
+was timed faster than XLA (experiments/gpu/accelerators.sh, part 3).
 
 Entry: {"device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
         "variants": ("additive", ...), "results": "experiments/RESULTS.md section N",
@@ -17,6 +18,8 @@ Entry: {"device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
 from __future__ import annotations
 
 import jax
+
+from textattn.attention import common
 
 ALLOWED: tuple[dict, ...] = ()  # None: on an H200 (RESULTS section 28) both were slower than XLA.
 
@@ -29,7 +32,7 @@ def platform() -> tuple[str, str]:
 def refusal(variant: str, entries: tuple[dict, ...] | None = None) -> str | None:
   """None where "auto" may use `variant`'s Pallas kernel here (the one for this backend: an entry
   names a device kind, so a TPU's entry vouches for the TPU kernel), else why not (one phrase)."""
-  if jax.default_backend() == "cpu":
+  if common.backend() == "cpu":
     return "Pallas runs in interpret mode on a CPU (an emulator, for tests)"
   device_kind, version = platform()
   for entry in ALLOWED if entries is None else entries:

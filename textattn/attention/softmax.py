@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from textattn.attention import registry, splash
+from textattn.attention import common, registry, splash
 from textattn.attention.common import (
   MASK_VALUE,
   Array,
@@ -252,7 +252,7 @@ KERNELS = {"xla": softmax_attention, "dot_product": dot_product_attention,
 
 def native_runs_here() -> bool:
   """Whether the native kernels serve this run: one device, a CPU, and they build here."""
-  if jax.default_backend() == "cpu" and jax.device_count() == 1:
+  if common.backend() == "cpu" and jax.device_count() == 1:
     from textattn.attention import native
     return native.available()
   return False
@@ -263,8 +263,8 @@ def warn_fallback(variant: str, fallback: str, reason: str | None = None) -> Non
   """Once per (variant, kernel, reason): why 'auto' did not pick the platform's fastest kernel."""
   from textattn.attention import native
   if reason is None:
-    if jax.default_backend() != "cpu":
-      reason = f"the {jax.default_backend()} backend"
+    if common.backend() != "cpu":
+      reason = f"the {common.backend()} backend"
     elif jax.device_count() > 1:
       reason = f"{jax.device_count()} devices (the native kernel runs with one)"
     else:
@@ -317,7 +317,7 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
   del num_heads  # (heads are batch rows to these kernels: not part of the shape class)
   if implementation != "auto":
     return implementation
-  backend = jax.default_backend()
+  backend = common.backend()
   if backend == "cpu":
     if native_runs_here():
       if length is None or head_dim is None:
@@ -352,9 +352,9 @@ def check_native_devices() -> None:
 
 def check_native_here() -> None:
   """ValueError unless an explicit attention_impl='native' can run in this process."""
-  if jax.default_backend() != "cpu":
+  if common.backend() != "cpu":
     raise UsageError(f"config.model.attention_impl='native' runs on a CPU only (here: "
-                     f"{jax.default_backend()}); use 'auto' or 'fused'.")
+                     f"{common.backend()}); use 'auto' or 'fused'.")
   check_native_devices()
   from textattn.attention import native
   if (reason := native.unavailable_reason()) is not None:
@@ -367,13 +367,13 @@ def check(implementation: str, embed_dim: int, num_heads: int, dtype: str = "flo
   registry.check_heads(embed_dim, num_heads)
   if implementation == "native":
     check_native_here()
-  if implementation == "cudnn" and (dtype != "bfloat16" or jax.default_backend() != "gpu"):
+  if implementation == "cudnn" and (dtype != "bfloat16" or common.backend() != "gpu"):
     raise UsageError(f"config.model.attention_impl='cudnn' needs a GPU and "
-                     f"config.model.dtype='bfloat16' (here: {jax.default_backend()}, "
+                     f"config.model.dtype='bfloat16' (here: {common.backend()}, "
                      f"{dtype!r}); use 'fused' or 'dot_product' otherwise.")
-  if implementation == "splash" and jax.default_backend() not in ("tpu", "cpu"):
+  if implementation == "splash" and common.backend() not in ("tpu", "cpu"):
     raise UsageError(f"config.model.attention_impl='splash' runs on a TPU (or in interpret mode "
-                     f"on a CPU), not on the {jax.default_backend()} backend; use 'auto' or "
+                     f"on a CPU), not on the {common.backend()} backend; use 'auto' or "
                      f"'cudnn' on a GPU.")
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from textattn.attention import common
 from textattn.attention.common import Array, rows_with_a_key
 
 BLOCK = 128  # the padded length's multiple: Mosaic's key blocks are multiples of 128 lanes
@@ -38,7 +39,7 @@ def splash_attention(query: Array, key: Array, value: Array, padding_mask: Array
     splash_attention_mask as masks,
   )
   if interpret is None:
-    interpret = jax.default_backend() != "tpu"
+    interpret = common.backend() != "tpu"
   _, length, heads, head_dim = query.shape
   padded = -(-length // BLOCK) * BLOCK
 
