@@ -11,6 +11,5 @@ def load(workdir: str, checkpoint: str = "best", plugins=()):
   a classifier (`.predict(texts)`, `.explain(texts)`, `.evaluate(path)`), a translator
   (`.translate(texts)`), or a plugin task's own; `plugins`: the modules the run was trained
   with --plugin."""
-  from textattn import defaults, tasks  # (kept lazy: `import textattn` stays instant)
-  config = defaults.read_workdir_config(workdir, plugins)
-  return tasks.get(config.task).load(workdir, checkpoint, config)
+  from textattn import run  # (lazy: `import textattn` and every command's --help stay instant)
+  return run.load(workdir, checkpoint, plugins)

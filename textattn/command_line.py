@@ -8,8 +8,8 @@ import sys
 
 import ml_collections
 
-from textattn import defaults
-from textattn.defaults import load
+from textattn import config as config_lib
+from textattn.config import load
 from textattn.errors import one_line
 
 
@@ -80,7 +80,7 @@ def flag_error_message(error: BaseException, argv: list[str], config_flag: str =
   if path is not None and not os.path.isfile(path):
     return (f"--{config_flag}={paths[-1]}: no such config file; give the path of a config file "
             f"such as configs/imdb_softmax.py, or the name of a shipped config "
-            f"({', '.join(defaults.shipped_configs())}).")
+            f"({', '.join(config_lib.shipped_configs())}).")
   config = None
   if path is not None:
     try:
@@ -127,9 +127,9 @@ def resolve_config_names(argv: list[str], config_flag: str = "config") -> list[s
   out = []
   for i, arg in enumerate(argv):
     if arg.startswith(f"--{config_flag}="):
-      arg = f"--{config_flag}=" + defaults.config_path(arg[len(config_flag) + 3:])
+      arg = f"--{config_flag}=" + config_lib.config_path(arg[len(config_flag) + 3:])
     elif i and argv[i - 1] == f"--{config_flag}":
-      arg = defaults.config_path(arg)
+      arg = config_lib.config_path(arg)
     out.append(arg)
   return out
 

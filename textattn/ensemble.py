@@ -24,6 +24,13 @@ import sys
 
 import numpy as np
 
+from textattn import compare
+from textattn import data as data_lib
+from textattn import run as runner
+from textattn.data import DataError
+from textattn.errors import RunError
+from textattn.metrics import summarize_eval, write_json_atomic
+
 ENSEMBLE_FILE = "ensemble.json"
 
 
@@ -54,15 +61,12 @@ def choose_weights(probabilities: list[np.ndarray], labels: np.ndarray,
 
 def _member(workdir: str, checkpoint: str):
   """(classifier, config, validation split, test split) of one workdir."""
-  from textattn import data as data_lib
-  from textattn import predict
-  classifier = predict.load(workdir, checkpoint)
+  classifier = runner.load(workdir, checkpoint)
   data = data_lib.load_dataset(classifier.config, workdir, write=False)
   return classifier, data
 
 
 def _same_examples(members, workdirs) -> None:
-  from textattn.data import DataError
   first_config, first_data = members[0][0].config, members[0][1]
   for (classifier, data), workdir in zip(members[1:], workdirs[1:]):
     for field in ("dataset", "val_fraction", "data_seed"):
@@ -80,9 +84,6 @@ def _same_examples(members, workdirs) -> None:
 
 
 def run(workdirs: list[str], out: str, checkpoint: str = "best", step: float = 0.05) -> dict:
-  from textattn import compare
-  from textattn import data as data_lib
-  from textattn.metrics import write_json_atomic
   if len(workdirs) < 2:
     raise data_lib.DataError("an ensemble needs two or more --workdir.")
   if any(os.path.abspath(out) == os.path.abspath(w) for w in workdirs):
@@ -131,7 +132,6 @@ def _test_probabilities(classifier, data, workdir: str, progress: str) -> tuple[
   step) on the same test examples, which saves a second pass over the test split (25,000 IMDB
   reviews through a pretrained encoder are ~20 minutes on a 2-core CPU); else "computed" now.
   The two agree to float rounding (predict reproduces a run's test report)."""
-  from textattn import compare
   try:
     labels, probabilities, class_names = compare.load_run(workdir)
     with np.load(os.path.join(workdir, compare.PREDICTIONS_FILE)) as archive:
@@ -146,7 +146,6 @@ def _test_probabilities(classifier, data, workdir: str, progress: str) -> tuple[
 
 def _test_metrics(labels: np.ndarray, probabilities: np.ndarray, class_names) -> dict:
   """The classifier's test metrics (metrics.summarize_eval) of the mixed probabilities."""
-  from textattn.metrics import summarize_eval
   classes = len(class_names)
   predicted = probabilities.argmax(-1)
   confusion = np.zeros((classes, classes))
@@ -164,8 +163,6 @@ def main(argv) -> None:
   values = flags.FLAGS
   if not values["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  from textattn import data as data_lib
-  from textattn.errors import RunError
   try:
     result = run(values.workdir, values.out, values.checkpoint, values.step)
   except (data_lib.DataError, RunError) as error:

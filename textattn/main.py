@@ -55,7 +55,7 @@ def main(argv):
     fail(UsageError(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value)."))
   import jax  # after flag parsing, so --help and flag errors are instant
 
-  from textattn import attention, loop, platform, run, tasks
+  from textattn import attention, loop, platform, run  # (lazy, as jax: an instant --help)
 
   if not flags.FLAGS["verbosity"].present:
     # Quiet by default: the run's own lines only; absl's --verbosity=0 (INFO) or 1 shows the
@@ -66,8 +66,7 @@ def main(argv):
     # Everything a run's config and flags can get wrong is checked before JAX starts or the
     # workdir is touched: exit 2, one line, nothing created.
     attention.load_plugins(_PLUGINS.value)  # (first: a plugin may register the config's task)
-    task = tasks.get(config.task)
-    task.validate(config, None)
+    run.validate(config, None)
     platform.request_cpu_devices(config)  # before any JAX operation
     if not _COORDINATOR.value and (_NUM_PROCESSES.value or _PROCESS_ID.value is not None):
       raise UsageError("--num_processes/--process_id (or JAX_NUM_PROCESSES/JAX_PROCESS_ID) "
@@ -81,8 +80,7 @@ def main(argv):
   print(f"JAX process {jax.process_index()}/{jax.process_count()}, {jax.local_device_count()} "
         f"local / {jax.device_count()} global devices ({jax.default_backend()}).", flush=True)
   try:
-    platform.check_mesh(config, jax.device_count())
-    task.validate(config, jax.device_count())  # the checks that ask the devices
+    run.validate_devices(config, jax.device_count())  # the checks that ask the devices
     platform.check_xla_flags(config)
   except UsageError as error:
     fail(error)
@@ -90,7 +88,7 @@ def main(argv):
   existed = os.path.exists(workdir)
   loop.sigterm_as_interrupt()
   try:
-    run.train_and_evaluate(config, workdir, _PROFILE_DIR.value)
+    run.train_and_evaluate(config, workdir, _PROFILE_DIR.value, checked=True)
   except (UsageError, DataError, RunError, NonFiniteLossError) as error:
     # A user's mistake (bad config, bad data, a workdir of another run) or a diverged run:
     # one clear sentence, and a workdir this command created is not left behind empty. Other

@@ -4,6 +4,8 @@ decay, layer-wise learning-rate decay) and Adam exactly as the seed Keras model 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -11,11 +13,33 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from textattn.defaults import check_choice
+from textattn.checks import check_choice
 from textattn.errors import UsageError
 
 OPTIMIZERS = ("adam", "adamw", "rmsprop", "keras_adam")
+_BLOCK = re.compile(r"^block_(\d+)$")  # a pretrained encoder's blocks, by name
 SCHEDULES = ("constant", "cosine", "linear")
+
+
+def defaults() -> ml_collections.ConfigDict:
+  """The optimizer's fields (config.optimizer); a task's defaults may change them."""
+  config = ml_collections.ConfigDict()
+  # adam | adamw | rmsprop (Keras') | keras_adam (Adam exactly as the seed Keras model computes it)
+  config.name = "adam"
+  config.learning_rate = 1e-3
+  # constant | cosine | linear (decay to 0 at the last step, BERT's), all after linear warm-up
+  config.schedule = "constant"
+  config.warmup_steps = 0
+  config.weight_decay = 0.0  # decoupled for adamw, L2 on the gradient otherwise
+  config.grad_clip_norm = 0.0  # global-norm clipping; 0 = none
+  config.b1 = 0.9
+  config.b2 = 0.999
+  config.eps = 1e-7  # Keras Adam's default, as in the seed
+  config.label_smoothing = 0.0  # of the training loss; evaluation loss is plain
+  # < 1: layer-wise learning-rate decay of a pretrained encoder (model.pretrained): each block
+  # learns at this times the rate of the one above it (scale_by_depth below)
+  config.layer_decay = 1.0
+  return config
 
 
 def validate_config(opt: ml_collections.ConfigDict) -> None:
@@ -39,21 +63,21 @@ def validate_config(opt: ml_collections.ConfigDict) -> None:
 
 
 def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int,
-                   frozen: bool = False) -> optax.GradientTransformation:
+                   trainable: Callable[[tuple], bool] | None = None
+                   ) -> optax.GradientTransformation:
   """adam | adamw | rmsprop with linear warm-up then constant, cosine or linear decay, optional
   global-norm clipping and weight decay (decoupled for adamw; added to the gradient, i.e. L2,
   otherwise), and layer-wise learning-rate decay when opt.layer_decay < 1 (a pretrained
-  encoder's layers, found by name: textattn/pretrained/finetune.py).
-  frozen=True: parameters named "frozen_..." (baselines.is_frozen) are never updated."""
+  encoder's layers, found by name: scale_by_depth).
+  `trainable(path)`: whether the parameter at that tree path trains (None: all do); the others
+  are never updated (a baseline's fixed statistics, a stage that trains only new weights)."""
   tx = _make_optimizer(opt, total_steps)
   if opt.layer_decay < 1.0:  # (at 1 the chain, and so the checkpointed state, is as before)
-    from textattn.pretrained import finetune
-    tx = optax.chain(tx, finetune.scale_by_depth(opt.layer_decay))
-  if not frozen:
+    tx = optax.chain(tx, scale_by_depth(opt.layer_decay))
+  if trainable is None:
     return tx
-  from textattn.models import baselines
   labels = lambda params: jax.tree_util.tree_map_with_path(
-      lambda path, _: "frozen" if baselines.is_frozen(path) else "train", params)
+      lambda path, _: "train" if trainable(path) else "frozen", params)
   return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
 
 
@@ -134,3 +158,54 @@ def scale_by_keras_adam(b1: float, b2: float, eps: float) -> optax.GradientTrans
     return direction, KerasAdamState(count, mu, nu)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def layer_depth(path: tuple[str, ...], num_layers: int) -> int:
+  """0 for the embeddings, i + 1 for block_i, num_layers + 1 for everything above (pooler,
+  head); the encoder's modules are found by name wherever the encoder sits in the tree."""
+  for name in path:
+    if name == "embeddings":
+      return 0
+    match = _BLOCK.match(name)
+    if match:
+      return int(match.group(1)) + 1
+  return num_layers + 1
+
+
+def layer_decay_scales(params, num_layers: int, decay: float):
+  """A pytree like `params` of each leaf's learning-rate multiplier, decay ** (top - depth)."""
+  if not 0.0 < decay <= 1.0:
+    raise ValueError(f"The layer-wise learning-rate decay {decay} must be in (0, 1].")
+
+  def scale(path, leaf):
+    del leaf
+    names = tuple(str(getattr(key, "key", key)) for key in path)
+    return float(decay ** (num_layers + 1 - layer_depth(names, num_layers)))
+
+  return jax.tree_util.tree_map_with_path(scale, params)
+
+
+def scale_by_layer_decay(scales) -> optax.GradientTransformation:
+  """Multiplies each update by its `layer_decay_scales` entry (put it after the optimizer)."""
+
+  def update(updates, state, params=None):
+    del params
+    return jax.tree_util.tree_map(lambda u, s: u * s, updates, scales), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def scale_by_depth(decay: float) -> optax.GradientTransformation:
+  """scale_by_layer_decay with the scales found from the updates' own names: the encoder's
+  depth is one more than its highest block_i, so the optimizer needs no model to be built
+  (optim.make_optimizer, config.optimizer.layer_decay)."""
+
+  def update(updates, state, params=None):
+    del params
+    depths = [int(match.group(1)) + 1 for path, _ in jax.tree_util.tree_leaves_with_path(updates)
+              for key in path
+              for match in [_BLOCK.match(str(getattr(key, "key", key)))] if match]
+    scales = layer_decay_scales(updates, max(depths, default=0), decay)
+    return jax.tree_util.tree_map(lambda u, s: u * s, updates, scales), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)

@@ -15,59 +15,114 @@ import dataclasses
 import json
 import os
 import shutil
-import sys
-from collections.abc import Callable
-from typing import Any
 
-import flax.linen as nn
 import jax
 import ml_collections
 
-from textattn import checkpointing, loop, optim, platform, step, tasks
+from textattn import attention, checkpointing, loop, optim, platform, restore, tasks, train_state
+from textattn import config as config_lib
 from textattn import data as data_lib
 from textattn import workdir as workdir_lib
-from textattn.defaults import check_integer
+from textattn.checks import check_choice, check_integer
 from textattn.errors import RunError, Stopped, UsageError
 from textattn.metrics import MetricWriter, write_json_atomic
 
+FINAL_PARAMS = ("best", "last")
 
-@dataclasses.dataclass
-class Job:
-  """What a task hands the runner for one run (tasks.Task.prepare).
 
-  data: the splits (data.Dataset); their fingerprint joins the run contract.
-  module: the Flax module whose apply is the train state's apply_fn; initialised from a dummy
-    int32 batch [1, init_length].
-  train_iter: the training batches (data.TrainIterator; its position is checkpointed).
-  train_step(state, batch) -> (state, sums): pure (textattn/step.py says what the sums hold).
-  evaluate(state, split, prefix) -> (metrics, extras): metrics of one split with keys
-    "<prefix>/...", and what the report may reuse (a classifier's test probabilities).
-  report(state, report_step, reused) -> test metrics of `state` (the parameters of
-    `report_step`), after writing the task's own report files; `reused` is (metrics, extras)
-    when the last evaluation was already this state's test evaluation, else None.
-  eval_split / eval_prefix: what is evaluated during training ("validation"/"val" or
-    "test"/"test"); the checkpoint kept as best is chosen by "val/accuracy".
-  describe(abstract_params) -> the lines printed before training (model, sizes).
-  pretrained() -> (token table, parameters) a fresh run starts from (None: random); called
-    only when the run does not resume.
-  frozen: parameters under a "frozen" key are not trained (baselines' idf / NB ratios).
-  attention_impl: the kernel setting the machine signature records.
-  checkpoint_meta: extra fields every checkpoint records (a classifier's class names).
-  """
-  data: Any
-  module: nn.Module
-  init_length: int
-  train_iter: Any
-  train_step: Callable
-  evaluate: Callable
-  report: Callable
-  describe: Callable[[Any], str]
-  eval_split: str = "validation"
-  eval_prefix: str = "val"
-  pretrained: Callable[[], tuple] = lambda: (None, None)
-  frozen: bool = False
-  attention_impl: str = "xla"
-  checkpoint_meta: dict = dataclasses.field(default_factory=dict)
+def fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The runner's fields (the same for every task), added to `config` where it lacks them (a
+  task's defaults may set one differently, as translation's batch_size), and the optimizer's
+  (optim.defaults) where it has none."""
+  runner = ml_collections.ConfigDict()
+  runner.config_version = config_lib.CONFIG_VERSION  # what migrate() reads; never set by a user
+  runner.seed = 0  # parameters, dropout and batch order
+  runner.batch_size = 32  # global; a multiple of the device count
+  runner.eval_batch_size = 256
+  runner.num_epochs = 2
+  runner.num_train_steps = -1  # > 0 overrides num_epochs
+  runner.log_every_steps = 100
+  runner.eval_every_steps = 0  # 0 = automatic: evals_per_epoch times per epoch
+  runner.checkpoint_every_steps = 0  # 0 = at each automatic evaluation (and always at the end)
+  runner.evals_per_epoch = 4  # for the 0s above (1 = once per epoch, as before there was this)
+  # The data set the two intervals above were chosen for ("" = any): on another they are
+  # automatic (imdb_softmax.py's 350 steps would not fit a small file's run).
+  runner.intervals_dataset = ""
+  runner.final_params = "best"  # test report from the best-validation checkpoint, or "last"
+  runner.keep_checkpoints = 2  # the latest K are kept, plus the best by validation accuracy
+  runner.num_cpu_devices = 0  # CPU only: split the CPU into this many devices; 0 = JAX's default
+  runner.xla_flags = ""  # extra XLA flags for the train/eval steps ("--xla_name=value ...")
+  runner.deterministic = True  # bit-reproducible steps (--xla_gpu_deterministic_ops on GPUs)
+  # The device mesh: the length of every batch split over `sequence` devices (context
+  # parallelism; attention variants that declare it, textattn/attention/sequence.py), the batch
+  # over the rest (data = devices / sequence). 1 = data parallelism only.
+  runner.mesh = ml_collections.ConfigDict()
+  runner.mesh.sequence = 1
+  if "optimizer" not in config:
+    config.optimizer = optim.defaults()
+  for key, value in runner.items():
+    if key not in config:
+      config[key] = value
+  config.config_version = config_lib.CONFIG_VERSION
+  return config
+
+
+def task_defaults(name: str) -> ml_collections.ConfigDict:
+  """The full default config of task `name`: its own fields, then the runner's."""
+  return fields(tasks.get(name).defaults())
+
+
+def read_workdir_config(workdir: str, plugins=()) -> ml_collections.ConfigDict:
+  """The config a training workdir recorded (config.json), migrated to today's fields."""
+  attention.load_plugins(plugins)  # a plugin's task or attention variant, as in training
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    raise data_lib.DataError(f"{workdir} has no config.json: it is not a textattn training "
+                             f"workdir (or its run has not started).")
+  with open(path) as f:
+    saved = json.load(f)
+  name = saved.get("task", "classification")  # (v1: only translation named it)
+  return ml_collections.ConfigDict(config_lib.migrate(saved, task_defaults(name)))
+
+
+def load(workdir: str, checkpoint: str = "best", plugins=()):
+  """What the task of a training workdir offers for it (its Task.load): a classifier
+  (`.predict(texts)`, `.explain(texts)`, `.evaluate(path)`), a translator (`.translate(texts)`),
+  or a plugin task's own; `plugins`: the modules the run was trained with --plugin."""
+  config = read_workdir_config(workdir, plugins)
+  return tasks.get(config.task).load(workdir, checkpoint, config)
+
+
+def validate_fields(config: ml_collections.ConfigDict) -> None:
+  """The runner's and the optimizer's fields, checked once for every task (UsageError)."""
+  optim.validate_config(config.optimizer)
+  for field in ("batch_size", "eval_batch_size"):
+    value = config[field]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise UsageError(f"config.{field}={value!r} must be a positive multiple of the device "
+                       f"count so every device gets an equal share.")
+  if config.num_train_steps <= 0 and config.num_epochs < 1:
+    raise UsageError(f"config.num_epochs={config.num_epochs} must be >= 1 when "
+                     f"config.num_train_steps={config.num_train_steps} is not > 0.")
+  for field in ("eval_every_steps", "checkpoint_every_steps", "log_every_steps"):
+    if config[field] < 0:
+      raise UsageError(f"config.{field}={config[field]} must be >= 0.")
+  if not isinstance(config.deterministic, bool):
+    raise UsageError(f"config.deterministic={config.deterministic!r} must be True or False.")
+  check_integer("evals_per_epoch", config.evals_per_epoch, 1)
+  check_choice("final_params", config.final_params, FINAL_PARAMS)
+  if config.keep_checkpoints < 1:
+    raise UsageError(f"config.keep_checkpoints={config.keep_checkpoints} must be >= 1.")
+
+
+def validate_devices(config: ml_collections.ConfigDict, device_count: int) -> None:
+  """The checks that need the device count: the runner's, then the task's."""
+  for field in ("batch_size", "eval_batch_size"):
+    if config[field] % device_count:
+      raise UsageError(f"config.{field}={config[field]!r} must be a positive multiple of the "
+                       f"device count ({device_count}) so every device gets an equal share.")
+  platform.check_mesh(config, device_count)
+  tasks.get(config.task).validate(config, device_count)
 
 
 def schedule(config, steps_per_epoch: int) -> loop.Schedule:
@@ -109,36 +164,39 @@ def schedule(config, steps_per_epoch: int) -> loop.Schedule:
   return plan
 
 
-def validate(config: ml_collections.ConfigDict, device_count: int) -> None:
-  """Every check of the config's task, static and device-dependent (UsageError, one sentence)."""
-  task = tasks.get(config.task)
-  task.validate(config, None)
-  platform.check_mesh(config, device_count)
-  task.validate(config, device_count)
+def validate(config: ml_collections.ConfigDict, device_count: int | None) -> None:
+  """Every check of the runner's fields and the config's task, static and (with a device count)
+  device-dependent: UsageError, one sentence. A plugin task gets the runner's for free."""
+  validate_fields(config)
+  tasks.get(config.task).validate(config, None)
+  if device_count is not None:
+    validate_devices(config, device_count)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       profile_dir: str = "") -> dict:
+                       profile_dir: str = "", checked: bool = False) -> dict:
   """Trains (or resumes), evaluates, and returns the final report's metrics.
 
   Holds the workdir lock (textattn.workdir) throughout; a workdir this call created is removed
   again if the run is refused before training starts. SIGINT/SIGTERM during training save a
   checkpoint and raise errors.Stopped (see loop.stop_on_signals). `profile_dir`: a profiler
-  trace of the first steps is written there (loop.Hooks.profile_dir)."""
-  validate(config, jax.device_count())
+  trace of the first steps is written there (loop.Hooks.profile_dir); `checked`: the caller
+  (textattn.main) has run `validate` with the device count already."""
+  if not checked:
+    validate(config, jax.device_count())
   task = tasks.get(config.task)
   return in_workdir(workdir, lambda is_main, lock, progress: _run(
       task, config, workdir, is_main, lock, progress, profile_dir))
 
 
-def train_only(config: ml_collections.ConfigDict, job: Job) -> list[tuple[int, dict]]:
+def train_only(config: ml_collections.ConfigDict, job: tasks.Job) -> list[tuple[int, dict]]:
   """Trains `job` from its fresh start with no workdir (no checkpoints, metric files, resume or
   report), evaluating its validation split at the run's evaluation interval; returns
   [(step, metrics)]. What validation sweeps run (textattn/sweep.py)."""
   replicated = platform.replicated(platform.config_mesh(config))
   plan = dataclasses.replace(schedule(config, job.train_iter.steps_per_epoch), log_every=0,
                              checkpoint_every=0)
-  tx = optim.make_optimizer(config.optimizer, plan.total_steps, frozen=job.frozen)
+  tx = optim.make_optimizer(config.optimizer, plan.total_steps, trainable=job.trainable)
   init = _initializer(config, job, tx)
   rng, start = jax.random.key(config.seed), job.pretrained()
   state_sharding = jax.tree.map(lambda _: replicated, jax.eval_shape(init, rng, *start))
@@ -153,11 +211,11 @@ def train_only(config: ml_collections.ConfigDict, job: Job) -> list[tuple[int, d
   return curve
 
 
-def _initializer(config, job: Job, tx):
+def _initializer(config, job: tasks.Job, tx):
   """init(rng, pretrained_tokens=None, pretrained_params=None) -> a fresh train state of `job`."""
   def init(rng, pretrained_tokens=None, pretrained_params=None):
-    return step.init_train_state(job.module, tx, rng, job.init_length, config.optimizer,
-                                 pretrained_tokens, pretrained_params)
+    return train_state.init_train_state(job.module, tx, rng, job.init_length, config.optimizer,
+                                        pretrained_tokens, pretrained_params)
   return init
 
 
@@ -189,21 +247,6 @@ def in_workdir(workdir: str, body):
     lock.release()
 
 
-def recorded_machine(workdir: str) -> dict | None:
-  """The machine signature of the newest checkpoint in `workdir` (None: no checkpoint, or one
-  that cannot be read now; the resume checks report the latter in their own words)."""
-  directory = os.path.join(workdir, "checkpoints")
-  steps = sorted((int(d) for d in os.listdir(directory) if d.isdigit()), reverse=True) \
-      if os.path.isdir(directory) else []
-  if not steps:
-    return None
-  try:
-    meta = checkpointing.read_meta_at(os.path.join(directory, str(steps[0])))
-  except Exception:  # noqa: BLE001 -- unreadable here: check_resume says why, once
-    return None
-  return meta.get("machine")
-
-
 def write_config(workdir: str, config, start_step: int) -> None:
   """workdir/config.json; on a resume, one that differs is kept aside, never overwritten."""
   path = os.path.join(workdir, "config.json")
@@ -219,145 +262,11 @@ def write_config(workdir: str, config, start_step: int) -> None:
   write_json_atomic(path, current)
 
 
-def resume_or_start(config, workdir, manager, shapes, contract, machine, abstract_state,
-                    state_sharding, attach, train_iter, fresh):
-  """(state, start step, meta or None, skipped batches' steps): the newest checkpoint that passes
-  the resume checks and verifies (the data iterator positioned after it), or `fresh()`."""
-  is_main = jax.process_index() == 0
-  metrics_path = os.path.join(workdir, "metrics.jsonl")
-  metrics_check = (lambda: MetricWriter.read_rows(metrics_path, warn=False)) if is_main else None
-  meta = checkpointing.check_resume(manager, workdir, shapes, contract,
-                                    config.optimizer.schedule, tasks.get(config.task).defaults(),
-                                    [metrics_check] if metrics_check else [])
-  if meta is None:
-    return fresh(), 0, None, []
-  if is_main:
-    checkpointing.warn_machine_change(meta.get("machine", machine), machine)
-  restored, meta = checkpointing.restore_verified(manager, meta, abstract_state, state_sharding)
-  train_iter.set_state(restored["data"])
-  if is_main:
-    print(f"Resuming from checkpoint at step {meta['step']}.", flush=True)
-  return (attach(restored["state"]), meta["step"], meta,
-          list(restored["data"].get("skipped", [])))
-
-
-def nonfinite_advice(manager, config) -> str:
-  with contextlib.suppress(Exception):  # a failed save: the steps listed below are what exists
-    manager.wait_until_finished()
-  latest = manager.latest_step()
-  kept = (f"the last good checkpoint (step {latest}) is kept in {manager.directory}"
-          if latest is not None else "there is no checkpoint yet")
-  return (f"Runs are deterministic, so running the same command again replays the same "
-          f"NaN; {kept}. Change the training in a new --workdir (a resume must continue "
-          f"the same training): a lower optimizer.learning_rate (now "
-          f"{config.optimizer.learning_rate}) or optimizer.grad_clip_norm > 0 (now "
-          f"{config.optimizer.grad_clip_norm}).")
-
-
-def recovery(manager, train_iter, writer, attach, abstract_state, state_sharding, fresh):
-  """recover(bad_step) for loop.fit: the state of the newest checkpoint before `bad_step` (or
-  `fresh()`), the batches positioned after it and the metrics rows after it dropped."""
-
-  def recover(bad_step):
-    checkpointing.finish_saves(manager)
-    earlier = [s for s in manager.all_steps() if s < bad_step]
-    if not earlier:
-      train_iter.set_state({"epoch": 0, "index": 0})
-      writer.rewind(0)
-      return fresh(), 0
-    restored, restored_meta = checkpointing.restore_verified(
-        manager, {**checkpointing.read_meta(manager, max(earlier)), "step": max(earlier)},
-        abstract_state, state_sharding)
-    train_iter.set_state(restored["data"])
-    writer.rewind(restored_meta["step"])
-    return attach(restored["state"]), restored_meta["step"]
-
-  return recover
-
-
-def restore_for_report(manager, report_step, abstract_state, state_sharding):
-  """The best checkpoint's state, verified: a report is never computed from parameters whose
-  bytes changed after they were saved (the previous report, if any, is then kept)."""
-  try:
-    restored = checkpointing.restore(manager, report_step, abstract_state, state_sharding,
-                                     with_data=False)
-    meta = checkpointing.read_meta(manager, report_step)
-  except Exception as e:
-    raise RunError(f"The best checkpoint (step {report_step}) in {manager.directory} cannot be "
-                   f"read ({type(e).__name__}: {checkpointing.one_line(e)}); no test report "
-                   f"was written (an earlier one is kept).") from e
-  problem = checkpointing.verify(restored, meta)
-  if problem == "unverified":
-    print(f"Warning: the best checkpoint (step {report_step}) was written without checksums "
-          f"(an older textattn); the test report uses it unverified.", flush=True)
-    problem = None
-  where = checkpointing.any_process(problem is not None)
-  if where >= 0:
-    raise RunError(f"The best checkpoint (step {report_step}) in {manager.directory} failed "
-                   f"verification ({problem or f'on process {where}'} differs from the checksum "
-                   f"recorded when it was saved); no test report was written (an earlier one is "
-                   f"kept): restore that checkpoint from a copy, or use final_params='last' in a "
-                   f"new --workdir.")
-  return restored["state"]
-
-
-def restore_params(workdir: str, checkpoint: str, config, model, length: int | None = None,
-                   frozen: bool = False):
-  """(step, parameters) of a workdir's chosen checkpoint ("best", "last" or a step), laid out
-  on this machine's first device and verified against the checksums recorded when it was
-  saved; `model` and `length` (default config.max_len) rebuild the state's structure, `frozen`
-  as the run's optimizer had it. What every task's `load` restores with."""
-  manager = checkpointing.open_manager(workdir, int(config.keep_checkpoints))
-  try:
-    steps = sorted(manager.all_steps())
-    if not steps:
-      raise RunError(f"{workdir} has no checkpoint yet; train first (or wait for the first "
-                     f"checkpoint).")
-    if checkpoint == "best":
-      best = manager.best_step() if config.final_params == "best" else None
-      chosen = best if best is not None else steps[-1]
-    elif checkpoint == "last":
-      chosen = steps[-1]
-    elif checkpoint.isdigit() and int(checkpoint) in steps:
-      chosen = int(checkpoint)
-    else:
-      raise RunError(f"--checkpoint={checkpoint!r} is not available in {workdir}; allowed: "
-                     f"best, last, or a step of {', '.join(map(str, steps))}.")
-    # The saved state's structure, placed on this machine's device (a GPU-trained workdir
-    # restores on a CPU): the optimizer's state is restored too, as the checksums cover it.
-    tx = optim.make_optimizer(config.optimizer, max(1, int(config.num_train_steps)),
-                              frozen=frozen)
-    abstract = jax.eval_shape(lambda rng: step.init_train_state(
-        model, tx, rng, length or config.max_len, config.optimizer), jax.random.key(0))
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    sharding = jax.tree.map(lambda _: device, abstract)
-    try:
-      restored = checkpointing.restore(manager, chosen, abstract, sharding)
-      meta = checkpointing.read_meta(manager, chosen)
-    except RunError:
-      raise
-    except Exception as e:  # noqa: BLE001 -- any unreadable checkpoint: one sentence
-      raise RunError(f"The checkpoint at step {chosen} in {manager.directory} cannot be read "
-                     f"({type(e).__name__}: {checkpointing.one_line(e)}).") from None
-    problem = checkpointing.verify(restored, meta)
-    if problem == "unverified":
-      print(f"Warning: the checkpoint at step {chosen} was written without checksums (an older "
-            f"textattn); its parameters are used unverified.", file=sys.stderr)
-    elif problem is not None:
-      raise RunError(f"The checkpoint at step {chosen} in {manager.directory} failed "
-                     f"verification ({problem} changed since it was saved); choose another with "
-                     f"--checkpoint.")
-    return chosen, restored["state"].params
-  finally:
-    manager.close()
-
-
-
 def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict:
   replicated = platform.replicated(platform.config_mesh(config))
   job = task.prepare(config, workdir, is_main)
   plan = schedule(config, job.train_iter.steps_per_epoch)
-  tx = optim.make_optimizer(config.optimizer, plan.total_steps, frozen=job.frozen)
+  tx = optim.make_optimizer(config.optimizer, plan.total_steps, trainable=job.trainable)
   contract = checkpointing.run_contract(config, checkpointing.data_fingerprint(job.data),
                                         plan.total_steps, plan.eval_every,
                                         plan.checkpoint_every)
@@ -382,10 +291,11 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
   def fresh():
     return jax.jit(init, out_shardings=state_sharding)(rng, *job.pretrained())
 
-  manager = checkpointing.open_manager(workdir, config.keep_checkpoints)
-  state, start_step, meta, skipped = resume_or_start(
+  manager = checkpointing.open_manager(workdir, config.keep_checkpoints, job.metric,
+                                       job.higher_is_better)
+  state, start_step, meta, skipped = restore.resume_or_start(
       config, workdir, manager, shapes, contract, machine, abstract_state, state_sharding,
-      attach, job.train_iter, fresh)
+      attach, job.train_iter, fresh, task_defaults(config.task))
   writer = MetricWriter(workdir, is_main, start_step, fresh=meta is None)
   writer.drop_after(start_step if meta is not None else None)
   if is_main:
@@ -400,11 +310,11 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
     return None if (is_last and job.eval_prefix == "test") else metrics
 
   def save(done, state, eval_metrics):
-    ckpt_metrics = ({"val/accuracy": eval_metrics["val/accuracy"]}
-                    if eval_metrics and "val/accuracy" in eval_metrics else None)
+    ckpt_metrics = ({job.metric: eval_metrics[job.metric]}
+                    if eval_metrics and job.metric in eval_metrics else None)
     data_state = {**job.train_iter.get_state(), **({"skipped": list(skipped)} if skipped else {})}
     checkpointing.save(manager, done, state, data_state,
-                       {"param_shapes": shapes, "class_names": [], **job.checkpoint_meta,
+                       {"param_shapes": shapes, **job.checkpoint_meta,
                         "run": contract, "machine": machine}, ckpt_metrics)
     if is_main:
       print(f"step {done}: checkpoint saved", flush=True)
@@ -414,8 +324,8 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
     hooks = loop.Hooks(
         evaluate=evaluate, save=save, writer=writer, stop=stop, profile_dir=profile_dir,
         recovery=loop.Recovery(
-            recovery(manager, job.train_iter, writer, attach, abstract_state, state_sharding,
-                     fresh), skipped, lambda: nonfinite_advice(manager, config)))
+            restore.recovery(manager, job.train_iter, writer, attach, abstract_state, state_sharding,
+                     fresh), skipped, lambda: restore.nonfinite_advice(manager, config)))
     try:
       result = loop.fit(state, job.train_step, job.train_iter, plan, hooks,
                         start_step=start_step)
@@ -443,7 +353,7 @@ def _report(config, job, state, manager, abstract_state, state_sharding, attach,
   report_step = total_steps
   if config.final_params == "best" and manager.best_step() not in (None, total_steps):
     report_step = manager.best_step()
-    state = attach(restore_for_report(manager, report_step, abstract_state, state_sharding))
+    state = attach(restore.restore_for_report(manager, report_step, abstract_state, state_sharding))
   reused = None
   if job.eval_prefix == "test" and last_eval and last_eval["step"] == report_step:
     reused = (last_eval["metrics"], last_eval["extras"])

@@ -25,7 +25,7 @@
 The fixed weights (idf, NB ratios) are parameters whose names start with "frozen_": they are
 computed from the training split before the first step (`frozen_parameters`), saved in every
 checkpoint with the rest (so predict needs nothing else), and never changed by the optimizer
-(`optim.make_optimizer(..., frozen=True)` masks them; the model also stops their gradient).
+(`optim.make_optimizer(..., trainable=trainable(config))` masks them; the model also stops their gradient).
 """
 
 from __future__ import annotations
@@ -135,6 +135,12 @@ def is_frozen(path) -> bool:
 def has_frozen(config) -> bool:
   m = config.model
   return m.architecture == "bag" and m.bag_weighting != "none"
+
+
+def trainable(config):
+  """optim.make_optimizer's `trainable(path)` for the config's model: None (all train) unless
+  it has fixed weights, which then never train."""
+  return (lambda path: not is_frozen(path)) if has_frozen(config) else None
 
 
 def frozen_parameters(config, train_inputs: np.ndarray, train_labels: np.ndarray,

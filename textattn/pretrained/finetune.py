@@ -33,67 +33,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 
 import jax
-import optax
 
-from textattn.defaults import cache_root, check_choice
+from textattn.checks import check_choice
 from textattn.errors import DataConfigError, DataError, UsageError
+from textattn.paths import cache_root
 
-_BLOCK = re.compile(r"^block_(\d+)$")
 WORKDIR_FILE = "pretrained_config.json"  # the encoder's BertConfig, as a run saved it
-
-
-def layer_depth(path: tuple[str, ...], num_layers: int) -> int:
-  """0 for the embeddings, i + 1 for block_i, num_layers + 1 for everything above (pooler,
-  head); the encoder's modules are found by name wherever the encoder sits in the tree."""
-  for name in path:
-    if name == "embeddings":
-      return 0
-    match = _BLOCK.match(name)
-    if match:
-      return int(match.group(1)) + 1
-  return num_layers + 1
-
-
-def layer_decay_scales(params, num_layers: int, decay: float):
-  """A pytree like `params` of each leaf's learning-rate multiplier, decay ** (top - depth)."""
-  if not 0.0 < decay <= 1.0:
-    raise ValueError(f"The layer-wise learning-rate decay {decay} must be in (0, 1].")
-
-  def scale(path, leaf):
-    del leaf
-    names = tuple(str(getattr(key, "key", key)) for key in path)
-    return float(decay ** (num_layers + 1 - layer_depth(names, num_layers)))
-
-  return jax.tree_util.tree_map_with_path(scale, params)
-
-
-def scale_by_layer_decay(scales) -> optax.GradientTransformation:
-  """Multiplies each update by its `layer_decay_scales` entry (put it after the optimizer)."""
-
-  def update(updates, state, params=None):
-    del params
-    return jax.tree_util.tree_map(lambda u, s: u * s, updates, scales), state
-
-  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
-
-
-def scale_by_depth(decay: float) -> optax.GradientTransformation:
-  """scale_by_layer_decay with the scales found from the updates' own names: the encoder's
-  depth is one more than its highest block_i, so the optimizer needs no model to be built
-  (optim.make_optimizer, config.optimizer.layer_decay)."""
-
-  def update(updates, state, params=None):
-    del params
-    depths = [int(match.group(1)) + 1 for path, _ in jax.tree_util.tree_leaves_with_path(updates)
-              for key in path
-              for match in [_BLOCK.match(str(getattr(key, "key", key)))] if match]
-    scales = layer_decay_scales(updates, max(depths, default=0), decay)
-    return jax.tree_util.tree_map(lambda u, s: u * s, updates, scales), state
-
-  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def enabled(config) -> bool:

@@ -38,10 +38,10 @@ import optax
 from absl import logging
 
 from textattn import data as data_lib
-from textattn import loop, models, optim, platform, step
+from textattn import loop, models, optim, platform, train_state
 from textattn.checkpointing import flatten, transfer, unflatten  # noqa: F401 -- transfer: API
+from textattn.checks import check_integer
 from textattn.data import tokenizer as tokenizer_lib
-from textattn.defaults import check_integer
 from textattn.errors import UsageError
 
 OBJECTIVES = ("", "mlm")
@@ -302,7 +302,7 @@ def train_encoder(config, inputs: np.ndarray, vocab_size: int):
     dummy = jnp.ones((1, config.max_len), jnp.int32)
     params = model.init({"params": params_rng}, dummy, mlm_positions=jnp.zeros((1, k), jnp.int32),
                         mask_input=jnp.zeros((1, config.max_len), bool))["params"]
-    return step.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+    return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                                   dropout_key=jax.random.key_data(dropout_rng))
 
   replicated = platform.replicated(platform.run_mesh())  # (data parallel: no mesh.sequence)

@@ -1,4 +1,5 @@
-"""The task registry: each task registers itself by name when its module is imported.
+"""The task registry (each task registers itself by name when its module is imported), and the
+Job a task hands the runner.
 
 A task is what a run trains for (text classification, translation, a plugin's own): its data,
 model, loss and metric sums, evaluation and final report, and what `textattn.load(workdir)`
@@ -16,6 +17,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+import flax.linen as nn
 import ml_collections
 
 from textattn.errors import UsageError
@@ -29,8 +31,8 @@ class Task:
   validate(config, device_count): UsageError naming the first bad field. Called once, at start,
     before the workdir is touched; device_count is None before JAX has started (the static
     checks) and the device count after device discovery (the checks that depend on it).
-  prepare(config, workdir, is_main) -> run.Job: the task's data, model, steps, evaluation and
-    report for one run (textattn/run.py says what a Job holds).
+  prepare(config, workdir, is_main) -> Job: the task's data, model, steps, evaluation and
+    report for one run (Job below says what it holds).
   load(workdir, checkpoint, config) -> what `textattn.load(workdir)` returns for a workdir of
     this task (a classifier's .predict/.explain, a translator's .translate, ...).
   """
@@ -40,6 +42,52 @@ class Task:
   prepare: Callable[[ml_collections.ConfigDict, str, bool], Any]
   load: Callable[[str, str, ml_collections.ConfigDict], Any]
   description: str = ""
+
+
+@dataclasses.dataclass
+class Job:
+  """What a task hands the runner for one run (tasks.Task.prepare).
+
+  data: the splits (data.Dataset); their fingerprint joins the run contract.
+  module: the Flax module whose apply is the train state's apply_fn; initialised from a dummy
+    int32 batch [1, init_length].
+  train_iter: the training batches (data.TrainIterator; its position is checkpointed).
+  train_step(state, batch) -> (state, sums): pure (textattn/step.py says what the sums hold).
+  evaluate(state, split, prefix) -> (metrics, extras): metrics of one split with keys
+    "<prefix>/...", and what the report may reuse (a classifier's test probabilities).
+  report(state, report_step, reused) -> test metrics of `state` (the parameters of
+    `report_step`), after writing the task's own report files; `reused` is (metrics, extras)
+    when the last evaluation was already this state's test evaluation, else None.
+  eval_split / eval_prefix: what is evaluated during training ("validation"/"val" or
+    "test"/"test").
+  metric / higher_is_better: the evaluation metric the best checkpoint is chosen by (and the
+    report's parameters, under final_params="best"): "val/accuracy" for classification and
+    translation; a language model's "val/bits_per_byte" would be lower-is-better.
+  describe(abstract_params) -> the lines printed before training (model, sizes).
+  pretrained() -> (token table, parameters) a fresh run starts from (None: random); called
+    only when the run does not resume.
+  trainable(path) -> whether the parameter at that tree path trains (None: all do); the
+    others keep their start (baselines' idf / NB ratios; a stage that trains new weights only).
+  attention_impl: the kernel setting the machine signature records.
+  checkpoint_meta: what every checkpoint must record besides the runner's own fields (a
+    classifier's class names, which prediction reads back).
+  """
+  data: Any
+  module: nn.Module
+  init_length: int
+  train_iter: Any
+  train_step: Callable
+  evaluate: Callable
+  report: Callable
+  describe: Callable[[Any], str]
+  eval_split: str = "validation"
+  eval_prefix: str = "val"
+  pretrained: Callable[[], tuple] = lambda: (None, None)
+  trainable: Callable[[tuple], bool] | None = None
+  metric: str = "val/accuracy"
+  higher_is_better: bool = True
+  attention_impl: str = "xla"
+  checkpoint_meta: dict = dataclasses.field(default_factory=dict)
 
 
 _TASKS: dict[str, Task] = {}

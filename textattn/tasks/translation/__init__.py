@@ -1,6 +1,6 @@
 """The translation task: pairs -> Seq2Seq -> fit -> test report (token accuracy, BLEU, chrF).
 
-For a config from `defaults.translation()`: reads the pairs (textattn/data/pairs.py), splits
+For a config from `defaults.translation()` (config.py): reads the pairs (textattn/data/pairs.py), splits
 them, builds word vocabularies of the training pairs (saved in the workdir as
 source_tokenizer.json / target_tokenizer.json and reused from it), and trains
 `seq2seq.Seq2Seq` with teacher forcing on the runner (textattn/run.py: the one loop, the same
@@ -29,13 +29,14 @@ import numpy as np
 import optax
 
 from textattn import data as data_lib
-from textattn import decoding, defaults, loop, optim, platform, run, tasks
+from textattn import decoding, platform, restore, tasks
+from textattn import progress as progress_lib
 from textattn.data import pairs as pairs_lib
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError, Dataset, Split
-from textattn.defaults import check_choice, check_integer
-from textattn.errors import DataConfigError, UsageError
+from textattn.data.tfds_source import tfds_data_dir
 from textattn.models import seq2seq
+from textattn.tasks.translation.config import defaults, validate
 
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "source_tokenizer.json", "target_tokenizer.json"
 
@@ -93,72 +94,6 @@ def build_model(config, source_vocab: int, target_vocab: int,
       dtype={"float32": jnp.float32, "bfloat16": jnp.bfloat16}[m.dtype])
 
 
-def validate(config, device_count: int | None) -> None:
-  """UsageError naming the first bad field; the device-count checks when it is given."""
-  from textattn import attention
-  if device_count is not None:
-    for field in ("batch_size", "eval_batch_size"):
-      if config[field] % device_count:
-        raise UsageError(f"config.{field}={config[field]!r} must be a positive multiple of the "
-                         f"device count ({device_count}).")
-    return
-  check_choice("split_by", config.split_by, ("pair", "source"))
-  check_choice("tokenizer", config.tokenizer, pairs_lib.TOKENIZERS)
-  for field in ("source_vocab", "target_vocab", "source_len", "target_len"):
-    check_integer(field, config[field], 3)
-  check_integer("beam_size", config.beam_size, 0)
-  check_integer("length_pool", config.length_pool, 0)
-  attention.get(config.model.encoder_attention)
-  if config.mesh.sequence > 1:
-    for field in ("encoder_attention", "decoder_attention"):
-      if attention.get(config.model[field]).shard is None:
-        from textattn.attention.sequence import sharded_names
-        raise UsageError(f"config.model.{field}={config.model[field]!r} declares no sequence "
-                         f"sharding, so it cannot run with mesh.sequence={config.mesh.sequence}; "
-                         f"use mesh.sequence=1 or a variant that does "
-                         f"({', '.join(sharded_names())}).")
-  if not attention.get(config.model.decoder_attention).causal:
-    raise UsageError(f"config.model.decoder_attention={config.model.decoder_attention!r} is not "
-                     f"a causal variant; allowed: "
-                     f"{', '.join(n for n in attention.names() if attention.get(n).causal)}.")
-  check_integer("model.num_heads", config.model.num_heads, 1)
-  check_integer("model.head_dim", config.model.head_dim, 0)
-  if config.model.head_dim:
-    from textattn.models.layers import accepts_head_dim
-    for field in ("encoder_attention", "decoder_attention"):
-      if not accepts_head_dim(config.model[field]):
-        raise UsageError(f"config.model.head_dim={config.model.head_dim} needs softmax "
-                         f"attention; config.model.{field}={config.model[field]!r} has no "
-                         f"head size option (use head_dim=0).")
-  elif config.model.embed_dim % config.model.num_heads:
-    raise UsageError(f"config.model.num_heads={config.model.num_heads} must divide "
-                     f"config.model.embed_dim={config.model.embed_dim}.")
-  if config.shared_vocab and config.source_vocab != config.target_vocab:
-    raise UsageError(f"config.shared_vocab=True builds one vocabulary for both sides: give "
-                     f"source_vocab and target_vocab one size (now {config.source_vocab} and "
-                     f"{config.target_vocab}).")
-  if config.model.share_embeddings and not config.shared_vocab:
-    raise UsageError("config.model.share_embeddings=True needs one vocabulary for both sides: "
-                     "set config.shared_vocab=True (or share_embeddings=False).")
-  optim.validate_config(config.optimizer)
-  if config.optimizer.layer_decay != 1.0:
-    raise UsageError(f"config.optimizer.layer_decay={config.optimizer.layer_decay} decays the "
-                     f"rates of a pretrained encoder's layers (a classification run's "
-                     f"model.pretrained); a translation model has none: leave it at 1.")
-  for field in ("batch_size", "eval_batch_size"):
-    if not isinstance(config[field], int) or isinstance(config[field], bool) or config[field] < 1:
-      raise UsageError(f"config.{field}={config[field]!r} must be a positive multiple of the "
-                       f"device count.")
-  if config.dataset.startswith(pairs_lib.TFDS_PREFIX):
-    from textattn.data.tfds_source import check_name
-    check_name(config.dataset[len(pairs_lib.TFDS_PREFIX):])
-  elif not config.dataset or not os.path.isfile(config.dataset):
-    raise DataConfigError(f"config.dataset={config.dataset!r}: give an existing pairs file (.txt/.tsv "
-                    f"source<TAB>target per line, .csv or .jsonl) or a TFDS translation set "
-                    f"as 'tfds:NAME' (e.g. 'tfds:ted_hrlr_translate/pt_to_en' with "
-                    f"source_field='pt', target_field='en').")
-
-
 def load_tokenizers(workdir: str):
   """(source, target): the tokenizers a translation run saved in `workdir`."""
   loaded = []
@@ -171,7 +106,6 @@ def load_tokenizers(workdir: str):
 def load_data(config, workdir: str, write: bool = True):
   """(Dataset of packed rows, source tokenizer, target tokenizer, test references)."""
   if config.dataset.startswith(pairs_lib.TFDS_PREFIX):  # the set's own splits
-    from textattn.data.tfds_source import tfds_data_dir
     pairs, rows = pairs_lib.concatenate(pairs_lib.read_tfds_pairs(
         config.dataset[len(pairs_lib.TFDS_PREFIX):], config.source_field, config.target_field,
         tfds_data_dir(config)), config.data_seed)
@@ -285,7 +219,7 @@ def make_evaluator(state_sharding, eval_batch_size: int, source_len: int, target
   def evaluate(state, split, prefix):
     totals = None
     widths = lengths(split.inputs, source_len)
-    countdown = loop.Countdown(prefix, len(split), jax.process_index() == 0)
+    countdown = progress_lib.Countdown(prefix, len(split), jax.process_index() == 0)
     for index, batch in enumerate(data_lib.eval_batches(split, eval_batch_size,
                                                         *platform.row_block(mesh))):
       width = int(widths[index * eval_batch_size:(index + 1) * eval_batch_size].max())
@@ -304,7 +238,7 @@ def make_evaluator(state_sharding, eval_batch_size: int, source_len: int, target
 def translate_ids(seq2seq_model, params, sources: np.ndarray, target_tok, batch_size: int,
                   beam_size: int = 0, alpha: float = 0.6, progress: str = "") -> list[str]:
   """Translations (standardised words, no [start]/[end]) of source id rows; `progress`: a name
-  under which a long decoding prints a progress line every loop.EVAL_PROGRESS_EVERY_S."""
+  under which a long decoding prints a progress line every progress.EVAL_PROGRESS_EVERY_S."""
   start_id = target_tok.token_id(pairs_lib.START)
   end_id = target_tok.token_id(pairs_lib.END)
   if beam_size:
@@ -316,7 +250,8 @@ def translate_ids(seq2seq_model, params, sources: np.ndarray, target_tok, batch_
   # when its whole batch has ended); outputs go back to the input order.
   order = np.argsort(np.count_nonzero(sources, axis=1), kind="stable")
   out = [""] * len(sources)
-  countdown = loop.Countdown(progress, len(sources), bool(progress) and jax.process_index() == 0)
+  countdown = progress_lib.Countdown(progress, len(sources),
+                                    bool(progress) and jax.process_index() == 0)
   for begin in range(0, len(sources), batch_size):
     rows = order[begin:begin + batch_size]
     padded = np.zeros((batch_size, sources.shape[1]), np.int32)
@@ -337,7 +272,7 @@ def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict:
           "chrf_signature": str(chrf.get_signature())}
 
 
-def prepare(config, workdir: str, is_main: bool) -> run.Job:
+def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
   data, source_tok, target_tok, references = load_data(config, workdir, write=is_main)
   model = build_model(config, source_tok.vocab_size, target_tok.vocab_size)  # (decoding's)
   mesh = platform.config_mesh(config)
@@ -367,7 +302,7 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
             f"decoder, {count:,} parameters; {len(data.train):,} / {len(data.validation):,} / "
             f"{len(data.test):,} pairs")
 
-  return run.Job(data=data, module=packed, init_length=config.source_len + config.target_len + 1,
+  return tasks.Job(data=data, module=packed, init_length=config.source_len + config.target_len + 1,
                  train_iter=train_iter, train_step=train_step, evaluate=evaluate, report=report,
                  describe=describe)
 
@@ -408,7 +343,7 @@ class Translator:
     self.model = build_model(config, self.source_tokenizer.vocab_size,
                              self.target_tokenizer.vocab_size)
     length = config.source_len + config.target_len + 1
-    self.step, params = run.restore_params(workdir, checkpoint, config, Packed(self.model),
+    self.step, params = restore.restore_params(workdir, checkpoint, config, Packed(self.model),
                                                length)
     self.params = params["model"]
 
@@ -420,5 +355,5 @@ class Translator:
 
 
 tasks.register(tasks.Task(
-    name="translation", defaults=defaults.translation, validate=validate, prepare=prepare,
+    name="translation", defaults=defaults, validate=validate, prepare=prepare,
     load=Translator, description="sequence-to-sequence translation (textattn/tasks/translation.py)"))

@@ -32,7 +32,11 @@ import os
 
 import numpy as np
 
+from textattn import data as data_lib
+from textattn import train_state
+from textattn.data import tokenizer as tokenizer_lib
 from textattn.errors import UsageError
+from textattn.models import bert
 
 ATTENTION_POOLING = "attention_pooling"
 GRADIENT_X_INPUT = "gradient_x_input"
@@ -41,6 +45,11 @@ METHOD_DESCRIPTIONS = {
     GRADIENT_X_INPUT: "gradient x input (d centred predicted-class logit / d token embedding, "
                       "dotted with the embedding)",
 }
+
+
+def is_blank(text: str) -> bool:
+  """A text with nothing to classify (empty or only whitespace): no prediction is made for it."""
+  return not text.strip()
 
 
 def method_for(config) -> str:
@@ -111,9 +120,7 @@ def token_table(params):
   """The token-embedding table of a transformer, a pretrained encoder or a BiLSTM."""
   from collections.abc import Mapping
 
-  from textattn import step
-  from textattn.models import bert
-  for path in (step.TOKEN_TABLE_PATH, bert.TOKEN_TABLE_PATH, ("embedding", "embedding")):
+  for path in (train_state.TOKEN_TABLE_PATH, bert.TOKEN_TABLE_PATH, ("embedding", "embedding")):
     node = params
     for name in path:
       node = node.get(name) if isinstance(node, Mapping) else None
@@ -139,7 +146,6 @@ def run_batched(fn, params, inputs: np.ndarray, batch_size: int) -> tuple[np.nda
 
 def text_tokens(tokenizer, text: str) -> list[str]:
   """The tokens of `text` as the tokenizer splits it (words, or one string per UTF-8 byte)."""
-  from textattn.data import tokenizer as tokenizer_lib
   if tokenizer.kind == "byte":
     return [chr(b) if b < 128 else f"\\x{b:02x}" for b in text.encode("utf-8")]
   return tokenizer_lib.standardize(text).split()
@@ -190,7 +196,6 @@ def explain_rows(classifier, texts: list[str]) -> list[dict]:
 
 
 def _row(classifier, text, probabilities, method, tokens, weights, seen, truncated, oov) -> dict:
-  from textattn.predict import is_blank
   if is_blank(text):  # no prediction, as predict() says (label and probabilities null)
     return {"text": text, "label": None, "probabilities": None, "method": method, "tokens": [],
             "weights": [], "seen": 0, "truncated": False, "oov": []}
@@ -202,14 +207,12 @@ def _row(classifier, text, probabilities, method, tokens, weights, seen, truncat
 
 
 def _pads_before(config) -> bool:
-  from textattn import data as data_lib
   return data_lib.pads_before(config)
 
 
 def write(directory: str, rows: list[dict], title: str = "", separator: str = " "
           ) -> tuple[str, str]:
   """DIR/explain.jsonl and DIR/explain.html of explain_rows' rows; returns both paths."""
-  from textattn import data as data_lib
   os.makedirs(directory, exist_ok=True)
   jsonl_path = os.path.join(directory, "explain.jsonl")
   html_path = os.path.join(directory, "explain.html")

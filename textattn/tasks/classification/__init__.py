@@ -1,86 +1,30 @@
 """The text-classification task: texts and labels -> a classifier -> test accuracy.
 
-Its data come from TFDS or the user's .csv/.tsv/.jsonl files (textattn/data), its models are the
-attention encoders and baselines of textattn/models/ (__init__.py, baselines.py), its steps are
-textattn/step.py's (cross-entropy; loss, correct and confusion sums), and its report is the test
-split's accuracy, weighted F1 and per-class precision/recall from the parameters the runner
-chose, with the class probabilities in test_predictions.npz (read by textattn.compare and
-textattn.ensemble). `textattn.load(workdir)` gives a predict.Classifier (.predict/.explain).
+Its data come from TFDS or the user's .csv/.tsv/.jsonl files (textattn/data), its models are
+the architectures of textattn/models/ (attention encoder, n-gram bag, BiLSTM, pretrained
+encoder), its steps are step.py's (cross-entropy; loss, correct and confusion sums), and its
+report is the test split's accuracy, weighted F1 and per-class precision/recall from the
+parameters the runner chose, with the class probabilities in test_predictions.npz
+(predictions.py; read by textattn.compare and textattn.ensemble). `textattn.load(workdir)`
+gives a classifier.Classifier (.predict/.evaluate/.explain). The wing: config.py (fields and
+checks), step.py, kernels.py, classifier.py, explain.py, predictions.py.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
-from textattn import (
-  attention,
-  compare,
-  defaults,
-  loop,
-  models,
-  optim,
-  platform,
-  run,
-  step,
-  tasks,
-)
 from textattn import data as data_lib
-from textattn.attention import sequence
-from textattn.defaults import check_choice, check_integer
-from textattn.errors import RunError, UsageError
+from textattn import models, platform, progress, tasks
+from textattn.errors import UsageError
 from textattn.metrics import summarize_eval
 from textattn.models import baselines
 from textattn.pretrained import finetune
 from textattn.recipes import pretrain, vectors, word2vec
-
-EVAL_SPLITS = ("validation", "test")
-FINAL_PARAMS = ("best", "last")
-
-
-def validate(config: ml_collections.ConfigDict, device_count: int | None) -> None:
-  """One sentence naming the first bad field, its value and what is allowed. Without a device
-  count, the checks that need no JAX backend (run before JAX starts); with it, those that may
-  ask the backend (which kernels run here) or the device count."""
-  if device_count is not None:
-    models.validate_model_config(config)
-    word2vec.validate_config(config)
-    pretrain.validate_config(config)
-    for field in ("batch_size", "eval_batch_size"):
-      value = config[field]
-      if value % device_count:
-        raise UsageError(f"config.{field}={value!r} must be a positive multiple of the device "
-                         f"count ({device_count}) so every device gets an equal share.")
-    return
-  data_lib.validate_config(config)
-  optim.validate_config(config.optimizer)
-  if config.model.architecture == "transformer" and not config.model.pretrained:
-    # (before JAX starts: a variant that cannot be split is refused before anything runs)
-    sequence.check_declared(attention.get(config.model.attention), config.mesh.sequence)
-  finetune.validate_config(config)
-  check_choice("eval_split", config.eval_split, EVAL_SPLITS)
-  check_choice("final_params", config.final_params, FINAL_PARAMS)
-  if config.final_params == "best" and config.eval_split == "test":
-    raise UsageError("config.final_params='best' with config.eval_split='test' would choose the "
-                     "model on the test set; use final_params='last' or eval_split='validation'.")
-  for field in ("batch_size", "eval_batch_size"):
-    value = config[field]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-      raise UsageError(f"config.{field}={value!r} must be a positive multiple of the device "
-                       f"count so every device gets an equal share.")
-  if config.num_train_steps <= 0 and config.num_epochs < 1:
-    raise UsageError(f"config.num_epochs={config.num_epochs} must be >= 1 when "
-                     f"config.num_train_steps={config.num_train_steps} is not > 0.")
-  for field in ("eval_every_steps", "checkpoint_every_steps", "log_every_steps"):
-    if config[field] < 0:
-      raise UsageError(f"config.{field}={config[field]} must be >= 0.")
-  if not isinstance(config.deterministic, bool):
-    raise UsageError(f"config.deterministic={config.deterministic!r} must be True or False.")
-  check_integer("evals_per_epoch", config.evals_per_epoch, 1)
-  if config.keep_checkpoints < 1:
-    raise UsageError(f"config.keep_checkpoints={config.keep_checkpoints} must be >= 1.")
+from textattn.tasks.classification import classifier, kernels, predictions, step
+from textattn.tasks.classification.config import defaults, validate
 
 
 def collapse_warning(sums: dict, class_names, prefix: str) -> str | None:
@@ -134,7 +78,7 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
   def evaluate(state, split, prefix):
     with_probabilities = prefix == "test"
     totals, probabilities = None, []
-    countdown = loop.Countdown(prefix, len(split), jax.process_index() == 0)
+    countdown = progress.Countdown(prefix, len(split), jax.process_index() == 0)
     for index, batch in enumerate(data_lib.eval_batches(split, eval_batch_size,
                                                         *platform.row_block(mesh))):
       sums = compiled(with_probabilities, state, platform.to_global(batch, mesh))
@@ -156,7 +100,7 @@ def make_evaluator(state_sharding, num_classes: int, eval_batch_size: int, class
   return evaluate
 
 
-def prepare(config, workdir: str, is_main: bool) -> run.Job:
+def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
   # A pretrained encoder: its config and tokenizer from the workdir once a run saved them (a
   # resume needs no model directory), else from the model directory, whose weights a fresh
   # start then uses.
@@ -175,47 +119,12 @@ def prepare(config, workdir: str, is_main: bool) -> run.Job:
   return make_job(config, data, workdir, is_main, bert_config=bert_config, source=source)
 
 
-def pinned_kernel(config, workdir: str | None, is_main: bool, strict: bool = True,
-                  bert_config=None):
-  """The config the model is built from: `config`, except on a resume with attention_impl="auto"
-  where "auto" now resolves to another kernel than the one the run started with (recorded in its
-  checkpoints' machine signature): that kernel is kept, since kernels round differently and a
-  resume must continue bit-identically. RunError if it cannot run here; with strict=False
-  (prediction: a GPU-trained workdir on a CPU) `config` then, as "auto" resolves here.
-  `bert_config`: a pretrained encoder's, whose head size and heads "auto" resolves for."""
-  m = config.model
-  recorded = (run.recorded_machine(workdir) or {}) if workdir else {}
-  kernel = recorded.get("attention_impl", "auto")
-  if m.architecture != "transformer" or m.attention_impl != "auto" or kernel == "auto":
-    return config
-  now = models.resolved_kernel(config, bert_config)
-  if kernel == now:
-    return config
-  pinned = ml_collections.ConfigDict(config.to_dict())
-  pinned.model.attention_impl = kernel
-  embed_dim, num_heads = ((bert_config.hidden_size, bert_config.num_heads) if bert_config
-                          else (m.embed_dim, m.num_heads))
-  try:
-    attention.get(m.attention).validate(kernel, embed_dim, num_heads, m.dtype)
-  except UsageError as error:
-    if not strict:
-      return config
-    raise RunError(f"The run in {workdir} started with the {kernel!r} {m.attention} kernel "
-                   f"('auto' chose it there), which cannot run here ({error}); resume it where "
-                   f"it runs, or name a kernel with config.model.attention_impl (its rounding "
-                   f"differs, so the resume is then not bit-identical).") from None
-  if is_main:
-    print(f"Resuming with the {kernel!r} {m.attention} kernel the run started with ('auto' "
-          f"would choose {now!r} here; kernels round differently).", flush=True)
-  return pinned
-
-
 def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
-             bert_config=None, source=None) -> run.Job:
+             bert_config=None, source=None) -> tasks.Job:
   """The runner's Job for `data` (a data.Dataset); `pretrained`: the fresh start's (token table,
   parameters) when the caller has them (a sweep's export), else the config's recipes;
   `bert_config` / `source`: a pretrained encoder's config and loaded weights (finetune)."""
-  kernel_config = pinned_kernel(config, workdir, is_main, bert_config=bert_config)
+  kernel_config = kernels.pinned_kernel(config, workdir, is_main, bert_config=bert_config)
   mesh = platform.config_mesh(config)
   model = models.build_model(kernel_config, len(data.class_names), vocab_size=data.vocab_size,
                              pretrained_config=bert_config, mesh=mesh)
@@ -237,7 +146,7 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
             f"step {report_step} ...", flush=True)
     metrics, probabilities = reused or evaluate(state, data.test, "test")
     if is_main:
-      compare.write_predictions(workdir, data.test.labels, probabilities, data.class_names,
+      predictions.write_predictions(workdir, data.test.labels, probabilities, data.class_names,
                                 report_step)
     return metrics
 
@@ -270,23 +179,22 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
     return tokens, params
 
   eval_split = config.eval_split
-  return run.Job(
+  return tasks.Job(
       data=data, module=model, init_length=config.max_len, train_iter=train_iter,
       train_step=step.train_step, evaluate=evaluate, report=report,
       describe=lambda params: (f"Model: {models.describe(config)}\n"
                                + models.parameter_table(params)),
       eval_split=eval_split, eval_prefix="val" if eval_split == "validation" else "test",
-      pretrained=pretrained or start, frozen=baselines.has_frozen(config),
+      pretrained=pretrained or start, trainable=baselines.trainable(config),
       attention_impl=models.resolved_kernel(kernel_config, bert_config),
       checkpoint_meta={"class_names": data.class_names})
 
 
 def load(workdir: str, checkpoint: str, config):
-  from textattn import predict
-  return predict.Classifier(workdir, checkpoint, config=config)
+  return classifier.Classifier(workdir, checkpoint, config=config)
 
 
 tasks.register(tasks.Task(
-    name="classification", defaults=defaults.classification, validate=validate,
+    name="classification", defaults=defaults, validate=validate,
     prepare=prepare, load=load,
-    description="text classification (textattn/tasks/classification.py)"))
+    description="text classification (textattn/tasks/classification/)"))

@@ -1,0 +1,24 @@
+"""Field checkers: one sentence naming config.<field>, its value and what is allowed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from textattn.errors import UsageError
+
+
+def check_choice(field: str, value: Any, allowed: Iterable) -> None:
+  """UsageError naming config.<field>, its value and the allowed values, unless allowed."""
+  allowed = tuple(allowed)
+  if value not in allowed:
+    raise UsageError(f"config.{field}={value!r} is not allowed; "
+                     f"allowed: {', '.join(map(str, allowed))}.")
+
+
+def check_integer(field: str, value: Any, low: int) -> int:
+  """UsageError naming config.<field> and its value unless it is an integer >= low (not a
+  bool); returns it."""
+  if not isinstance(value, int) or isinstance(value, bool) or value < low:
+    raise UsageError(f"config.{field}={value!r} is invalid; it must be an integer >= {low}.")
+  return value

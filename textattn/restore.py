@@ -1,0 +1,167 @@
+"""Restoring train states: a resume's newest good checkpoint, the recovery after a NaN, the
+best checkpoint for the test report, and a workdir's parameters for prediction.
+
+Every restore is verified against the checksums recorded when the checkpoint was saved
+(textattn/checkpointing.py): parameters whose bytes changed are never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+import jax
+
+from textattn import checkpointing, optim, train_state
+from textattn.errors import RunError
+from textattn.metrics import MetricWriter
+
+
+def recorded_machine(workdir: str) -> dict | None:
+  """The machine signature of the newest checkpoint in `workdir` (None: no checkpoint, or one
+  that cannot be read now; the resume checks report the latter in their own words)."""
+  directory = os.path.join(workdir, "checkpoints")
+  steps = sorted((int(d) for d in os.listdir(directory) if d.isdigit()), reverse=True) \
+      if os.path.isdir(directory) else []
+  if not steps:
+    return None
+  try:
+    meta = checkpointing.read_meta_at(os.path.join(directory, str(steps[0])))
+  except Exception:  # noqa: BLE001 -- unreadable here: check_resume says why, once
+    return None
+  return meta.get("machine")
+
+
+def resume_or_start(config, workdir, manager, shapes, contract, machine, abstract_state,
+                    state_sharding, attach, train_iter, fresh, base):
+  """(state, start step, meta or None, skipped batches' steps): the newest checkpoint that passes
+  the resume checks and verifies (the data iterator positioned after it), or `fresh()`; `base`:
+  the task's full default config, which an older checkpoint's contract is migrated to."""
+  is_main = jax.process_index() == 0
+  metrics_path = os.path.join(workdir, "metrics.jsonl")
+  metrics_check = (lambda: MetricWriter.read_rows(metrics_path, warn=False)) if is_main else None
+  meta = checkpointing.check_resume(manager, workdir, shapes, contract,
+                                    config.optimizer.schedule, base,
+                                    [metrics_check] if metrics_check else [])
+  if meta is None:
+    return fresh(), 0, None, []
+  if is_main:
+    checkpointing.warn_machine_change(meta.get("machine", machine), machine)
+  restored, meta = checkpointing.restore_verified(manager, meta, abstract_state, state_sharding)
+  train_iter.set_state(restored["data"])
+  if is_main:
+    print(f"Resuming from checkpoint at step {meta['step']}.", flush=True)
+  return (attach(restored["state"]), meta["step"], meta,
+          list(restored["data"].get("skipped", [])))
+
+
+def nonfinite_advice(manager, config) -> str:
+  with contextlib.suppress(Exception):  # a failed save: the steps listed below are what exists
+    manager.wait_until_finished()
+  latest = manager.latest_step()
+  kept = (f"the last good checkpoint (step {latest}) is kept in {manager.directory}"
+          if latest is not None else "there is no checkpoint yet")
+  return (f"Runs are deterministic, so running the same command again replays the same "
+          f"NaN; {kept}. Change the training in a new --workdir (a resume must continue "
+          f"the same training): a lower optimizer.learning_rate (now "
+          f"{config.optimizer.learning_rate}) or optimizer.grad_clip_norm > 0 (now "
+          f"{config.optimizer.grad_clip_norm}).")
+
+
+def recovery(manager, train_iter, writer, attach, abstract_state, state_sharding, fresh):
+  """recover(bad_step) for loop.fit: the state of the newest checkpoint before `bad_step` (or
+  `fresh()`), the batches positioned after it and the metrics rows after it dropped."""
+
+  def recover(bad_step):
+    checkpointing.finish_saves(manager)
+    earlier = [s for s in manager.all_steps() if s < bad_step]
+    if not earlier:
+      train_iter.set_state({"epoch": 0, "index": 0})
+      writer.rewind(0)
+      return fresh(), 0
+    restored, restored_meta = checkpointing.restore_verified(
+        manager, {**checkpointing.read_meta(manager, max(earlier)), "step": max(earlier)},
+        abstract_state, state_sharding)
+    train_iter.set_state(restored["data"])
+    writer.rewind(restored_meta["step"])
+    return attach(restored["state"]), restored_meta["step"]
+
+  return recover
+
+
+def restore_for_report(manager, report_step, abstract_state, state_sharding):
+  """The best checkpoint's state, verified: a report is never computed from parameters whose
+  bytes changed after they were saved (the previous report, if any, is then kept)."""
+  try:
+    restored = checkpointing.restore(manager, report_step, abstract_state, state_sharding,
+                                     with_data=False)
+    meta = checkpointing.read_meta(manager, report_step)
+  except Exception as e:
+    raise RunError(f"The best checkpoint (step {report_step}) in {manager.directory} cannot be "
+                   f"read ({type(e).__name__}: {checkpointing.one_line(e)}); no test report "
+                   f"was written (an earlier one is kept).") from e
+  problem = checkpointing.verify(restored, meta)
+  if problem == "unverified":
+    print(f"Warning: the best checkpoint (step {report_step}) was written without checksums "
+          f"(an older textattn); the test report uses it unverified.", flush=True)
+    problem = None
+  where = checkpointing.any_process(problem is not None)
+  if where >= 0:
+    raise RunError(f"The best checkpoint (step {report_step}) in {manager.directory} failed "
+                   f"verification ({problem or f'on process {where}'} differs from the checksum "
+                   f"recorded when it was saved); no test report was written (an earlier one is "
+                   f"kept): restore that checkpoint from a copy, or use final_params='last' in a "
+                   f"new --workdir.")
+  return restored["state"]
+
+
+def restore_params(workdir: str, checkpoint: str, config, model, length: int | None = None,
+                   trainable=None):
+  """(step, parameters) of a workdir's chosen checkpoint ("best", "last" or a step), laid out
+  on this machine's first device and verified against the checksums recorded when it was
+  saved; `model` and `length` (default config.max_len) rebuild the state's structure,
+  `trainable` as the run's optimizer had it (optim.make_optimizer). What every task's `load` restores with."""
+  manager = checkpointing.open_manager(workdir, int(config.keep_checkpoints))
+  try:
+    steps = sorted(manager.all_steps())
+    if not steps:
+      raise RunError(f"{workdir} has no checkpoint yet; train first (or wait for the first "
+                     f"checkpoint).")
+    if checkpoint == "best":
+      best = manager.best_step() if config.final_params == "best" else None
+      chosen = best if best is not None else steps[-1]
+    elif checkpoint == "last":
+      chosen = steps[-1]
+    elif checkpoint.isdigit() and int(checkpoint) in steps:
+      chosen = int(checkpoint)
+    else:
+      raise RunError(f"--checkpoint={checkpoint!r} is not available in {workdir}; allowed: "
+                     f"best, last, or a step of {', '.join(map(str, steps))}.")
+    # The saved state's structure, placed on this machine's device (a GPU-trained workdir
+    # restores on a CPU): the optimizer's state is restored too, as the checksums cover it.
+    tx = optim.make_optimizer(config.optimizer, max(1, int(config.num_train_steps)),
+                              trainable=trainable)
+    abstract = jax.eval_shape(lambda rng: train_state.init_train_state(
+        model, tx, rng, length or config.max_len, config.optimizer), jax.random.key(0))
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    sharding = jax.tree.map(lambda _: device, abstract)
+    try:
+      restored = checkpointing.restore(manager, chosen, abstract, sharding)
+      meta = checkpointing.read_meta(manager, chosen)
+    except RunError:
+      raise
+    except Exception as e:  # noqa: BLE001 -- any unreadable checkpoint: one sentence
+      raise RunError(f"The checkpoint at step {chosen} in {manager.directory} cannot be read "
+                     f"({type(e).__name__}: {checkpointing.one_line(e)}).") from None
+    problem = checkpointing.verify(restored, meta)
+    if problem == "unverified":
+      print(f"Warning: the checkpoint at step {chosen} was written without checksums (an older "
+            f"textattn); its parameters are used unverified.", file=sys.stderr)
+    elif problem is not None:
+      raise RunError(f"The checkpoint at step {chosen} in {manager.directory} failed "
+                     f"verification ({problem} changed since it was saved); choose another with "
+                     f"--checkpoint.")
+    return chosen, restored["state"].params
+  finally:
+    manager.close()

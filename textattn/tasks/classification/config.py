@@ -1,0 +1,113 @@
+"""The classification task's config: its fields with their defaults, and their checks.
+
+The runner's fields (batch size, epochs, checkpoints, ...) and the optimizer's are added and
+checked by the runner (textattn/run.py, textattn/optim.py). Recipes (word2vec, vectors, MLM
+pretraining) and architectures keep their own sub-configs.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from textattn import attention, models, optim
+from textattn import data as data_lib
+from textattn.attention import sequence
+from textattn.checks import check_choice
+from textattn.errors import UsageError
+from textattn.pretrained import finetune
+from textattn.recipes import pretrain, word2vec
+
+EVAL_SPLITS = ("validation", "test")
+
+
+def defaults() -> ml_collections.ConfigDict:
+  """The classification task's own defaults (the runner adds its fields: run.fields)."""
+  config = ml_collections.ConfigDict()
+  config.task = "classification"  # a registered task (textattn/tasks/)
+
+  # ---- Data ---------------------------------------------------------------------------------
+  config.dataset = "imdb_reviews"  # a TFDS name, or the path of a .csv / .tsv / .jsonl file
+  config.data_dir = ""  # TFDS data dir; "" = $TFDS_DATA_DIR, else TFDS's default
+  config.text_fields = "text"  # local files: comma-separated text field(s), joined by a space
+  config.label_field = "label"  # local files: the label field
+  config.columns = ""  # headerless .csv/.tsv: the column names ("label,title,text"); "" = header
+  config.validation_file = ""  # local files: the validation split's file; "" = carved from dataset
+  config.test_file = ""  # local files: the test split's file; "" = carved from dataset
+  # The text field(s) of validation_file / test_file where their header names them otherwise
+  # ("content" where the training file has "sentence"); "" = text_fields
+  config.validation_text_fields = ""
+  config.test_text_fields = ""
+  config.val_fraction = 0.1  # fraction of train held out as validation (data_seed decides which)
+  config.eval_split = "validation"  # evaluated during training: validation | test
+  config.data_seed = 0  # seeds the validation carve-out
+  # word (Keras-style standardisation, vocabulary from train) | byte | ngram (textattn/data/ngrams.py)
+  config.tokenizer = "word"
+  config.vocab_size = 20000  # word / ngram: ids incl. 0 = padding and 1 = out-of-vocabulary
+  config.ngram_order = 2  # ngram: the features are the n-grams of 1..ngram_order words
+  config.ngram_counts = False  # ngram: True keeps repeats (counts, TF-IDF), False each once
+  config.max_len = 200  # tokens per example (ngram: features per example)
+  config.truncation = "pre"  # pre drops tokens from the start (Keras' default), post from the end
+  # after_masked: padding after the tokens, masked; before_as_token: the Keras seed's layout
+  # (padding first, attended to and pooled like a token)
+  config.padding = "after_masked"
+  config.cache_dir = ""  # tokenised arrays, vocabularies, vectors; "" = paths.cache_root()
+
+  # ---- Model --------------------------------------------------------------------------------
+  config.model = ml_collections.ConfigDict()
+  # transformer | bag (n-gram bag, textattn/models/baselines.py) | bilstm (bidirectional LSTM)
+  config.model.architecture = "transformer"
+  config.model.bag_weighting = "none"  # bag: none | tfidf (Keras' idf) | nb (NBSVM-style ratios)
+  config.model.rnn_dim = 32  # bilstm: LSTM units per direction
+  config.model.attention = "softmax"  # a registered variant: softmax | causal | additive
+  # kernel: auto | xla | dot_product | chunked | fused | native | cudnn (GPU, bf16) | splash
+  # (TPU) for softmax/causal; auto | xla | native | pallas (GPU) | pallas_tpu (TPU) for additive;
+  # auto | xla (scan) | chunked | pallas (GPU) for causal_additive_recurrent. auto = on a
+  # one-device CPU, native where timed faster for the length (textattn/attention/calibration.py;
+  # $TEXTATTN_CPU_AUTO); a Pallas kernel only where textattn/attention/pallas_allowlist.py lists
+  # the GPU or TPU.
+  config.model.attention_impl = "auto"
+  config.model.embed_dim = 32
+  config.model.num_heads = 2
+  config.model.num_layers = 1
+  config.model.ffn_dim = 32  # feed-forward hidden units per block
+  config.model.mlp_dim = 20  # hidden units of the classifier head; 0 = none
+  config.model.dropout_rate = 0.1  # after attention, FFN, pooling and the head's hidden layer
+  config.model.token_dropout_rate = 0.0  # word dropout: a token's embedding zeroed in training
+  config.model.bigram_buckets = 0  # > 0: hashed (previous, current) token embeddings, this many
+  config.model.position = "learned"  # learned | sinusoidal
+  config.model.norm = "post"  # post (as the seeds) | pre
+  config.model.pooling = "mean"  # mean | max | attention | cls | last
+  config.model.dtype = "float32"  # compute dtype: float32 | bfloat16 (parameters stay float32)
+  # random (Keras' uniform) | word2vec (recipe) | vectors:PATH (a word2vec/GloVe file,
+  # textattn/recipes/vectors.py)
+  config.model.embedding_init = "random"
+  config.model.vectors_scale = "raw"  # vectors:PATH: raw (the file's) | init (the random spread)
+  # A BERT-family encoder to fine-tune: a Hugging Face model directory or hf:ORG/NAME. It sets
+  # the model (architecture, sizes, dropout from its config.json) and the tokenizer (its
+  # tokenizer.json; config.tokenizer and vocab_size are then unused); attention (any variant)
+  # and pooling (cls | mean) still apply (textattn/pretrained/finetune.py).
+  config.model.pretrained = ""
+
+  config.optimizer = optim.defaults()
+  return config
+
+
+def validate(config: ml_collections.ConfigDict, device_count: int | None) -> None:
+  """The task's own fields (the runner checks its own: run.validate): one sentence naming the
+  first bad field, its value and what is allowed. Without a device count, the checks that need
+  no JAX backend (run before JAX starts); with it, those that may ask the backend (which
+  kernels run here)."""
+  if device_count is not None:
+    models.validate_model_config(config)
+    word2vec.validate_config(config)
+    pretrain.validate_config(config)
+    return
+  data_lib.validate_config(config)
+  if config.model.architecture == "transformer" and not config.model.pretrained:
+    # (before JAX starts: a variant that cannot be split is refused before anything runs)
+    sequence.check_declared(attention.get(config.model.attention), config.mesh.sequence)
+  finetune.validate_config(config)
+  check_choice("eval_split", config.eval_split, EVAL_SPLITS)
+  if config.final_params == "best" and config.eval_split == "test":
+    raise UsageError("config.final_params='best' with config.eval_split='test' would choose the "
+                     "model on the test set; use final_params='last' or eval_split='validation'.")
