@@ -11,6 +11,7 @@ import csv
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -25,7 +26,10 @@ def rehearsals(tmp_path_factory):
   started = {}
   for script in SCRIPTS:
     out = tmp_path_factory.mktemp(script.replace(".", "_"))
-    env = dict(os.environ, REHEARSE="1", OUT=str(out), JAX_PLATFORMS="cpu")
+    # PYTHON: the scripts run this interpreter, not whatever python3 is first on PATH (an
+    # unactivated venv's suite would otherwise rehearse with another environment).
+    env = dict(os.environ, REHEARSE="1", OUT=str(out), JAX_PLATFORMS="cpu",
+               PYTHON=sys.executable)
     started[script] = (subprocess.Popen(["bash", str(GPU / script)], cwd=ROOT, env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True), out)

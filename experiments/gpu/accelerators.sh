@@ -18,7 +18,7 @@
 # 11 x 4 x 16384 x 256 x 2 = 369 MB at 16K in bfloat16 (0.11 ms at an H100's 3.35 TB/s).
 source experiments/gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 -c "import jax; print('jax', jax.__version__, jax.devices()[0].device_kind)"
+"$PYTHON" -c "import jax; print('jax', jax.__version__, jax.devices()[0].device_kind)"
 
 if [ "$REHEARSE" = 1 ]; then
   # float32 runs the same commands as bfloat16 with another --dtype: rehearsed once, not twice
@@ -28,13 +28,13 @@ else
   LENS=1024,4096,8192,16384; LONG=16384; SIZES=(--batch_size=4 --embed_dim=256 --num_heads=4)
   LIMIT=90; F32=float32
 fi
-BENCH=(python3 -m textattn.benchmark --overwrite --mode=attention+backward --lengths=full
+BENCH=("$PYTHON" -m textattn.benchmark --overwrite --mode=attention+backward --lengths=full
        --warmup=2 --repeats=10 --point_timeout_s=$LIMIT "${SIZES[@]}")
 show() { grep -A4 "^| variant | L | kernel" "$1/results.md" | cut -c1-200; }
 
 # 0. Lowering first (~15 s; issue 53): every GPU Pallas kernel exported for CUDA with this
 #    machine's JAX, so a kernel that cannot lower stops the script in seconds, not minutes.
-python3 -m textattn.attention.lowering > "$OUT/lowering.log" 2>&1
+"$PYTHON" -m textattn.attention.lowering > "$OUT/lowering.log" 2>&1
 lowered=$?; grep -E "^(ok|FAILED|jax)" "$OUT/lowering.log"
 [ $lowered = 0 ] || { echo "a kernel does not lower: stopping before the GPU runs"; exit 1; }
 

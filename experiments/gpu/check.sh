@@ -13,7 +13,7 @@
 source experiments/gpu/setup.sh
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 -c "import jax, flax, optax, orbax.checkpoint as o; \
+"$PYTHON" -c "import jax, flax, optax, orbax.checkpoint as o; \
 print('jax', jax.__version__, jax.devices(), 'flax', flax.__version__, 'optax', optax.__version__)"
 
 # 1. The suite's GPU-relevant files on the GPU (the CPU-only tests -- native kernel, fake CPU

@@ -29,7 +29,7 @@ if [ "${REHEARSE:-0}" != 1 ]; then
 fi
 source experiments/gpu/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 -c "import jax; print('jax', jax.__version__, jax.devices()[0].device_kind)"
+"$PYTHON" -c "import jax; print('jax', jax.__version__, jax.devices()[0].device_kind)"
 
 # LIMIT: each MiniLM run's seconds (the six share the card); NBSVM's and the ensembles' own below.
 MODEL=/tmp/minilm/all-MiniLM-L6-v2; DATA=/tmp/imdb; RUNS=$PWD/.gpu/runs; LIMIT=${LIMIT:-420}
@@ -100,10 +100,10 @@ wait
     grep -E "^Test report|^Ensemble|rror" "$log" | tail -2
   done
   echo "wall seconds (times.tsv) are each run's alone with the others sharing the card and CPU"
-  python3 experiments/summarize_runs.py "$RUNS"
+  "$PYTHON" experiments/summarize_runs.py "$RUNS"
   for seed in $SEEDS; do
-    python3 -m textattn.compare "$RUNS/softmax_s$seed" "$RUNS/additive_s$seed" 2>&1 | tail -4
-    python3 -m textattn.compare "$RUNS/softmax_s$seed" "$RUNS/nbsvm_minilm_s$seed" 2>&1 | tail -4
+    "$PYTHON" -m textattn.compare "$RUNS/softmax_s$seed" "$RUNS/additive_s$seed" 2>&1 | tail -4
+    "$PYTHON" -m textattn.compare "$RUNS/softmax_s$seed" "$RUNS/nbsvm_minilm_s$seed" 2>&1 | tail -4
   done
   echo "done in ${SECONDS} s"
 } 2>&1 | tee "$OUT/summary.txt"
