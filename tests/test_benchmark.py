@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from textattn import defaults
-from textattn.benchmark import measure, plan, report, sweep
+from textattn.benchmark import builders, plan, report, sweep
 from textattn.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -276,7 +276,7 @@ def test_profile_dir_holds_a_trace_of_the_annotated_steps(runs):
 @pytest.mark.parametrize("lengths", plan.LENGTHS)
 def test_random_inputs_have_the_requested_lengths(lengths):
   spec = one_spec(lengths=lengths) | {"vocab_size": 50}
-  _, mask, tokens, _ = measure._random_inputs(spec, 64, 16)
+  _, mask, tokens, _ = builders.random_inputs(spec, 64, 16)
   assert mask[0].all() and ((tokens != 0) == mask).all()  # padding is exactly the masked part
   counts = mask.sum(axis=1)
   if lengths == "full":
@@ -292,12 +292,12 @@ def test_train_step_batches_follow_the_configs_padding_layout():
   config.update(vocab_size=50, max_len=16, batch_size=4)
   config.model.embed_dim = 8
   spec = one_spec(mode="train_step", seq_len=16) | {"vocab_size": 50, "num_classes": 2}
-  _, (_, batch) = measure._build(spec, config)
+  _, (_, batch) = builders.build(spec, config)
   inputs = np.asarray(batch["inputs"])
   padding = inputs == 0
   assert padding.any() and (padding[:, 1:] <= padding[:, :-1]).all()  # zeros first, then tokens
   config.padding = "after_masked"
-  _, (_, batch) = measure._build(spec, config)
+  _, (_, batch) = builders.build(spec, config)
   padding = np.asarray(batch["inputs"]) == 0
   assert padding.any() and (padding[:, :-1] <= padding[:, 1:]).all()
 
@@ -322,16 +322,20 @@ def test_a_point_over_the_memory_limit_is_recorded_as_oom_without_running(points
 
 
 @pytest.mark.parametrize("bad,message", [
-    # The allowed names come from the registry.
+    # Where the allowed names are listed, not all of them (they fill screens).
     ("--variants=softmax,softmax_flash", ("error: --variants: 'softmax_flash' is not a known "
-                                          "variant; allowed: softmax, causal, additive")),
+                                          "variant; give softmax_<impl> with <impl> one of auto, "
+                                          "xla, dot_product")),
+    ("--variants=flash", ("error: --variants: 'flash' is not a known variant; give <attention> "
+                          "or <attention>_<implementation> from textattn.attention's registry, "
+                          "as `python -m textattn.benchmark --help` lists them")),
     ("--out_dir={file}", "error: --out_dir={file} exists and is not a directory"),
     # Results already there (the committed tables): a sweep would rewrite them point by point.
     ("--out_dir={dir}", ("error: --out_dir={dir} already holds results (results.csv); give a "
                          "new --out_dir, or --overwrite")),
     ("--mesh=data:2", ("error: --mesh='data:2' must be data:D,sequence:S with D and S positive "
                        "integers")),
-], ids=["variant", "out_dir", "out_dir_with_results", "mesh"])
+], ids=["implementation", "variant", "out_dir", "out_dir_with_results", "mesh"])
 def test_bad_flags_fail_with_one_sentence_and_touch_nothing(tmp_path, bad, message):
   a_file = tmp_path / "results.csv"
   a_file.write_text("kept\n")
@@ -341,6 +345,7 @@ def test_bad_flags_fail_with_one_sentence_and_touch_nothing(tmp_path, bad, messa
   assert result.returncode == 2
   (line,) = result.stderr.strip().splitlines()
   assert line.startswith(message.format(file=a_file, dir=tmp_path)), line
+  assert len(line.replace(str(tmp_path), "TMP")) <= 300, line  # one short sentence
   assert a_file.read_text() == "kept\n"
 
 
@@ -359,8 +364,9 @@ def test_variant_names_round_trip(name, expected):
 @pytest.mark.parametrize("name", ["additive_chunked", "additive_fused", "softmax_", "flash",
                                   "causal_flash"])
 def test_malformed_variant_names_are_rejected(name):
-  with pytest.raises(ValueError, match="not a known variant"):
+  with pytest.raises(ValueError, match="not a known variant") as raised:
     plan.parse_variant(name)
+  assert len(str(raised.value)) <= 300 and "--help" in str(raised.value)
 
 
 def test_variants_are_the_registry_s_attentions_and_implementations():

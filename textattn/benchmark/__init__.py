@@ -40,8 +40,9 @@ What is timed (--mode):
   forward           the Classifier (train=False) on random tokens;
   forward+backward  jax.value_and_grad of the mean cross-entropy of that Classifier (train=False,
                     so no dropout) with respect to all parameters;
-  train_step        textattn.step.train_step (forward with dropout, backward, optimizer update,
-                    state donated) of the classifier --config describes.
+  train_step        textattn.tasks.classification.step.train_step (forward with dropout,
+                    backward, optimizer update, state donated) of the classifier --config
+                    describes.
 Inputs are right-padded: example 0 has all L real tokens, the others a length drawn uniformly from
 [L/2, L] (seeded). Token ids are uniform in [1, vocab_size); labels uniform in [0, num_classes).
 Tokens/s counts all B * L positions, padding included (every kernel here costs the same either
@@ -89,8 +90,11 @@ XProf, shows where a step's time goes).
 --point_time_budget_s bounds the calls of slow points (a 100-s step is not run 12 times); every
 row says how many warm-up and timed calls it made.
 
-Modules: cli.py (flags, main), plan.py (variant names, sizes, one spec per point), sweep.py (the
-subprocess per point), measure.py (one point, in its subprocess), report.py (CSV, Markdown, plots),
-collectives.py (bytes communicated, from HLO and by formula), layer_cost.py (one layer's compiled
-memory and communication on a mesh, also for experiments/seq_parallel).
+Modules: cli.py (flags, main; options.py holds their choices and defaults), driver.py (what main
+does once the flags are parsed: the sweep, or one point), plan.py (variant names, sizes, one spec
+per point), sweep.py (the subprocess per point), measure.py (one point, in its subprocess: compile,
+time, record), builders.py (the point's timed function and arguments, per mode), utilization.py
+(FLOP and bandwidth figures), report.py (CSV, Markdown, plots), collectives.py (bytes
+communicated, from HLO and by formula), layer_cost.py (one layer's compiled memory and
+communication on a mesh, also for experiments/seq_parallel).
 """

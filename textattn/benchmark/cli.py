@@ -1,23 +1,24 @@
 """`python -m textattn.benchmark`: its flags and main (see textattn/benchmark/__init__.py).
 
-The parent checks the flags, plans one spec per (variant, length) and runs the sweep
-(sweep.py); with --point_spec the same command is the child that measures one point
-(measure.py).
+main hands the parsed flags to driver.py: the parent checks them, plans one spec per (variant,
+length) and runs the sweep (sweep.py); with --point_spec the same command is the child that
+measures one point (measure.py). Only options.py is imported here, so `--help` is instant.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-import time
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from textattn.benchmark import plan, report, sweep
-from textattn.benchmark.plan import DTYPES, INJECTABLE_FAILURES, LENGTHS, MODES, SYNTHETIC_DEFAULTS
-from textattn.errors import UsageError, user_errors
+from textattn.benchmark.options import (
+  DTYPES,
+  INJECTABLE_FAILURES,
+  LENGTHS,
+  MODES,
+  SYNTHETIC_DEFAULTS,
+)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (configs/*.py). train_step mode: the model, batch, max_len and "
@@ -109,84 +110,14 @@ _POINT_RESULT = flags.DEFINE_string(
     "point_result", None, "Internal: where the point subprocess writes its result.")
 
 
-def _default_config():
-  from textattn import defaults
-  return defaults.classification()
-
-
-def _check_out_dir(out_dir: str) -> None:
-  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-    raise UsageError(f"--out_dir={out_dir} exists and is not a directory; give a new "
-                     f"or an existing directory.")
-  existing = [name for name in report.OUTPUTS if os.path.exists(os.path.join(out_dir, name))]
-  if existing and not _OVERWRITE.value:
-    raise UsageError(f"--out_dir={out_dir} already holds results ({', '.join(existing)}); "
-                     f"give a new --out_dir, or --overwrite to replace them.")
-
-
-def _plan(config, mode: str) -> list[dict]:
-  """The points the flags ask for; ValueError (one sentence) for any bad flag or config."""
-  import ml_collections
-
-  from textattn import attention, models
-  attention.load_plugins(_PLUGINS.value)  # before any variant name is looked up
-  if _WARMUP.value < 0 or _REPEATS.value < 1:
-    raise UsageError(f"--warmup={_WARMUP.value} must be >= 0 and --repeats={_REPEATS.value} "
-                     ">= 1.")
-  given = {"variants": _VARIANTS.value, "seq_lens": _SEQ_LENS.value,
-           "batch_size": _BATCH_SIZE.value, "embed_dim": _EMBED_DIM.value,
-           "num_heads": _NUM_HEADS.value, "num_layers": _NUM_LAYERS.value,
-           "dtype": _DTYPE.value, "vocab_size": _VOCAB_SIZE.value}
-  mesh = plan.parse_mesh(_MESH.value)
-  settings = plan.resolve_settings(config, mode, given, mesh)
-  injections = plan.parse_injections(_INJECT_FAILURE.value)
-  specs = plan.plan_points(
-      config, settings, mode, warmup=_WARMUP.value, repeats=_REPEATS.value,
-      time_budget_s=_POINT_TIME_BUDGET_S.value, memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
-      check_against_reference=_CHECK_AGAINST_REFERENCE.value, seed=_SEED.value,
-      num_classes=_NUM_CLASSES.value, injections=injections, lengths=_LENGTHS.value,
-      plugins=tuple(_PLUGINS.value), profile_dir=_PROFILE_DIR.value, mesh=mesh)
-  for spec in specs:  # the config errors a point would hit, once, before any point runs
-    models.validate_model_config(ml_collections.ConfigDict(json.loads(spec["config"])))
-  return specs
-
-
-def _print_train_step_summary(rows: list[dict]) -> None:
-  for row in rows:
-    if row["status"] == "ok":
-      print(f"train_step {row['variant']} L={row['seq_len']} batch={row['batch_size']} "
-            f"{row['dtype']} lengths={row['lengths']}: {row['examples_per_s']:,.1f} "
-            f"examples/s (median "
-            f"{row['median_ms']:.2f} ms/step, p90 {row['p90_ms']:.2f} ms; compile "
-            f"{row['compile_s']:.1f} s, not included)")
-    else:
-      print(f"train_step {row['variant']} L={row['seq_len']}: {row['status']} "
-            f"({row['message']})")
+# Every flag above, by name, for driver.main.
+_FLAGS = [holder for name, holder in globals().items()
+          if name.startswith("_") and isinstance(holder, flags.FlagHolder)]
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  if _POINT_SPEC.value:
-    from textattn.benchmark import measure
-    with open(_POINT_SPEC.value) as f:
-      measure.run_point(json.load(f), _POINT_RESULT.value)
-    return
-  config = _CONFIG.value if _CONFIG.value is not None else _default_config()
-  mode = _MODE.value
-  out_dir = _OUT_DIR.value or os.path.join(
-      "runs", "benchmark", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
-  with user_errors():  # every bad flag or config value: one line, exit 2 (UsageError)
-    plan.check_limits(point_timeout_s=_POINT_TIMEOUT_S.value,
-                      point_time_budget_s=_POINT_TIME_BUDGET_S.value,
-                      point_memory_limit_gb=_POINT_MEMORY_LIMIT_GB.value,
-                      num_classes=_NUM_CLASSES.value)
-    _check_out_dir(out_dir)
-    specs = _plan(config, mode)
-
-  command = "python -m textattn.benchmark " + " ".join(sys.argv[1:])
-  rows = sweep.run_sweep(specs, timeout_s=_POINT_TIMEOUT_S.value, out_dir=out_dir,
-                         command=command)
-  if mode == "train_step":
-    _print_train_step_summary(rows)
-  print("Wrote " + ", ".join(os.path.join(out_dir, name) for name in report.OUTPUTS))
+  # (lazy: keeps `--help` instant; the registry, the models and JAX load once flags are parsed)
+  from textattn.benchmark import driver
+  driver.main({holder.name: holder.value for holder in _FLAGS}, sys.argv)

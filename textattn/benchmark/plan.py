@@ -12,47 +12,19 @@ import math
 import os
 from typing import Any
 
+from textattn import attention as registry
+from textattn.attention import sequence
+
+# (The flags' choices live in options.py, which --help reads without loading the registry.)
+from textattn.benchmark.options import (
+  DECODE_DEFAULTS,
+  INJECTABLE_FAILURES,
+  LENGTHS,
+  MESH_MODES,
+  SYNTHETIC_DEFAULTS,
+)
 from textattn.data.tokenizer import vocab_size_for
 from textattn.errors import UsageError
-
-# decode_step: one cached decoding step of a causal attention layer (one new position against a
-# cache of seq_len positions), the cost per generated token.
-# attention+backward: the attention layer alone, forward and backward (what a kernel is judged by).
-MODES = ("attention", "attention+backward", "forward", "forward+backward", "train_step",
-         "decode_step")
-DTYPES = ("float32", "bfloat16")
-INJECTABLE_FAILURES = ("error", "oom", "timeout")
-# How long the random examples of a batch are: "half_to_full" = uniform in [L/2, L] with the
-# first example full (padding, as real text has); "full" = every example L tokens (no padding:
-# the work of a model that ignores the mask, such as the seed Keras model).
-LENGTHS = ("half_to_full", "full")
-
-# Sizes benchmarked in the attention / forward / forward+backward modes when no flag is given.
-# Additive attention against the best softmax kernel the platform has ("auto": on a CPU native or
-# fused, whichever was timed faster at that length; cuDNN flash on a GPU in bfloat16) and the
-# naive reference.
-
-SYNTHETIC_DEFAULTS = {"variants": "softmax_auto,softmax,additive_auto",
-                      "seq_lens": "256,512,1024,2048,4096",
-                      "batch_size": 4, "embed_dim": 256, "num_heads": 4, "num_layers": 1,
-                      "dtype": "float32", "vocab_size": 1000}
-
-
-# decode_step's defaults: the causal variants, cache lengths 16 to 8,192, one sentence at a time.
-DECODE_DEFAULTS = {**SYNTHETIC_DEFAULTS, "batch_size": 1,
-                   "variants": "causal,causal_additive,causal_additive_recurrent",
-                   "seq_lens": "16,64,256,1024,4096,8192"}
-
-
-def _registry():
-  from textattn import attention  # the parent imports it only once flags are parsed
-  return attention
-
-
-def _known_variants(registry) -> str:
-  return "; ".join(f"{name}_<impl> with <impl> one of "
-                   f"{', '.join(registry.get(name).implementations)}"
-                   for name in registry.names())
 
 
 def parse_variant(name: str) -> tuple[str, str]:
@@ -60,7 +32,6 @@ def parse_variant(name: str) -> tuple[str, str]:
 
   Registered attention names may contain underscores: the longest registered name that `name`
   starts with (followed by "_" and one of its implementations) wins."""
-  registry = _registry()
   if name in registry.names():
     return name, registry.get(name).reference
   for attention in sorted(registry.names(), key=len, reverse=True):
@@ -68,15 +39,24 @@ def parse_variant(name: str) -> tuple[str, str]:
     if (name.startswith(attention + "_")
         and implementation in registry.get(attention).implementations):
       return attention, implementation
+  # One sentence: the implementations of the attention the name starts with, if any; where the
+  # attentions are listed, not all of them (with every implementation, they filled 617 chars).
+  prefixes = [a for a in registry.names() if name.startswith(a + "_")]
+  if prefixes:
+    attention = max(prefixes, key=len)
+    raise UsageError(
+        f"--variants: {name!r} is not a known variant; give {attention}_<impl> with <impl> one "
+        f"of {', '.join(registry.get(attention).implementations)}, or another attention from "
+        f"textattn.attention's registry, as `python -m textattn.benchmark --help` lists them.")
   raise UsageError(
-      f"--variants: {name!r} is not a known variant; allowed: "
-      f"{', '.join(registry.names())} (each with its reference implementation), or "
-      f"{_known_variants(registry)} (--plugin=MODULE registers more).")
+      f"--variants: {name!r} is not a known variant; give <attention> or "
+      f"<attention>_<implementation> from textattn.attention's registry, as `python -m "
+      f"textattn.benchmark --help` lists them (--plugin=MODULE registers more).")
 
 
 def variant_name(attention: str, implementation: str) -> str:
   """The inverse of parse_variant: the bare name for the attention's reference implementation."""
-  if implementation == _registry().get(attention).reference:
+  if implementation == registry.get(attention).reference:
     return attention
   return f"{attention}_{implementation}"
 
@@ -124,9 +104,6 @@ def parse_injections(text: str) -> dict[tuple[str, int], str]:
   return injections
 
 
-MESH_MODES = ("attention", "attention+backward", "forward", "forward+backward")
-
-
 def parse_mesh(text: str) -> tuple[int, int] | None:
   """--mesh: "data:D,sequence:S" -> (D, S); "" -> None (no mesh: one device's modules)."""
   if not text:
@@ -165,10 +142,9 @@ def check_mesh(mesh: tuple[int, int] | None, mode: str, settings: dict[str, Any]
                      f"data={data}.")
   if shards == 1:
     return
-  from textattn.attention import sequence
   for variant in settings["variants"]:
     attention, _ = parse_variant(variant)
-    if _registry().get(attention).shard is None:
+    if registry.get(attention).shard is None:
       raise UsageError(f"--variants: {variant!r} declares no sequence sharding, so it cannot run "
                        f"with --mesh sequence:{shards}; allowed: "
                        f"{', '.join(sequence.sharded_names())}.")
@@ -176,7 +152,7 @@ def check_mesh(mesh: tuple[int, int] | None, mode: str, settings: dict[str, Any]
       raise UsageError(f"--variants: with --mesh sequence:{shards} each attention runs its "
                        f"sequence-sharded core whatever the implementation, so name it "
                        f"{attention!r}, not {variant!r}.")
-    unit = shards * (2 if _registry().get(attention).causal else 1)
+    unit = shards * (2 if registry.get(attention).causal else 1)
     for seq_len in settings["seq_lens"]:
       if seq_len % unit:
         raise UsageError(f"--seq_lens: {seq_len} cannot be split over sequence:{shards} for "
@@ -199,7 +175,6 @@ def resolve_settings(config, mode: str, given: dict[str, Any],
   else:
     from_config = DECODE_DEFAULTS if mode == "decode_step" else SYNTHETIC_DEFAULTS
     if mesh is not None and mesh[1] > 1:
-      from textattn.attention import sequence
       from_config = {**from_config, "variants": ",".join(sequence.sharded_names())}
   settings = {name: given[name] if given.get(name) is not None else default
               for name, default in from_config.items()}
@@ -208,10 +183,10 @@ def resolve_settings(config, mode: str, given: dict[str, Any],
     raise UsageError("--variants must name at least one variant.")
   for variant in settings["variants"]:
     attention, _ = parse_variant(variant)
-    if mode == "decode_step" and not _registry().get(attention).causal:
+    if mode == "decode_step" and not registry.get(attention).causal:
       raise UsageError(f"--mode=decode_step times causal decoding; {variant!r} is not causal "
                        f"(causal variants: "
-                       f"{', '.join(n for n in _registry().names() if _registry().get(n).causal)}).")
+                       f"{', '.join(n for n in registry.names() if registry.get(n).causal)}).")
   settings["seq_lens"] = parse_int_list(settings["seq_lens"], "seq_lens")
   for name in ("batch_size", "embed_dim", "num_heads", "num_layers", "vocab_size"):
     if settings[name] < 1:
