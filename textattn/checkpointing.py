@@ -32,7 +32,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 
-from textattn import defaults
+from textattn import config as config_lib
 from textattn.errors import RunError
 from textattn.errors import one_line as errors_one_line
 
@@ -48,20 +48,21 @@ def _hide_missing_metrics_warning(record) -> bool:
   return "did not provide metrics" not in record.getMessage()
 
 
-def checkpoint_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
-  """Keeps the latest `keep` checkpoints plus the best by "val/accuracy"."""
+def checkpoint_manager(workdir: str, keep: int, metric: str = "val/accuracy",
+                       higher_is_better: bool = True) -> ocp.CheckpointManager:
+  """Keeps the latest `keep` checkpoints plus the best by `metric` (the task's Job names it)."""
   logging.get_absl_logger().addFilter(_hide_missing_metrics_warning)  # (added once)
   policy = preservation.AnyPreservationPolicy([
       preservation.LatestN(keep),
-      preservation.BestN(get_metric_fn=lambda metrics: metrics["val/accuracy"], n=1,
-                         keep_checkpoints_without_metrics=False),
+      preservation.BestN(get_metric_fn=lambda metrics: metrics[metric], n=1,
+                         reverse=not higher_is_better, keep_checkpoints_without_metrics=False),
   ])
   # best_fn as well as the policy: without it Orbax neither writes the metrics to disk nor
   # answers best_step() with anything but the latest step.
   options = ocp.CheckpointManagerOptions(preservation_policy=policy, create=True,
                                          cleanup_tmp_directories=True,
-                                         best_fn=lambda metrics: metrics["val/accuracy"],
-                                         best_mode="max")
+                                         best_fn=lambda metrics: metrics[metric],
+                                         best_mode="max" if higher_is_better else "min")
   return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
                                options=options)
 
@@ -146,14 +147,14 @@ def _same(a, b) -> bool:
 def check_same_run(saved: dict | None, current: dict, schedule: str, workdir: str,
                    latest_step: int, base: ml_collections.ConfigDict) -> None:
   """RunError unless `current` (run_contract of this command) continues the run `saved` was
-  written by. The saved contract is first migrated to today's fields (defaults.migrate, with
+  written by. The saved contract is first migrated to today's fields (config.migrate, with
   `base` the task's default config), then every field either side has is compared."""
   if saved is None:
     logging.warning("The checkpoints in %s predate run contracts; the resume is not checked.",
                     workdir)
     return
   before, now = saved["config"], current["config"]
-  before = {k: v for k, v in flatten(defaults.migrate(unflatten(before, "."), base),
+  before = {k: v for k, v in flatten(config_lib.migrate(unflatten(before, "."), base),
                                      separator=".").items() if k not in RESUMABLE_CHANGES}
   before = {k: before.get(k, "(absent)") for k in set(before) | set(now)}
   now = {k: now.get(k, "(absent)") for k in before}
@@ -261,13 +262,17 @@ def _quiet_closed_loop_callbacks() -> None:
 
 
 def _unreadable_checkpoint(manager, step: int, error: Exception) -> RunError:
+  """One short sentence naming the step's directory and the exception's type; the exception
+  itself (Orbax's are paragraphs) goes to the debug log."""
   _quiet_closed_loop_callbacks()
+  path = manager.directory / str(step)
+  logging.debug("Reading the checkpoint %s failed: %s", path, error)
   older = [s for s in manager.all_steps() if s < step]
   fallback = (f"to resume from step {max(older)}" if older else "to start afresh")
-  return RunError(f"The checkpoint at step {step} in {manager.directory} cannot be read "
-                  f"({type(error).__name__}: {one_line(error)}); if its files are damaged, move "
-                  f"{manager.directory / str(step)} out of the way {fallback} (or use a new "
-                  f"--workdir), else fix the cause (permissions, disk) and re-run.")
+  return RunError(f"The checkpoint at step {step} ({path}) cannot be read "
+                  f"({type(error).__name__}); if its files are damaged, move step {step} out of "
+                  f"the way {fallback} (or use a new --workdir), else fix the cause "
+                  f"(permissions, disk).")
 
 
 def read_meta(manager, step: int) -> dict:
@@ -296,14 +301,17 @@ def state_shapes(abstract_state) -> dict:
   return shapes
 
 
-def open_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
+def open_manager(workdir: str, keep: int, metric: str = "val/accuracy",
+                 higher_is_better: bool = True) -> ocp.CheckpointManager:
   try:
-    return checkpoint_manager(workdir, keep)
+    return checkpoint_manager(workdir, keep, metric, higher_is_better)
   except Exception as e:  # e.g. a damaged checkpoint's metrics or metadata
-    raise RunError(f"The checkpoints in {os.path.join(workdir, 'checkpoints')} cannot be read "
-                   f"({type(e).__name__}: {one_line(e)}); if a step's files are damaged, move "
-                   f"that step directory out of the way to resume from an older one (or use a "
-                   f"new --workdir), else fix the cause (permissions, disk) and re-run.") from e
+    directory = os.path.join(workdir, "checkpoints")
+    logging.debug("Opening the checkpoints in %s failed: %s", directory, e)
+    raise RunError(f"The checkpoints in {directory} cannot be read ({type(e).__name__}); if a "
+                   f"step's files are damaged, move that step directory out of the way to resume "
+                   f"from an older one (or use a new --workdir), else fix the cause (permissions, "
+                   f"disk).") from e
 
 
 def check_resume(manager, workdir: str, shapes: dict, contract: dict, schedule: str,

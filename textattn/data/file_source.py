@@ -115,9 +115,11 @@ class FileSource:
     if extension not in LOCAL_FORMATS:
       raise DataError(f"{path}: unsupported file type {extension!r}; use .csv, .tsv or "
                       f".jsonl (JSON lines).")
-    if not os.path.isfile(path):
-      raise DataError(f"{path}: file does not exist (config.dataset must be a TFDS name or the "
-                      f"path of a .csv/.tsv/.jsonl file).")
+    problem = raw_lib.not_a_file(path)
+    if problem:  # (a directory is called one: "does not exist" would send the user looking)
+      raise DataError(f"{path}: {problem} (config.{'dataset' if key == 'file' else key} must "
+                      f"be {'a TFDS name or ' if key == 'file' else ''}the path of a "
+                      f".csv/.tsv/.jsonl file).")
     with open(path, "rb") as f:
       data = f.read()
     try:

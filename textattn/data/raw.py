@@ -8,6 +8,7 @@ import dataclasses
 import decimal
 import json
 import math
+import os
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -34,6 +35,14 @@ def text_fields(config, split: str = "train") -> list[str]:
   its own <split>_text_fields where set."""
   own = str(config[f"{split}_text_fields"]) if split != "train" else ""
   return [f.strip() for f in (own or str(config.text_fields)).split(",") if f.strip()]
+
+
+def not_a_file(path: str) -> str | None:
+  """What is wrong with `path` as a data file ("is a directory, not a data file" or "file does
+  not exist"), or None when it is a file."""
+  if os.path.isfile(path):
+    return None
+  return "is a directory, not a data file" if os.path.isdir(path) else "file does not exist"
 
 
 def decode(value: bytes | str, where: str) -> str:
