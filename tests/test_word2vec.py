@@ -238,3 +238,30 @@ def test_an_interrupted_build_resumes_from_its_last_epoch_to_the_same_vectors(tm
   assert Word2Vec.load(partial).textattn_epochs_done == 1
   resumed = word2vec.train_vectors(texts, settings, partial_path=partial, progress=True)
   np.testing.assert_array_equal(resumed.vectors, straight.vectors)
+
+
+def test_each_epoch_reports_its_progress_and_the_vectors_do_not_change(monkeypatch, capsys,
+                                                                       caplog):
+  # A new user once watched 65-91 s of silence inside each IMDB epoch: gensim's progress
+  # reports (here one per job: its clock runs 1 s per reading, the spacing is 0) become lines
+  # within the epoch; reporting changes nothing gensim computes.
+  import gensim.models.word2vec as gensim_word2vec
+  rng = np.random.default_rng(0)
+  texts = [[f"w{k}" for k in rng.zipf(1.3, 60) % 300] for _ in range(600)]
+  settings = {"dim": 8, "window": 3, "min_count": 1, "negative": 3, "epochs": 2, "seed": 0}
+  quiet = word2vec.train_vectors(texts, settings)
+  assert capsys.readouterr().out == ""
+  clock = iter(range(10**6))
+  monkeypatch.setattr(gensim_word2vec, "default_timer", lambda: float(next(clock)))
+  monkeypatch.setattr(word2vec, "PROGRESS_EVERY_S", 0.0)
+  with caplog.at_level("INFO"):
+    talking = word2vec.train_vectors(texts, settings, progress=True)
+  np.testing.assert_array_equal(talking.vectors, quiet.vectors)
+  lines = capsys.readouterr().out.splitlines()
+  for epoch in (1, 2):
+    within = [line for line in lines if re.fullmatch(rf"word2vec: epoch {epoch}/2: \d+% \(\d+ s\)",
+                                                    line)]
+    assert within, lines  # before the epoch's own "done" line
+    assert lines.index(within[-1]) < lines.index(next(
+        line for line in lines if line.startswith(f"word2vec: epoch {epoch}/2 done")))
+  assert not [r for r in caplog.records if r.name.startswith("gensim")]  # its lines: silent

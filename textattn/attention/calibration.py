@@ -240,9 +240,10 @@ def measure(shape_: Shape, make_problem: Callable[[], Problem], fallback: str,
   builds for `shape_` (logged: calibration pauses the run a few seconds). Runs in a thread of
   its own, so it works even when "auto" is resolved while JAX traces a function (JAX's trace
   state is per thread: arrays made there are concrete)."""
-  # (Warnings: what a default run shows; textattn.main keeps absl's INFO quiet.)
-  logging.warning("Timing the native and %r %s kernels at length %d (once on this machine; a "
-                  "few seconds) ...", fallback, shape_.variant, shape_.length)
+  # (INFO: timings nobody asked for, once per machine and shape; no warning -- nothing is
+  # wrong. A failure, which falls back to `fallback` uncached, is a warning.)
+  logging.info("Timing the native and %r %s kernels at length %d (once on this machine; a "
+               "few seconds) ...", fallback, shape_.variant, shape_.length)
   outcome = {}
 
   def run():
@@ -316,8 +317,10 @@ def _cached_or_measured(path: Path, shape_: Shape, fallback: str,
 
 @functools.cache
 def _announce_once(key: str, variant: str, choice: str, reason: str) -> None:
-  logging.warning("%s attention_impl='auto': the %r kernel for %s (%s).", variant, choice, key,
-                  reason)
+  # INFO, once per process and shape class: the choice "auto" was asked to make, with its timings
+  # (the user's choice is kept; softmax.warn_fallback warns where it cannot be).
+  logging.info("%s attention_impl='auto': the %r kernel for %s (%s).", variant, choice, key,
+               reason)
 
 
 def _announce(shape_: Shape, entry: dict) -> None:

@@ -23,6 +23,7 @@ unsupervised splits); a second run with the same data and settings reads the cac
 
 from __future__ import annotations
 
+import contextlib
 import logging as std_logging
 import os
 import time
@@ -42,6 +43,8 @@ SCALES = ("init", "raw")
 # The random initialiser's standard deviation: uniform(-0.05, 0.05) (layers.keras_embedding_init).
 INIT_STD = 0.05 / np.sqrt(3.0)
 _CACHE_VERSION = 1
+# Seconds between progress lines within a word2vec epoch (an IMDB epoch takes over a minute).
+PROGRESS_EVERY_S = 10.0
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -105,7 +108,6 @@ def train_vectors(texts: list[list[str]], settings: dict[str, Any], *, progress:
                   partial_path: str | None = None):
   """gensim KeyedVectors from standardised, whitespace-split texts; deterministic.
 
-  progress: one line per epoch with the time left (gensim's per-second INFO lines silenced).
   partial_path: after each epoch the model is saved there (atomically), and a build finds it
   and goes on from the next epoch, so an interrupted build (Ctrl-C, a kill) loses at most one
   epoch. One epoch per `train` call with the learning rate of that stretch of gensim's linear
@@ -131,9 +133,11 @@ def train_vectors(texts: list[list[str]], settings: dict[str, Any], *, progress:
     high, low = getattr(model, "textattn_alphas", (model.alpha, model.min_alpha))
     model.textattn_alphas = (high, low)
     for epoch in range(done, epochs):
-      model.train(texts, total_examples=model.corpus_count, epochs=1,
-                  start_alpha=high - (high - low) * epoch / epochs,
-                  end_alpha=high - (high - low) * (epoch + 1) / epochs)
+      with _epoch_progress(f"word2vec: epoch {epoch + 1}/{epochs}" if progress else None):
+        model.train(texts, total_examples=model.corpus_count, epochs=1,
+                    start_alpha=high - (high - low) * epoch / epochs,
+                    end_alpha=high - (high - low) * (epoch + 1) / epochs,
+                    report_delay=PROGRESS_EVERY_S)
       if partial_path:
         _save_partial(model, partial_path, epoch + 1)
       if progress:
@@ -144,6 +148,44 @@ def train_vectors(texts: list[list[str]], settings: dict[str, Any], *, progress:
   finally:
     gensim_logger.setLevel(level)
   return model.wv
+
+
+class _ProgressLines(std_logging.Handler):
+  """Prints gensim's "EPOCH i - PROGRESS: at P% examples" reports as `prefix: P% (S s)`, at most
+  one per PROGRESS_EVERY_S / 2 seconds (gensim's first report comes after 1 s, the next ones
+  every report_delay)."""
+
+  def __init__(self, prefix: str):
+    super().__init__(std_logging.INFO)
+    self.prefix, self.start = prefix, time.perf_counter()
+    self.last = self.start
+
+  def emit(self, record: std_logging.LogRecord) -> None:
+    now = time.perf_counter()
+    if "PROGRESS" not in str(record.msg) or now - self.last < PROGRESS_EVERY_S / 2:
+      return
+    self.last = now
+    print(f"{self.prefix}: {record.args[1]:.0f}% ({now - self.start:.0f} s)", flush=True)
+
+
+@contextlib.contextmanager
+def _epoch_progress(prefix: str | None):
+  """While a `train` call runs: gensim's progress reports (and only those) as lines starting
+  with `prefix`; None = silent."""
+  if prefix is None:
+    yield
+    return
+  logger = std_logging.getLogger("gensim.models.word2vec")
+  handler, before = _ProgressLines(prefix), (logger.level, logger.propagate)
+  logger.setLevel(std_logging.INFO)
+  logger.propagate = False  # its other INFO lines reach no other handler
+  logger.addHandler(handler)
+  try:
+    yield
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(before[0])
+    logger.propagate = before[1]
 
 
 def _resume(partial_path: str | None, epochs: int):
