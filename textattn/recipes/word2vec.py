@@ -108,6 +108,9 @@ def train_vectors(texts: list[list[str]], settings: dict[str, Any], *, progress:
                   partial_path: str | None = None):
   """gensim KeyedVectors from standardised, whitespace-split texts; deterministic.
 
+  progress: a line every PROGRESS_EVERY_S seconds within each epoch (from gensim's progress
+  reports, which change nothing it computes; its other INFO lines stay silenced) and one per
+  epoch with the time left.
   partial_path: after each epoch the model is saved there (atomically), and a build finds it
   and goes on from the next epoch, so an interrupted build (Ctrl-C, a kill) loses at most one
   epoch. One epoch per `train` call with the learning rate of that stretch of gensim's linear
