@@ -13,8 +13,8 @@ import keras
 import numpy as np
 from keras import layers, ops
 
-from textattn import defaults, models, optim
-from textattn import step as step_lib
+from textattn import defaults, models, optim, train_state
+from textattn.tasks.classification import step as step_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB, MAXLEN, EMBED, HEADS, FFN, DENSE, RATE, BATCH = 20000, 200, 32, 2, 32, 20, 0.1, 32
@@ -118,7 +118,7 @@ def compare_steps(inputs: np.ndarray, labels: np.ndarray, steps: int, optimizer:
   params = keras_params(kmodel)
   model = models.build_model(config, 2, vocab_size=vocab_size)
   tx = optim.make_optimizer(config.optimizer, 1000)
-  state = step_lib.init_train_state(model, tx, jax.random.key(0), config.max_len, config.optimizer)
+  state = train_state.init_train_state(model, tx, jax.random.key(0), config.max_len, config.optimizer)
   if jax.tree.structure(state.params) != jax.tree.structure(params):
     raise RuntimeError("parameter trees differ")
   state = state.replace(params=params, opt_state=tx.init(params))

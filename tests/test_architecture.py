@@ -30,7 +30,7 @@ LAYERS = {
     "textattn.loop": 4, "textattn.run": 4,
     # 5. commands and the package's front door
     "textattn": 5, "textattn.main": 5, "textattn.predict": 5, "textattn.compare": 5,
-    "textattn.ensemble": 5, "textattn.sweep": 5, "textattn.translate": 5, "textattn.summary": 5,
+    "textattn.ensemble": 5, "textattn.sweep": 5, "textattn.sweep_summary": 5, "textattn.translate": 5, "textattn.summary": 5,
     "textattn.command_line": 5, "textattn.benchmark": 5, "textattn.defaults": 5,
     "textattn.configs": 5,
 }

@@ -26,6 +26,7 @@ from tests.test_train import (
   write_sentiment_jsonl,
 )
 from textattn import compare, models
+from textattn import progress as progress_lib
 from textattn import run as runner
 from textattn.data import file_source, ngrams
 from textattn.data import tokenizer as tokenizer_lib
@@ -247,7 +248,8 @@ def test_ensemble_computes_a_members_test_probabilities_its_report_did_not_make(
     trained, tmp_path, monkeypatch, capsys):
   # A member whose test_predictions.npz came from other parameters (another step) and says
   # wrong things: the ensemble must not use them, but predict the test split itself.
-  from textattn import ensemble, loop, predict
+  from textattn import ensemble
+  from textattn.tasks.classification import classifier
   workdir, _, report = trained["bilstm"]
   stale = tmp_path / "stale"
   subprocess.run(["cp", "-r", workdir, str(stale)], check=True)
@@ -255,11 +257,11 @@ def test_ensemble_computes_a_members_test_probabilities_its_report_did_not_make(
   compare.write_predictions(str(stale), labels, probabilities[:, ::-1], names,
                             params_from_step=10**6)
   calls = []
-  original = predict.Classifier.probabilities
-  monkeypatch.setattr(predict.Classifier, "probabilities",
+  original = classifier.Classifier.probabilities
+  monkeypatch.setattr(classifier.Classifier, "probabilities",
                       lambda self, inputs, **kw: calls.append(len(inputs))
                       or original(self, inputs, **kw))
-  monkeypatch.setattr(loop, "EVAL_PROGRESS_EVERY_S", 0)
+  monkeypatch.setattr(progress_lib, "EVAL_PROGRESS_EVERY_S", 0)
   result = ensemble.run([trained["nb"][0], str(stale)], str(tmp_path / "ens"), step=0.1)
   assert [m["test_probabilities"] for m in result["members"]] == ["test report", "computed"]
   assert result["members"][1]["test_accuracy"] == pytest.approx(report["test/accuracy"])

@@ -225,25 +225,26 @@ def test_the_calibrated_choice_is_recorded_and_kept_on_resume(calibrated, tmp_pa
   # The run records the kernel the calibration chose (fused: native measured slower at its
   # length) in its checkpoints' machine signature; where the calibration later says native
   # (a new verdict), the resume keeps the recorded kernel (kernels round differently).
+  import textattn
   from tests.test_train import tiny_config, write_sentiment_jsonl
+  from textattn import restore
   from textattn import run as runner
-  from textattn.tasks import classification
+  from textattn.tasks.classification import kernels
   data = write_sentiment_jsonl(tmp_path / "reviews.jsonl")
   config = tiny_config(data, tmp_path / "cache", num_train_steps=1, eval_every_steps=1,
                        checkpoint_every_steps=1)  # softmax, max_len 16, head_dim 8
   monkeypatch.setitem(TIMINGS, ("softmax", 16), (3.0, 2.0))
   runner.train_and_evaluate(config, str(tmp_path / "run"))
-  assert runner.recorded_machine(str(tmp_path / "run"))["attention_impl"] == "fused"
+  assert restore.recorded_machine(str(tmp_path / "run"))["attention_impl"] == "fused"
   monkeypatch.setitem(TIMINGS, ("softmax", 16), (1.0, 2.0))
   monkeypatch.setattr(calibration, "cache_path", lambda: tmp_path / "new.calibration.json")
   calibration.clear()
   config.num_train_steps = 2
   assert models.resolved_kernel(config) == "native"
-  pinned = classification.pinned_kernel(config, str(tmp_path / "run"), is_main=True)
+  pinned = kernels.pinned_kernel(config, str(tmp_path / "run"), is_main=True)
   assert pinned.model.attention_impl == "fused"
   # Prediction from the workdir uses it too (its report is reproduced to the bit).
-  from textattn import predict
-  assert predict.Classifier(str(tmp_path / "run")).model.attention_impl == "fused"
+  assert textattn.load(str(tmp_path / "run")).model.attention_impl == "fused"
 
 
 def test_a_failed_timing_falls_back_uncached(calibrated, monkeypatch):

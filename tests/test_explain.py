@@ -11,8 +11,9 @@ import pytest
 
 import textattn
 from tests.test_train import NEGATIVE, POSITIVE, REPO, tiny_config, write_sentiment_jsonl
-from textattn import explain, models
+from textattn import models
 from textattn import run as runner
+from textattn.tasks.classification import explain
 
 SENTIMENT = set(POSITIVE + NEGATIVE)
 

@@ -33,10 +33,10 @@ from tests.test_train import (
   tiny_config,
   write_sentiment_jsonl,
 )
-from textattn import checkpointing, errors, loop
+from textattn import checkpointing, errors, loop, restore
 from textattn import run as runner
-from textattn import step as step_lib
 from textattn import workdir as workdir_lib
+from textattn.tasks.classification import step as step_lib
 
 STOP_LINE = r"stopped at step (\d+), checkpoint saved; run the same command to resume"
 
@@ -187,7 +187,7 @@ def test_a_second_run_on_a_busy_workdir_refuses_naming_the_holder_and_ctrl_c_twi
   latest = manager.latest_step()
   restored = manager.restore(latest, args=ocp.args.Composite(
       state=ocp.args.StandardRestore(), data=ocp.args.JsonRestore()))
-  assert checkpointing.verify(restored, checkpointing.read_meta(manager, latest)) is None
+  assert restore.verify(restored, checkpointing.read_meta(manager, latest)) is None
 
 
 def test_a_stale_lock_is_taken_over_and_a_nan_names_the_steps_and_no_checkpoint_yet(
@@ -280,7 +280,7 @@ def test_a_corrupted_latest_checkpoint_is_reported_and_the_previous_good_one_use
                           abstract)
   with pytest.raises(errors.RunError, match=r"best checkpoint \(step 20\) .* failed verification "
                                            r"\(array params/logits/bias .*no test report"):
-    runner.restore_for_report(manager, 20, abstract, sharding)
+    restore.restore_for_report(manager, 20, abstract, sharding)
 
 
 def test_flipped_or_truncated_array_files_are_refused_or_replaced_never_restored(tmp_path,
@@ -316,7 +316,7 @@ def test_flipped_or_truncated_array_files_are_refused_or_replaced_never_restored
     manager = checkpointing.open_manager(str(trial), 1)
     meta = {**checkpointing.read_meta(manager, 20), "step": 20}
     try:
-      restored, used = checkpointing.restore_verified(manager, meta, abstract, sharding)
+      restored, used = restore.restore_verified(manager, meta, abstract, sharding)
     except errors.RunError as refused:
       assert "\n" not in str(refused)
       outcomes.append("refused")

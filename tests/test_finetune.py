@@ -17,7 +17,7 @@ import textattn
 from tests.test_train import REPO, assert_trees_identical, final_report, restore_params, run_main
 from textattn import checkpointing, defaults, errors, optim
 from textattn import run as runner
-from textattn.pretrained import finetune, hf
+from textattn.pretrained import hf
 
 FIXTURE = REPO / "tests" / "fixtures" / "tiny_bert"
 FILLER = ["the", "movie", "film", "was", "plot", "acting", "this", "it", "and", "of"]
@@ -221,9 +221,9 @@ def test_depth_scaling_from_the_names_equals_the_scales_of_a_built_model():
   params = {"encoder": {"embeddings": {"w": np.ones(2)}, "block_0": {"w": np.ones(2)},
                         "block_1": {"w": np.ones(2)}, "pooler": {"w": np.ones(2)}},
             "logits": {"w": np.ones(2)}}
-  by_names, _ = finetune.scale_by_depth(0.5).update(params, optax.EmptyState())
-  expected, _ = finetune.scale_by_layer_decay(
-      finetune.layer_decay_scales(params, 2, 0.5)).update(params, optax.EmptyState())
+  by_names, _ = optim.scale_by_depth(0.5).update(params, optax.EmptyState())
+  expected, _ = optim.scale_by_layer_decay(
+      optim.layer_decay_scales(params, 2, 0.5)).update(params, optax.EmptyState())
   jax.tree.map(np.testing.assert_array_equal, by_names, expected)
   assert float(by_names["encoder"]["embeddings"]["w"][0]) == 0.125  # 0.5 ** 3
 

@@ -16,10 +16,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from textattn import defaults, models, optim, step
+from textattn import defaults, models, optim, train_state
 from textattn.attention import common, lowering, pallas_allowlist
 from textattn.models import bert
 from textattn.tasks import translation
+from textattn.tasks.classification import step
 
 CUDA, TPU = "cuda", "tpu"
 
@@ -61,7 +62,7 @@ def _train_step_calls(module, train_step, batch, init_length, platform):
   `module` (state shapes only: nothing is initialised or run)."""
   tx = optim.make_optimizer(defaults.optimizer(), total_steps=100)
   with common.traced_for(platform):
-    state = jax.eval_shape(lambda: step.init_train_state(module, tx, jax.random.key(0),
+    state = jax.eval_shape(lambda: train_state.init_train_state(module, tx, jax.random.key(0),
                                                          init_length))
   return lowering.kernel_calls(lowering.export(train_step, (state, batch), platform))
 

@@ -23,9 +23,8 @@ from tests.test_train import (
   write_sentiment_jsonl,
 )
 from textattn import data as ip
-from textattn import models, optim
+from textattn import models, optim, train_state
 from textattn import run as runner
-from textattn import step as step_lib
 from textattn.data import tfds_source
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.models import layers
@@ -74,7 +73,7 @@ def _mlm_state(config, vocab_size, k, steps=1000):
   params = model.init({"params": jax.random.key(0)}, jnp.ones((1, config.max_len), jnp.int32),
                       mlm_positions=jnp.zeros((1, k), jnp.int32),
                       mask_input=jnp.zeros((1, config.max_len), bool))["params"]
-  return model, step_lib.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+  return model, train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                                         dropout_key=jax.random.key_data(jax.random.key(1)))
 
 
@@ -255,7 +254,7 @@ def test_a_pretrained_run_fine_tunes_from_the_cache_and_a_resume_never_pretrains
     np.testing.assert_array_equal(params["block_0"]["ffn_in"]["kernel"],
                                   archive["param:block_0/ffn_in/kernel"])
   model = models.build_model(config, 2, loaded.vocab_size)
-  state = step_lib.init_train_state(model, optim.make_optimizer(config.optimizer, 10),
+  state = train_state.init_train_state(model, optim.make_optimizer(config.optimizer, 10),
                                  jax.random.key(0), 16, config.optimizer,
                                  pretrained_params=params)
   np.testing.assert_array_equal(state.params["embedding"]["token"]["embedding"],

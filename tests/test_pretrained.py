@@ -13,7 +13,7 @@ import optax
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from textattn import defaults
+from textattn import defaults, optim
 from textattn.data.splits import DataError
 from textattn.models import bert
 from textattn.pretrained import finetune, hf
@@ -294,16 +294,15 @@ def test_inputs_longer_than_the_position_table_are_refused(tiny):
 
 
 def test_layer_decay_scales_each_layers_updates_by_its_depth(tiny):
-  from textattn.pretrained import finetune
   model = bert.BertClassifier(tiny.config, num_classes=2, attention_impl="xla")
   params, _ = hf.init_params(model, tiny, jax.random.key(0), 16)
-  scales = hf.flatten(finetune.layer_decay_scales(params, tiny.config.num_layers, 0.5))
+  scales = hf.flatten(optim.layer_decay_scales(params, tiny.config.num_layers, 0.5))
   assert scales["logits/kernel"] == scales["encoder/pooler/bias"] == 1.0
   assert scales["encoder/block_1/attention/query/kernel"] == 0.5
   assert scales["encoder/block_0/ffn_out/bias"] == 0.25
   assert scales["encoder/embeddings/word/embedding"] == 0.125
-  tx = optax.chain(optax.sgd(1.0), finetune.scale_by_layer_decay(
-      finetune.layer_decay_scales(params, tiny.config.num_layers, 0.5)))
+  tx = optax.chain(optax.sgd(1.0), optim.scale_by_layer_decay(
+      optim.layer_decay_scales(params, tiny.config.num_layers, 0.5)))
   grads = jax.tree_util.tree_map(np.ones_like, params)
   updates = hf.flatten(tx.update(grads, tx.init(params), params)[0])
   np.testing.assert_array_equal(updates["encoder/embeddings/norm/scale"], -0.125)

@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from textattn import attention, defaults, models, optim
-from textattn import step as step_lib
+from textattn import attention, defaults, models, optim, train_state
 from textattn.benchmark import plan, sweep
+from textattn.tasks.classification import step as step_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = "tests.toy_attention"
@@ -104,7 +104,7 @@ def test_toy_variant_trains_in_the_classifier(toy):
   config.model.attention = "toy_mean"
   model = models.build_model(config, num_classes=2)
   tx = optim.make_optimizer(config.optimizer, total_steps=10)
-  state = step_lib.init_train_state(model, tx, jax.random.key(0), config.max_len,
+  state = train_state.init_train_state(model, tx, jax.random.key(0), config.max_len,
                                     config.optimizer)
   before = jax.tree.map(np.asarray, state.params)
   tokens = np.array([[3, 4, 5, 6, 0, 0, 0, 0], [7, 8, 9, 0, 0, 0, 0, 0],

@@ -10,6 +10,7 @@ from scipy import stats
 
 from tests.test_train import REPO, write_sentiment_jsonl
 from textattn import sweep as vs
+from textattn import sweep_summary as summary
 
 
 def _write(path, rows):
@@ -23,8 +24,8 @@ def test_paired_summary_pairs_by_seed_and_reports_missing(tmp_path):
   _write(tmp_path / "b.jsonl", [("bigram", 12, 0.893), ("bigram", 11, 0.899), ("base", 11, 0.894)])
   with open(tmp_path / "b.jsonl", "a") as f:
     f.write(json.dumps({"variant": "base", "seed": 13, "error": "boom"}) + "\n")
-  table = vs.read_sweep_lines([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")])
-  r = vs.paired_summary(table, "base", "bigram", list(range(10, 14)))
+  table = summary.read_sweep_lines([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")])
+  r = summary.paired_summary(table, "base", "bigram", list(range(10, 14)))
   d = np.array([0.900 - 0.880, 0.899 - 0.894, 0.893 - 0.890])  # seeds 10, 11, 12
   assert r["n"] == 3 and r["seeds"] == [10, 11, 12]
   assert r["missing"] == {"base": [13], "bigram": [13]}
@@ -40,7 +41,7 @@ def test_a_run_counted_twice_is_refused(tmp_path):
   _write(tmp_path / "cpu.jsonl", [("base", 10, 0.89)])
   _write(tmp_path / "gpu.jsonl", [("base", 10, 0.90)])
   with pytest.raises(SystemExit, match="seed 10 appears twice"):
-    vs.read_sweep_lines([str(tmp_path / "cpu.jsonl"), str(tmp_path / "gpu.jsonl")])
+    summary.read_sweep_lines([str(tmp_path / "cpu.jsonl"), str(tmp_path / "gpu.jsonl")])
 
 
 def test_plain_summary_keeps_separate_sweeps_apart(tmp_path, capsys):

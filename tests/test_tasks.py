@@ -16,9 +16,10 @@ import pytest
 import textattn
 from tests.test_failures import STOP_LINE, has_checkpoint, start_main, wait_for
 from tests.test_train import assert_trees_identical, final_report, read_metrics, restore_params
-from textattn import defaults, loop, predict, tasks
+from textattn import defaults, loop, tasks
 from textattn import run as runner
 from textattn.errors import DataError, RunError
+from textattn.tasks.classification import classifier
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "textattn"
@@ -53,7 +54,8 @@ def test_a_plugin_task_trains_stops_resumes_bit_identically_and_loads(tmp_path):
   predicted = reverser.reverse(test[:, :config.length])
   assert np.mean(predicted == test[:, config.length:]) == pytest.approx(report["test/accuracy"])
   with pytest.raises(DataError, match="is a toy_reverse run, not a classifier's workdir"):
-    predict.load(str(stopped), plugins=["tests.toy_task"])  # (the classifier's own loader)
+    classifier.Classifier(str(stopped), config=runner.read_workdir_config(
+        str(stopped), ["tests.toy_task"]))  # (the classifier's own loader)
 
 
 def _python_files(root):

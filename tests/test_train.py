@@ -19,10 +19,21 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests import recipes_config
-from textattn import checkpointing, compare, defaults, errors, loop, models, optim, platform
+from textattn import (
+  checkpointing,
+  compare,
+  defaults,
+  errors,
+  loop,
+  models,
+  optim,
+  platform,
+  train_state,
+)
 from textattn import data as data_lib
+from textattn import progress as progress_lib
 from textattn import run as runner
-from textattn import step as step_lib
+from textattn.tasks.classification import step as step_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 POSITIVE = ["good", "great", "fine", "superb", "lovely"]
@@ -148,7 +159,7 @@ def test_one_train_step_changes_every_trainable_parameter():
   batch = {"inputs": jnp.asarray(np.pad(ids, ((0, 0), (0, 3))), jnp.int32),
            "labels": jnp.array([0, 1, 0, 1])}
   params = model.init(jax.random.key(0), batch["inputs"])["params"]
-  state = step_lib.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.1),
+  state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.1),
                                   dropout_key=jax.random.key_data(jax.random.key(1)))
   new_state, metrics = jax.jit(step_lib.train_step)(state, batch)
   assert int(new_state.step) == 1 and float(metrics["count"]) == 4
@@ -264,7 +275,7 @@ def test_label_smoothing_trains_on_the_smoothed_cross_entropy():
   for smoothing in (0.0, 0.2):
     optimizer = defaults.optimizer()
     optimizer.label_smoothing = smoothing
-    state = step_lib.init_train_state(model, optax.sgd(0.1), jax.random.key(0), 12, optimizer)
+    state = train_state.init_train_state(model, optax.sgd(0.1), jax.random.key(0), 12, optimizer)
     logits = np.asarray(model.apply({"params": state.params}, batch["inputs"]), np.float64)
     _, metrics = jax.jit(step_lib.train_step)(state, batch)
     losses[smoothing] = float(metrics["loss_sum"])
@@ -284,7 +295,7 @@ def test_loss_falls_and_the_task_is_learned(tmp_path, data_file, monkeypatch, ca
   config = tiny_config(data_file, tmp_path / "cache", num_train_steps=120, eval_every_steps=40,
                        checkpoint_every_steps=40, log_every_steps=20,
                        eval_batch_size=20)  # 48 test examples: the last batch is padded
-  monkeypatch.setattr(loop, "EVAL_PROGRESS_EVERY_S", 0.0)  # a progress line every eval batch
+  monkeypatch.setattr(progress_lib, "EVAL_PROGRESS_EVERY_S", 0.0)  # a progress line every eval batch
   report = runner.train_and_evaluate(config, str(tmp_path / "run"))
   out = capsys.readouterr().out
   for done in ("20/48", "40/48", "48/48"):  # (the padded last batch counts its real rows)

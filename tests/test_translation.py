@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.test_train import assert_trees_identical, restore_params
-from textattn import defaults, loop
+from textattn import defaults
+from textattn import progress as progress_lib
 from textattn import run as runner
 from textattn.data.splits import DataError
 from textattn.tasks import translation
@@ -84,7 +85,7 @@ def test_other_decoders_and_tokenizers_learn_too(tmp_path, decoder, tokenizer, s
   if shared:  # one vocabulary, one token table for both sides and the output layer
     config.shared_vocab = True
     config.model.update(share_embeddings=True, tie_output=True)
-  monkeypatch.setattr(loop, "EVAL_PROGRESS_EVERY_S", 0.0)  # a progress line every batch
+  monkeypatch.setattr(progress_lib, "EVAL_PROGRESS_EVERY_S", 0.0)  # a progress line every batch
   report = runner.train_and_evaluate(config, str(tmp_path / "run"))
   check_learned(report, tmp_path / "run", shared)
   out = capsys.readouterr().out
@@ -96,7 +97,7 @@ def test_other_decoders_and_tokenizers_learn_too(tmp_path, decoder, tokenizer, s
 def test_batches_cut_to_their_width_give_the_same_sums_as_full_width(tmp_path):
   import jax
 
-  from textattn import step
+  from textattn import train_state
   # (no dropout: its masks are drawn per shape, so a cut batch draws other masks)
   config = tiny(write_pairs(tmp_path / "pairs.txt"),
                 **{"model.dropout_rate": 0.0, "model.output_dropout_rate": 0.0})
@@ -104,7 +105,7 @@ def test_batches_cut_to_their_width_give_the_same_sums_as_full_width(tmp_path):
   packed = translation.Packed(translation.build_model(config, source_tok.vocab_size,
                                                       target_tok.vocab_size))
   import optax  # plain SGD: the update is the gradient (Adam would blow float noise up to lr)
-  state = step.init_train_state(packed, optax.sgd(1.0), jax.random.key(0), 17, config.optimizer)
+  state = train_state.init_train_state(packed, optax.sgd(1.0), jax.random.key(0), 17, config.optimizer)
   trim = translation.trimmer(config.source_len, config.target_len)
   inputs = data.validation.inputs[:32]  # sorted by length: short rows first
   widths = translation.lengths(inputs, config.source_len)

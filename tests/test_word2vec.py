@@ -15,9 +15,8 @@ from tests import recipes_config
 from tests.test_data import fake_tfds, make_config, write_csv
 from tests.test_train import cli_args, read_metrics, run_main, write_sentiment_jsonl
 from textattn import data as ip
-from textattn import models, optim
+from textattn import models, optim, train_state
 from textattn import run as runner
-from textattn import step as step_lib
 from textattn.data import file_source
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.recipes import word2vec
@@ -93,11 +92,11 @@ def test_pretrained_rows_replace_the_random_ones_and_nothing_else_changes():
   model = models.build_model(config, 2, vocab_size=10)
   tx = optim.make_optimizer(config.optimizer, 10)
   rng = jax.random.key(0)
-  plain = step_lib.init_train_state(model, tx, rng, 6)
+  plain = train_state.init_train_state(model, tx, rng, 6)
   table = np.arange(80, dtype=np.float32).reshape(10, 8)
   found = np.zeros(10, bool)
   found[[3, 7]] = True
-  state = step_lib.init_train_state(model, tx, rng, 6, None, (table, found))
+  state = train_state.init_train_state(model, tx, rng, 6, None, (table, found))
   token = np.asarray(state.params["embedding"]["token"]["embedding"])
   random_token = np.asarray(plain.params["embedding"]["token"]["embedding"])
   np.testing.assert_array_equal(token[found], table[found])

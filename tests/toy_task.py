@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from textattn import attention, defaults, run, tasks
+from textattn import attention, optim, restore, tasks
 from textattn.data import Dataset, Split, TrainIterator, eval_batches
 from textattn.errors import UsageError
 
@@ -35,19 +35,18 @@ def toy_defaults() -> ml_collections.ConfigDict:
   config.model.attention = "softmax"
   config.model.embed_dim = 16
   config.model.num_heads = 2
-  config.optimizer = defaults.optimizer()
+  config.optimizer = optim.defaults()
   config.optimizer.learning_rate = 1e-2
-  defaults.run_fields(config)
+  # The runner adds its own fields (seed, epochs, checkpoints, ...) and checks them: a task
+  # sets only those it wants otherwise.
   config.batch_size = 16
   config.eval_batch_size = 32
   return config
 
 
 def validate(config, device_count):
+  """Only the task's own fields: the runner checks its own (batch sizes, epochs, ...)."""
   if device_count is not None:
-    if config.batch_size % device_count:
-      raise UsageError(f"config.batch_size={config.batch_size} must be a multiple of the "
-                       f"device count ({device_count}).")
     return
   if config.vocab < 3 or config.length < 1:
     raise UsageError(f"config.vocab={config.vocab} must be >= 3 and config.length="
@@ -131,7 +130,7 @@ def prepare(config, workdir, is_main):
     return {f"{prefix}/loss": float(totals["loss_sum"]) / count,
             f"{prefix}/accuracy": float(totals["correct"]) / count}, None
 
-  return run.Job(
+  return tasks.Job(
       data=data, module=model, init_length=2 * config.length,
       train_iter=TrainIterator(data.train, config.batch_size, config.seed),
       train_step=train_step, evaluate=evaluate,
@@ -144,7 +143,7 @@ class ReverserModel:
 
   def __init__(self, workdir, checkpoint, config):
     self.config, self.model = config, build(config)
-    self.step, self.params = run.restore_params(workdir, checkpoint, config, self.model,
+    self.step, self.params = restore.restore_params(workdir, checkpoint, config, self.model,
                                                     2 * config.length)
 
   def reverse(self, sequences) -> np.ndarray:

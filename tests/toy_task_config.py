@@ -4,11 +4,12 @@
         --workdir=runs/toy
 """
 
-from tests import toy_task  # the plugin's own defaults (run from the repository's root)
+from tests import toy_task  # noqa: F401 -- registers the task (run from the repository's root)
+from textattn import defaults
 
 
 def get_config():
-  config = toy_task.toy_defaults()
+  config = defaults.for_task("toy_reverse")  # its own fields, then the runner's
   config.num_train_steps = 60
   config.eval_every_steps = 10
   config.checkpoint_every_steps = 10

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
 
 import jax
@@ -414,93 +413,6 @@ def checksums(state, data_state: dict | None = None) -> dict:
   if data_state is not None:
     out["data"] = hashlib.sha256(json.dumps(data_state, sort_keys=True).encode()).hexdigest()
   return out
-
-
-def verify(restored: dict, meta: dict) -> str | None:
-  """None if `restored` (state, and data if restored) has the checksums `meta` recorded, else
-  what differs ("array params/x"); "unverified" for a checkpoint written without them."""
-  recorded = meta.get("checksums")
-  if not recorded:
-    return "unverified"
-  now = checksums(restored["state"], restored.get("data"))
-  differing = sorted(name for name in set(recorded["state"]) | set(now["state"])
-                     if recorded["state"].get(name) != now["state"].get(name))
-  if "data" in restored and recorded.get("data") != now.get("data"):
-    differing.append("data iterator state")
-  if not differing:
-    return None
-  more = f" and {len(differing) - 1} more" if len(differing) > 1 else ""
-  return f"{'array ' if differing[0] in now['state'] else ''}{differing[0]}{more}"
-
-
-def any_process(flag: bool) -> int:
-  """The index of the first process where `flag` holds, or -1 (every process calls it)."""
-  if jax.process_count() == 1:
-    return 0 if flag else -1
-  from jax.experimental import multihost_utils
-  flags = np.asarray(multihost_utils.process_allgather(np.asarray(flag, np.int32))).reshape(-1)
-  return int(np.argmax(flags)) if flags.any() else -1
-
-
-def restore_verified(manager, meta: dict, abstract_state, state_sharding,
-                     with_data: bool = True) -> tuple[dict, dict]:
-  """(restored items, meta) of the newest checkpoint at or before meta["step"] whose arrays
-  verify. Newer ones that fail are reported (one warning line each) and moved aside into
-  workdir/checkpoints-failed-verification/ (so the resumed run can write those steps again);
-  RunError if none verifies (then nothing is moved)."""
-  failed = []
-  candidates = sorted((s for s in manager.all_steps() if s <= meta["step"]), reverse=True)
-  for step in candidates:
-    try:
-      step_meta = meta if step == meta["step"] else {**read_meta(manager, step), "step": step}
-      restored = restore(manager, step, abstract_state, state_sharding, with_data=with_data)
-    except Exception as e:  # an unreadable older candidate: try the next one
-      if step == meta["step"]:
-        raise
-      restored, problem = None, f"unreadable: {type(e).__name__}"
-    else:
-      problem = verify(restored, step_meta)
-    if problem == "unverified":
-      if jax.process_index() == 0:
-        print(f"Warning: the checkpoint at step {step} in {manager.directory} was written "
-              f"without checksums (an older textattn); resuming from it unverified.", flush=True)
-      problem = None
-    where = any_process(problem is not None)
-    if where < 0:
-      if failed:
-        _move_aside(manager, [s for s, _ in failed])
-      return restored, step_meta
-    problem = problem or f"on process {where}"
-    failed.append((step, problem))
-    if jax.process_index() == 0:
-      older = [s for s in candidates if s < step]
-      print(f"Warning: the checkpoint at step {step} in {manager.directory} failed verification "
-            f"({problem} differs from the checksum recorded when it was saved: its files "
-            f"changed since); " + (f"trying step {older[0]}." if older else "no older one."),
-            flush=True)
-  listed = "; ".join(f"step {s}: {p}" for s, p in failed)
-  raise RunError(f"No checkpoint in {manager.directory} passed verification ({listed}); their "
-                 f"files changed after they were written, so resuming would continue from wrong "
-                 f"parameters: restore them from a copy, or move them away to start afresh (or "
-                 f"use a new --workdir).")
-
-
-def _move_aside(manager, steps) -> None:
-  directory = os.path.abspath(str(manager.directory))
-  target = os.path.join(os.path.dirname(directory), FAILED_DIR)
-  if jax.process_index() == 0:
-    os.makedirs(target, exist_ok=True)
-    for step in steps:
-      destination = os.path.join(target, str(step))
-      if os.path.exists(destination):
-        destination += f"-{len(os.listdir(target))}"
-      shutil.move(os.path.join(directory, str(step)), destination)
-      print(f"Moved the checkpoint at step {step} that failed verification to {destination}.",
-            flush=True)
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-    multihost_utils.sync_global_devices("textattn: failed checkpoints moved aside")
-  manager.reload()
 
 
 def save_failed(manager, step: int, error: Exception) -> RunError:

@@ -35,6 +35,11 @@ def translation() -> ml_collections.ConfigDict:
   return run.task_defaults("translation")
 
 
+def for_task(name: str) -> ml_collections.ConfigDict:
+  """Any registered task's defaults with the runner's fields (a plugin task's config files)."""
+  return run.task_defaults(name)
+
+
 def optimizer() -> ml_collections.ConfigDict:
   """The optimizer's fields (textattn/optim.py)."""
   return optim.defaults()

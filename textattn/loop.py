@@ -181,47 +181,26 @@ class FitResult:
 
 def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule,
         hooks: Hooks | None = None, *, start_step: int = 0) -> FitResult:
-  """Trains `state` from `start_step` to `schedule.total_steps` and returns the final state and
-  the logged rows.
-
-  train_step(state, batch) -> (state, sums): pure; sums hold "loss_sum", "correct", "count",
-    "nonfinite" and optionally "grad_norm_sum" with "steps". Compiled here over schedule.mesh
-    (batch split along its data and sequence axes, state replicated and donated).
-  batches: yields this process's rows of each global batch (numpy).
-  hooks: the periodic actions (Hooks: evaluation, checkpoints, metric log, signal stop, NaN
-    recovery, progress lines); None: none of them.
-  """
+  """Trains `state` from `start_step` to `schedule.total_steps`: the final state and the logged
+  rows. train_step(state, batch) -> (state, sums): pure; sums hold "loss_sum", "correct",
+  "count", "nonfinite" and optionally "grad_norm_sum" with "steps"; compiled here over
+  schedule.mesh (batch split along its data and sequence axes, state replicated and donated).
+  batches: this process's rows of each global batch (numpy). hooks: the periodic actions
+  (evaluation, checkpoints, metric log, signal stop, NaN recovery, progress lines)."""
   hooks = hooks or Hooks()
   evaluate, save, writer, stop = hooks.evaluate, hooks.save, hooks.writer, hooks.stop
-  recover, skipped = hooks.recovery.recover, hooks.recovery.skipped
-  nonfinite_advice, prefix = hooks.recovery.advice, schedule.prefix
-  is_main = jax.process_index() == 0
+  recover, skipped, prefix = hooks.recovery.recover, hooks.recovery.skipped, schedule.prefix
+  is_main, total, history = jax.process_index() == 0, schedule.total_steps, []
   mesh = schedule.mesh if schedule.mesh is not None else platform.run_mesh()
-  replicated = platform.replicated(mesh)
-  state_sharding = jax.tree.map(lambda _: replicated, state)
-  total = schedule.total_steps
-  history: list[dict] = []
 
   def log(step, row):
     history.append({"step": step, **row})
     if writer is not None and is_main:
       writer.write(step, row)
-
   if start_step >= total:
     return FitResult(state, history)
-
-  def jitted(batch):
-    return jax.jit(train_step, in_shardings=(state_sharding, platform.batch_shardings(mesh, batch)),
-                   out_shardings=(state_sharding, replicated), donate_argnums=0,
-                   compiler_options=schedule.compiler_options)
-  if is_main and hooks.progress:  # (seconds to minutes in which nothing else is printed)
-    print(f"Compiling the {'training' if prefix == 'train' else prefix} step ...", flush=True)
-  t0 = time.perf_counter()
-  batch = platform.to_global(next(batches), mesh)
-  step_for = _Executables(jitted)
-  step_for(state, batch)
-  compile_s = time.perf_counter() - t0
-  logging.info("Compiled the %s step in %.1fs.", prefix, compile_s)
+  step_for, batch, compile_s = _compile(train_step, state, batches, schedule, mesh,
+                                        is_main and hooks.progress)
   if start_step == 0:  # (a resumed run would add a row the original run lacks)
     log(0, {f"{prefix}/compile_s": compile_s})
 
@@ -243,12 +222,8 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
     if len(in_flight) > MAX_IN_FLIGHT:
       jax.block_until_ready(in_flight.popleft())
     done = step = step + 1
-    is_last = done == total
-    log_now = (schedule.log_every and done % schedule.log_every == 0) or is_last
-    eval_now = evaluate is not None and (
-        (schedule.eval_every and done % schedule.eval_every == 0) or is_last)
-    save_now = save is not None and (
-        (schedule.checkpoint_every and done % schedule.checkpoint_every == 0) or is_last)
+    is_last, log_now, eval_now, save_now = _due(schedule, done, evaluate is not None,
+                                                save is not None)
     boundary = bool(log_now or eval_now or save_now)
     if boundary:
       totals = sum_steps(pending)  # one host sync per window
@@ -263,7 +238,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
           batch = platform.to_global(next(batches), mesh)
           continue
       _check_finite(totals, done, len(pending), prefix, lambda: _skips_text(skipped)
-                    + nonfinite_advice(), progress)
+                    + hooks.recovery.advice(), progress)
       row = _train_row(totals, prefix, len(pending) * schedule.batch_size,
                        time.perf_counter() - window_start, done, schedule.steps_per_epoch)
       log(done, row)
@@ -285,6 +260,41 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
 
 
 MAX_SKIPPED_BATCHES = 3
+
+
+def _compile(train_step, state, batches, schedule: Schedule, mesh, talk: bool):
+  """The step compiled on the first batch: (executables by batch width, that global batch,
+  seconds taken); `talk`: say so before and after (seconds to minutes of nothing else)."""
+  replicated = platform.replicated(mesh)
+  state_sharding = jax.tree.map(lambda _: replicated, state)
+
+  def jitted(batch):
+    return jax.jit(train_step, in_shardings=(state_sharding, platform.batch_shardings(mesh, batch)),
+                   out_shardings=(state_sharding, replicated), donate_argnums=0,
+                   compiler_options=schedule.compiler_options)
+  prefix = schedule.prefix
+  if talk:
+    print(f"Compiling the {'training' if prefix == 'train' else prefix} step ...", flush=True)
+  t0 = time.perf_counter()
+  batch = platform.to_global(next(batches), mesh)
+  step_for = _Executables(jitted)
+  step_for(state, batch)
+  compile_s = time.perf_counter() - t0
+  logging.info("Compiled the %s step in %.1fs.", prefix, compile_s)
+  if talk:
+    print(f"Compiled in {compile_s:.1f} s.", flush=True)
+  return step_for, batch, compile_s
+
+
+def _due(schedule: Schedule, done: int, evaluates: bool, saves: bool):
+  """(is_last, log_now, eval_now, save_now) after step `done`."""
+  is_last = done == schedule.total_steps
+  log_now = bool(schedule.log_every and done % schedule.log_every == 0) or is_last
+  eval_now = evaluates and (bool(schedule.eval_every and done % schedule.eval_every == 0)
+                            or is_last)
+  save_now = saves and (bool(schedule.checkpoint_every and done % schedule.checkpoint_every == 0)
+                        or is_last)
+  return is_last, log_now, eval_now, save_now
 
 
 class _Profiler:

@@ -10,7 +10,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from textattn import sharding
+from textattn import attention, sharding
+from textattn.attention import native
 from textattn.errors import UsageError
 
 
@@ -223,8 +224,6 @@ def machine_signature(config: ml_collections.ConfigDict, attention_impl: str) ->
                # Absent before config.mesh (a resume from such a checkpoint notes nothing).
                "mesh": dict(config_mesh(config).shape)}
   if signature["backend"] == "cpu":
-    from textattn import attention
-    from textattn.attention import native
     signature["cpu_cores"] = attention.usable_cores()
     signature["cpu_features"] = hashlib.sha256(native.cpu_signature().encode()).hexdigest()[:12]
   return signature

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 
 import jax
+import numpy as np
+from absl import logging
 
 from textattn import checkpointing, optim, train_state
 from textattn.errors import RunError
@@ -48,7 +51,7 @@ def resume_or_start(config, workdir, manager, shapes, contract, machine, abstrac
     return fresh(), 0, None, []
   if is_main:
     checkpointing.warn_machine_change(meta.get("machine", machine), machine)
-  restored, meta = checkpointing.restore_verified(manager, meta, abstract_state, state_sharding)
+  restored, meta = restore_verified(manager, meta, abstract_state, state_sharding)
   train_iter.set_state(restored["data"])
   if is_main:
     print(f"Resuming from checkpoint at step {meta['step']}.", flush=True)
@@ -80,7 +83,7 @@ def recovery(manager, train_iter, writer, attach, abstract_state, state_sharding
       train_iter.set_state({"epoch": 0, "index": 0})
       writer.rewind(0)
       return fresh(), 0
-    restored, restored_meta = checkpointing.restore_verified(
+    restored, restored_meta = restore_verified(
         manager, {**checkpointing.read_meta(manager, max(earlier)), "step": max(earlier)},
         abstract_state, state_sharding)
     train_iter.set_state(restored["data"])
@@ -98,15 +101,16 @@ def restore_for_report(manager, report_step, abstract_state, state_sharding):
                                      with_data=False)
     meta = checkpointing.read_meta(manager, report_step)
   except Exception as e:
+    logging.debug("Reading the best checkpoint (step %s) failed: %s", report_step, e)
     raise RunError(f"The best checkpoint (step {report_step}) in {manager.directory} cannot be "
-                   f"read ({type(e).__name__}: {checkpointing.one_line(e)}); no test report "
-                   f"was written (an earlier one is kept).") from e
-  problem = checkpointing.verify(restored, meta)
+                   f"read ({type(e).__name__}); no test report was written (an earlier one is "
+                   f"kept).") from e
+  problem = verify(restored, meta)
   if problem == "unverified":
     print(f"Warning: the best checkpoint (step {report_step}) was written without checksums "
           f"(an older textattn); the test report uses it unverified.", flush=True)
     problem = None
-  where = checkpointing.any_process(problem is not None)
+  where = any_process(problem is not None)
   if where >= 0:
     raise RunError(f"The best checkpoint (step {report_step}) in {manager.directory} failed "
                    f"verification ({problem or f'on process {where}'} differs from the checksum "
@@ -121,7 +125,8 @@ def restore_params(workdir: str, checkpoint: str, config, model, length: int | N
   """(step, parameters) of a workdir's chosen checkpoint ("best", "last" or a step), laid out
   on this machine's first device and verified against the checksums recorded when it was
   saved; `model` and `length` (default config.max_len) rebuild the state's structure,
-  `trainable` as the run's optimizer had it (optim.make_optimizer). What every task's `load` restores with."""
+  `trainable` as the run's optimizer had it (optim.make_optimizer). What every task's `load`
+  restores with."""
   manager = checkpointing.open_manager(workdir, int(config.keep_checkpoints))
   try:
     steps = sorted(manager.all_steps())
@@ -152,9 +157,10 @@ def restore_params(workdir: str, checkpoint: str, config, model, length: int | N
     except RunError:
       raise
     except Exception as e:  # noqa: BLE001 -- any unreadable checkpoint: one sentence
+      logging.debug("Reading the checkpoint at step %s failed: %s", chosen, e)
       raise RunError(f"The checkpoint at step {chosen} in {manager.directory} cannot be read "
-                     f"({type(e).__name__}: {checkpointing.one_line(e)}).") from None
-    problem = checkpointing.verify(restored, meta)
+                     f"({type(e).__name__}).") from None
+    problem = verify(restored, meta)
     if problem == "unverified":
       print(f"Warning: the checkpoint at step {chosen} was written without checksums (an older "
             f"textattn); its parameters are used unverified.", file=sys.stderr)
@@ -165,3 +171,92 @@ def restore_params(workdir: str, checkpoint: str, config, model, length: int | N
     return chosen, restored["state"].params
   finally:
     manager.close()
+
+
+def verify(restored: dict, meta: dict) -> str | None:
+  """None if `restored` (state, and data if restored) has the checksums `meta` recorded, else
+  what differs ("array params/x"); "unverified" for a checkpoint written without them."""
+  recorded = meta.get("checksums")
+  if not recorded:
+    return "unverified"
+  now = checkpointing.checksums(restored["state"], restored.get("data"))
+  differing = sorted(name for name in set(recorded["state"]) | set(now["state"])
+                     if recorded["state"].get(name) != now["state"].get(name))
+  if "data" in restored and recorded.get("data") != now.get("data"):
+    differing.append("data iterator state")
+  if not differing:
+    return None
+  more = f" and {len(differing) - 1} more" if len(differing) > 1 else ""
+  return f"{'array ' if differing[0] in now['state'] else ''}{differing[0]}{more}"
+
+
+def any_process(flag: bool) -> int:
+  """The index of the first process where `flag` holds, or -1 (every process calls it)."""
+  if jax.process_count() == 1:
+    return 0 if flag else -1
+  from jax.experimental import multihost_utils
+  flags = np.asarray(multihost_utils.process_allgather(np.asarray(flag, np.int32))).reshape(-1)
+  return int(np.argmax(flags)) if flags.any() else -1
+
+
+def restore_verified(manager, meta: dict, abstract_state, state_sharding,
+                     with_data: bool = True) -> tuple[dict, dict]:
+  """(restored items, meta) of the newest checkpoint at or before meta["step"] whose arrays
+  verify. Newer ones that fail are reported (one warning line each) and moved aside into
+  workdir/checkpoints-failed-verification/ (so the resumed run can write those steps again);
+  RunError if none verifies (then nothing is moved)."""
+  failed = []
+  candidates = sorted((s for s in manager.all_steps() if s <= meta["step"]), reverse=True)
+  for step in candidates:
+    try:
+      step_meta = (meta if step == meta["step"]
+                   else {**checkpointing.read_meta(manager, step), "step": step})
+      restored = checkpointing.restore(manager, step, abstract_state, state_sharding,
+                                       with_data=with_data)
+    except Exception as e:  # an unreadable older candidate: try the next one
+      if step == meta["step"]:
+        raise
+      restored, problem = None, f"unreadable: {type(e).__name__}"
+    else:
+      problem = verify(restored, step_meta)
+    if problem == "unverified":
+      if jax.process_index() == 0:
+        print(f"Warning: the checkpoint at step {step} in {manager.directory} was written "
+              f"without checksums (an older textattn); resuming from it unverified.", flush=True)
+      problem = None
+    where = any_process(problem is not None)
+    if where < 0:
+      if failed:
+        _move_aside(manager, [s for s, _ in failed])
+      return restored, step_meta
+    problem = problem or f"on process {where}"
+    failed.append((step, problem))
+    if jax.process_index() == 0:
+      older = [s for s in candidates if s < step]
+      print(f"Warning: the checkpoint at step {step} in {manager.directory} failed verification "
+            f"({problem} differs from the checksum recorded when it was saved: its files "
+            f"changed since); " + (f"trying step {older[0]}." if older else "no older one."),
+            flush=True)
+  listed = "; ".join(f"step {s}: {p}" for s, p in failed)
+  raise RunError(f"No checkpoint in {manager.directory} passed verification ({listed}); their "
+                 f"files changed after they were written, so resuming would continue from wrong "
+                 f"parameters: restore them from a copy, or move them away to start afresh (or "
+                 f"use a new --workdir).")
+
+
+def _move_aside(manager, steps) -> None:
+  directory = os.path.abspath(str(manager.directory))
+  target = os.path.join(os.path.dirname(directory), checkpointing.FAILED_DIR)
+  if jax.process_index() == 0:
+    os.makedirs(target, exist_ok=True)
+    for step in steps:
+      destination = os.path.join(target, str(step))
+      if os.path.exists(destination):
+        destination += f"-{len(os.listdir(target))}"
+      shutil.move(os.path.join(directory, str(step)), destination)
+      print(f"Moved the checkpoint at step {step} that failed verification to {destination}.",
+            flush=True)
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices("textattn: failed checkpoints moved aside")
+  manager.reload()

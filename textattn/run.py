@@ -262,6 +262,15 @@ def write_config(workdir: str, config, start_step: int) -> None:
   write_json_atomic(path, current)
 
 
+def _eval_data(job: tasks.Job):
+  """The split evaluated during training (UsageError if it is empty)."""
+  data = job.data.validation if job.eval_split == "validation" else job.data.test
+  if len(data) == 0:
+    raise UsageError(f"config.eval_split={job.eval_split!r} selects an empty split; with "
+                     f"eval_split='validation' set config.val_fraction > 0.")
+  return data
+
+
 def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict:
   replicated = platform.replicated(platform.config_mesh(config))
   job = task.prepare(config, workdir, is_main)
@@ -271,11 +280,7 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
                                         plan.total_steps, plan.eval_every,
                                         plan.checkpoint_every)
   machine = platform.machine_signature(config, job.attention_impl)
-  eval_data = job.data.validation if job.eval_split == "validation" else job.data.test
-  if len(eval_data) == 0:
-    raise UsageError(f"config.eval_split={job.eval_split!r} selects an empty split; with "
-                     f"eval_split='validation' set config.val_fraction > 0.")
-
+  eval_data = _eval_data(job)
   init = _initializer(config, job, tx)
 
   def attach(restored):  # a restored state gets the functions a checkpoint does not hold

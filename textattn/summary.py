@@ -9,6 +9,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from textattn import command_line
+from textattn.errors import user_errors
 
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 2, "Number of output classes (IMDB: 2).")
 _PLUGINS = flags.DEFINE_multi_string("plugin", [], "Module that registers attention variants.")
@@ -21,8 +22,7 @@ def main(argv):
   from absl import logging
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # the table only, as textattn.main is quiet
-  from textattn import attention, models
-  from textattn.errors import user_errors
+  from textattn import attention, models  # (lazy: `--help` stays instant)
   with user_errors():
     attention.load_plugins(_PLUGINS.value)
     config = _CONFIG.value

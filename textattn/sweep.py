@@ -46,8 +46,13 @@ import time
 
 import numpy as np
 
-from textattn import defaults
-from textattn.errors import DataError
+from textattn import checkpointing, defaults, platform, run
+from textattn import data as data_lib
+from textattn.errors import user_errors
+from textattn.models import baselines
+from textattn.recipes import pretrain, word2vec
+from textattn.sweep_summary import summarize
+from textattn.tasks import classification
 
 
 def load_config(path: str):
@@ -69,7 +74,6 @@ def parse_variant(text: str) -> tuple[str, dict]:
 def apply_overrides(config, overrides: dict):
   """`config` with FIELD=VALUE overrides; a recipe's fields (pretrain.*, word2vec.*) are added
   with their defaults when an override names one and the config lacks them."""
-  from textattn.recipes import pretrain, word2vec
   config = config.copy_and_resolve_references()
   for field, value in overrides.items():
     recipe = {"pretrain": pretrain, "word2vec": word2vec}.get(field.split(".")[0])
@@ -97,9 +101,6 @@ DATA_FIELD_DEFAULTS = {"padding": "after_masked", "ngram_order": 2, "ngram_count
 
 
 def export(args) -> None:
-  from textattn import checkpointing
-  from textattn import data as data_lib
-  from textattn.recipes import pretrain, word2vec
   config = load_config(args.config)
   if data_lib.pads_before(config):
     raise SystemExit(f"{args.config}: config.padding={config.padding!r}; the sweep stores and "
@@ -136,8 +137,6 @@ def export(args) -> None:
 def export_corpus(args) -> None:
   """The pretraining corpus of a config with pretrain.unlabeled_split=--unlabeled-split, as
   pretrain.corpus builds it, stored ragged (tokens concatenated, one length per text)."""
-  from textattn import data as data_lib
-  from textattn.recipes import pretrain
   config = apply_overrides(load_config(args.config), {"pretrain.objective": "mlm"})
   with config.unlocked():
     config.pretrain.unlabeled_split = args.unlabeled_split
@@ -190,8 +189,6 @@ def check_export(raw: dict, config) -> None:
 def pretrain_encoder(args) -> None:
   """Pretrains a config's encoder on an exported corpus; writes the parameters, the settings
   they depend on and the curve, for `sweep --encoder`."""
-  from textattn import checkpointing
-  from textattn.recipes import pretrain
   config = apply_overrides(load_config(args.config),
                            {"pretrain.objective": "mlm", **json.loads(args.overrides)})
   pretrain.validate_config(config)
@@ -209,7 +206,6 @@ def pretrain_encoder(args) -> None:
 
 
 def word2vec_settings(config) -> dict:
-  from textattn.recipes import word2vec
   return {**word2vec.vector_settings(config), "scale": config.word2vec.scale}
 
 
@@ -228,7 +224,6 @@ def shorten(inputs: np.ndarray, max_len: int, truncation: str) -> np.ndarray:
 
 def _load_export(data_path: str, config) -> tuple[dict, dict]:
   """(the export's arrays, {"train", "val"} Splits re-truncated to config.max_len)."""
-  from textattn import data as data_lib
   with np.load(data_path) as f:
     raw = {k: f[k] for k in f.files}
   check_export(raw, config)
@@ -245,8 +240,6 @@ def _pretrained_starts(raw: dict, config, encoder_path: str):
   """(word2vec token table or None, pretrained encoder parameters or None) from the export."""
   import jax.numpy as jnp
 
-  from textattn import checkpointing
-  from textattn.recipes import pretrain
   pretrained_tokens = pretrained_params = None
   if config.model.embedding_init == "word2vec":
     if "w2v_table" not in raw:
@@ -283,10 +276,6 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
   optimizer, evaluating on validation every eval_every_steps; returns the validation curve."""
   import jax
 
-  from textattn import data as data_lib
-  from textattn import platform, run
-  from textattn.models import baselines
-  from textattn.tasks import classification
 
   config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
   if jax.default_backend() != "cpu":
@@ -352,87 +341,6 @@ def sweep(args) -> None:
             + " ".join(f"{v:.4f}" for v in values))
 
 
-def read_sweep_lines(paths: list[str]) -> dict[str, dict[int, float]]:
-  """{variant: {seed: best validation}} over sweep files; a (variant, seed) twice is an error."""
-  table: dict[str, dict[int, float]] = {}
-  for path in paths:
-    if not os.path.isfile(path):
-      raise DataError(f"{path}: no such sweep file; give the --out file(s) of a sweep.")
-    with open(path) as f:
-      for number, line in enumerate(f, 1):
-        r = json.loads(line)
-        if "val_best" not in r:
-          continue
-        seeds = table.setdefault(r["variant"], {})
-        if r["seed"] in seeds:
-          raise SystemExit(f"{path}:{number}: variant {r['variant']!r} seed {r['seed']} appears "
-                           "twice in the sweep files; each run may be counted once.")
-        seeds[r["seed"]] = r["val_best"]
-  return table
-
-
-def paired_summary(table: dict[str, dict[int, float]], base: str, other: str,
-                   seeds: list[int] | None = None) -> dict:
-  """Mean best validation of two variants over the same seeds, and their paired difference.
-
-  Only seeds present on both sides are paired; `missing` lists wanted seeds absent on either.
-  The interval is the paired-t 95% interval over seeds (the seed-to-seed spread, not the
-  validation sample's)."""
-  from scipy import stats  # (a gensim dependency; only the summary needs it)
-  for name in (base, other):
-    if name not in table:
-      raise SystemExit(f"no finished runs of variant {name!r}; the files have "
-                       f"{sorted(table) or 'none'}.")
-  wanted = seeds if seeds is not None else sorted(set(table[base]) | set(table[other]))
-  both = [s for s in wanted if s in table[base] and s in table[other]]
-  missing = {name: [s for s in wanted if s not in table[name]] for name in (base, other)}
-  a = np.array([table[base][s] for s in both])
-  b = np.array([table[other][s] for s in both])
-  d = b - a
-  n = len(both)
-  sd = float(np.std(d, ddof=1)) if n > 1 else float("nan")
-  se = sd / np.sqrt(n) if n > 1 else float("nan")
-  half = float(stats.t.ppf(0.975, n - 1)) * se if n > 1 else float("nan")
-  return {"n": n, "seeds": both, "missing": missing,
-          "mean_" + base: float(a.mean()) if n else float("nan"),
-          "mean_" + other: float(b.mean()) if n else float("nan"),
-          "mean_diff": float(d.mean()) if n else float("nan"), "sd_diff": sd, "se_diff": se,
-          "ci95": (float(d.mean()) - half, float(d.mean()) + half) if n > 1 else None,
-          "other_better": int((d > 0).sum()), "base_better": int((d < 0).sum()),
-          "ties": int((d == 0).sum())}
-
-
-def summarize(args) -> None:
-  """Mean (and per-seed) best validation accuracy per variant over one or more sweep files;
-  with --paired=BASE,OTHER also their paired difference over the seeds both have."""
-  for path in args.files:  # Each file on its own: different sweeps reuse variant names.
-    print(f"{path}:")
-    for name, values in read_sweep_lines([path]).items():
-      accs = [values[s] for s in sorted(values)]
-      print(f"  {name:20s} n={len(accs)}  mean {np.mean(accs):.4f}  seeds {min(values)}-"
-            f"{max(values)}  " + " ".join(f"{v:.4f}" for v in accs))
-  if args.paired:  # Pooled over the files given (e.g. a CPU and a GPU half of one sweep).
-    table = read_sweep_lines(args.files)
-    names = args.paired.split(",")
-    if len(names) != 2:
-      raise SystemExit(f"--paired takes two variant names, BASE,OTHER; got {args.paired!r}.")
-    seeds = None
-    if args.seeds:
-      lo, _, hi = args.seeds.partition("-")
-      seeds = list(range(int(lo), int(hi or lo) + 1))
-    r = paired_summary(table, names[0], names[1], seeds)
-    base, other = names
-    print(f"\npaired over {r['n']} seeds: {base} {r['mean_' + base]:.5f}, {other} "
-          f"{r['mean_' + other]:.5f}; {other} - {base} = {r['mean_diff']:+.5f} "
-          f"(SD {r['sd_diff']:.5f}, SE {r['se_diff']:.5f}, 95% CI "
-          + (f"[{r['ci95'][0]:+.5f}, {r['ci95'][1]:+.5f}]" if r["ci95"] else "n/a")
-          + f"); {other} higher on {r['other_better']}, {base} on {r['base_better']}, "
-          f"ties {r['ties']}")
-    for name, absent in r["missing"].items():
-      if absent:
-        print(f"missing {name}: seeds {absent}")
-
-
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -467,7 +375,6 @@ def main() -> None:
   p.add_argument("--overrides", default="{}")
   p.add_argument("--out", required=True)
   args = parser.parse_args()
-  from textattn.errors import user_errors
   with user_errors():
     _dispatch(args)
 

@@ -15,12 +15,13 @@ import json
 import os
 import sys
 
+from textattn.errors import DataError, user_errors
+
 
 def load(workdir: str, checkpoint: str = "best"):
   """The translator of a translation workdir (textattn/tasks/translation.py's Translator)."""
-  import textattn
-  from textattn.data import DataError
-  translator = textattn.load(workdir, checkpoint)
+  from textattn import run  # (lazy: `python -m textattn.translate --help` stays instant)
+  translator = run.load(workdir, checkpoint)
   if not hasattr(translator, "translate"):
     raise DataError(f"{workdir} is not a translation run (it is a {translator.config.task} "
                     f"run); use python -m textattn.predict for classifiers.")
@@ -33,8 +34,6 @@ def main(argv) -> None:
   values = flags.FLAGS
   if not values["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  from textattn.data import DataError
-  from textattn.errors import user_errors
   if bool(values.text) == bool(values.input):
     print("error: give the texts with --text=STR (repeatable) or --input=FILE (one per line), "
           "not both and not neither.", file=sys.stderr)

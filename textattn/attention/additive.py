@@ -27,7 +27,9 @@ import jax.numpy as jnp
 from textattn.attention import (
   additive_pallas,
   additive_tpu,
+  calibration,
   common,
+  native,
   pallas_allowlist,
   registry,
   softmax,
@@ -76,7 +78,6 @@ def _native_additive_core(q, k, mask, w_alpha, w_beta, heads):
 
 
 def _native_additive_forward(q, k, mask, w_alpha, w_beta, heads):
-  from textattn.attention import native  # (builds the kernels on first use)
   native.load()
   batch, length, features = q.shape
   f32 = jnp.float32
@@ -93,7 +94,6 @@ def _native_additive_forward(q, k, mask, w_alpha, w_beta, heads):
 
 
 def _native_additive_backward(heads, residuals, d_u):
-  from textattn.attention import native
   q, k, mask, w_alpha, w_beta, alpha, beta, g_q, g_k = residuals
   d_q, d_k, d_w_alpha, d_w_beta = jax.ffi.ffi_call(
       native.ADDITIVE_BACKWARD_TARGET,
@@ -148,7 +148,6 @@ def calibration_problem(shape):
   calibration.padding_lengths says."""
   import numpy as np
 
-  from textattn.attention import calibration
   length, threads, heads = shape.length, shape.threads, shape.heads
   rows = threads * max(1, min(32, (1 << 13) // length) // threads)
   dtype = jnp.dtype(shape.dtype)
@@ -190,7 +189,6 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
   if softmax.native_runs_here():
     if length is None or head_dim is None or num_heads is None:
       return "native"
-    from textattn.attention import calibration
     shape = calibration.shape("additive", length, head_dim, str(dtype), heads=num_heads)
     return calibration.choose(shape, "xla", lambda: calibration_problem(shape))
   if common.backend() == "cpu":  # (elsewhere 'xla' is the platform's best: no warning)

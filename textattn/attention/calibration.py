@@ -49,6 +49,8 @@ from pathlib import Path
 
 from absl import logging
 
+from textattn.attention import native
+from textattn.attention.common import usable_cores
 from textattn.errors import UsageError
 
 ENV = "TEXTATTN_CPU_AUTO"
@@ -93,7 +95,6 @@ class Shape:
 
 
 def shape(variant: str, length: int, head_dim: int, dtype: str, heads: int | None = None) -> Shape:
-  from textattn.attention.common import usable_cores
   return Shape(variant=variant, length=length_bucket(length), head_dim=int(head_dim),
                dtype=str(dtype), threads=usable_cores(), heads=heads,
                xla_flags=os.environ.get("XLA_FLAGS", ""))
@@ -186,7 +187,6 @@ def _locked(path: Path):
 
 def cache_path() -> Path:
   """The calibration file beside the native library this process loaded."""
-  from textattn.attention import native
   return native.calibration_path()
 
 

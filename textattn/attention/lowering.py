@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from textattn.attention import common
+from textattn.attention import additive_pallas, additive_tpu, causal_additive_pallas, common
 
 # The custom-call targets a Pallas kernel lowers to, by lowering.
 TRITON_CALL = "__gpu$xla.gpu.triton"
@@ -54,19 +54,18 @@ def kernel_calls(exported: jax.export.Exported) -> Counter:
 # The GPU and TPU kernels, each a function of (q, k, mask, alpha_kernel, beta_kernel), forward
 # and backward, and how many kernel calls a forward+backward holds.
 def _gpu_fused(q, k, mask, a, b):
-  from textattn.attention.additive_pallas import Tiling, pallas_additive_attention
   # 32-row tiles over a length that is no multiple of them: a ragged last tile.
-  return pallas_additive_attention(q, k, mask, a, b, tiling=Tiling(32, 2, interpret=False))
+  return additive_pallas.pallas_additive_attention(
+      q, k, mask, a, b, tiling=additive_pallas.Tiling(32, 2, interpret=False))
 
 
 def _gpu_chunked(q, k, mask, a, b):
-  from textattn.attention.causal_additive_pallas import pallas_recurrent_causal_additive
-  return pallas_recurrent_causal_additive(q, k, mask, a, b, chunk_size=32)
+  return causal_additive_pallas.pallas_recurrent_causal_additive(q, k, mask, a, b, chunk_size=32)
 
 
 def _tpu_fused(q, k, mask, a, b):
-  from textattn.attention.additive_tpu import Tiling, tpu_additive_attention
-  return tpu_additive_attention(q, k, mask, a, b, tiling=Tiling(32, False))
+  return additive_tpu.tpu_additive_attention(q, k, mask, a, b,
+                                             tiling=additive_tpu.Tiling(32, False))
 
 
 # name: (function, platform, kernel call, calls in forward+backward)

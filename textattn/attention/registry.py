@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 import flax.linen as nn
 
-from textattn.defaults import check_choice
+from textattn.checks import check_choice
 from textattn.errors import UsageError
 
 

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from textattn.attention import common, registry, splash
+from textattn.attention import calibration, common, native, registry, splash
 from textattn.attention.common import (
   MASK_VALUE,
   Array,
@@ -172,7 +172,6 @@ def fused_softmax_attention(query: Array, key: Array, value: Array, padding_mask
 
 
 def _native_forward_call(causal, q, k, v, mask):
-  from textattn.attention import native  # (builds the kernels on first use)
   native.load()
   return jax.ffi.ffi_call(
       native.FORWARD_TARGET,
@@ -183,7 +182,6 @@ def _native_forward_call(causal, q, k, v, mask):
 
 
 def _native_backward_call(causal, q, k, v, mask, out, lse, d_out):
-  from textattn.attention import native
   native.load()
   return jax.ffi.ffi_call(
       native.BACKWARD_TARGET, (jax.ShapeDtypeStruct(q.shape, jnp.float32),) * 3,
@@ -253,7 +251,6 @@ KERNELS = {"xla": softmax_attention, "dot_product": dot_product_attention,
 def native_runs_here() -> bool:
   """Whether the native kernels serve this run: one device, a CPU, and they build here."""
   if common.backend() == "cpu" and jax.device_count() == 1:
-    from textattn.attention import native
     return native.available()
   return False
 
@@ -261,7 +258,6 @@ def native_runs_here() -> bool:
 @functools.cache
 def warn_fallback(variant: str, fallback: str, reason: str | None = None) -> None:
   """Once per (variant, kernel, reason): why 'auto' did not pick the platform's fastest kernel."""
-  from textattn.attention import native
   if reason is None:
     if common.backend() != "cpu":
       reason = f"the {common.backend()} backend"
@@ -284,7 +280,6 @@ def calibration_problem(shape, causal: bool):
   examples padded as calibration.padding_lengths says."""
   import numpy as np
 
-  from textattn.attention import calibration
   length, threads = shape.length, shape.threads
   rows = threads * max(1, (1 << 22) // (threads * length * length))
   dtype = jnp.dtype(shape.dtype)
@@ -322,7 +317,6 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
     if native_runs_here():
       if length is None or head_dim is None:
         return "native"
-      from textattn.attention import calibration
       causal = variant == "causal"
       shape = calibration.shape(variant, length, head_dim, str(dtype))
       return calibration.choose(shape, "fused", lambda: calibration_problem(shape, causal))
@@ -356,7 +350,6 @@ def check_native_here() -> None:
     raise UsageError(f"config.model.attention_impl='native' runs on a CPU only (here: "
                      f"{common.backend()}); use 'auto' or 'fused'.")
   check_native_devices()
-  from textattn.attention import native
   if (reason := native.unavailable_reason()) is not None:
     raise UsageError(f"config.model.attention_impl='native' is not available: {reason}")
 

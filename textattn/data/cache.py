@@ -17,6 +17,7 @@ from absl import logging
 
 from textattn.data import ngrams
 from textattn.data.splits import SPLITS, Split
+from textattn.paths import cache_root
 
 _CACHE_VERSION = 1
 
@@ -24,7 +25,6 @@ _DIGESTS: dict[str, str] = {}  # (path, size, mtime) stamp -> sha256, this proce
 
 
 def cache_dir(config) -> str:
-  from textattn.defaults import cache_root
   return os.path.expanduser(config.cache_dir) if config.cache_dir else cache_root()
 
 

@@ -27,6 +27,7 @@ from textattn.data.file_source import (
   is_local_file,
   split_files,
 )
+from textattn.data.pretrained_tokenizer import PretrainedTokenizer
 from textattn.data.sources import source
 from textattn.data.splits import (
   PADDINGS,
@@ -55,9 +56,10 @@ def validate_config(config) -> None:
   check(isinstance(config.dataset, str) and config.dataset.strip() != "", "dataset",
         "give a TFDS name such as 'imdb_reviews' or the path of a .csv/.tsv/.jsonl file")
   if is_local_file(config.dataset):
-    if not os.path.isfile(config.dataset):
-      raise DataConfigError(f"config.dataset={config.dataset}: file does not exist; give the path of "
-                      f"a .csv/.tsv/.jsonl file or a TFDS name such as 'imdb_reviews'.")
+    problem = raw_lib.not_a_file(config.dataset)
+    if problem:
+      raise DataConfigError(f"config.dataset={config.dataset}: {problem}; give the path of a "
+                            f".csv/.tsv/.jsonl file or a TFDS name such as 'imdb_reviews'.")
   else:
     tfds_source.check_name(config.dataset,
                            tfds_source.data_root(tfds_source.tfds_data_dir(config)))
@@ -94,10 +96,11 @@ def _check_local_files(config, check) -> None:
     if not local:
       raise DataConfigError(f"config.{field}={path!r} is invalid; separate split files need "
                       f"config.dataset to be a local file (a TFDS dataset has its own splits).")
-    if os.path.splitext(path)[1].lower() not in LOCAL_FORMATS or not os.path.isfile(path):
-      raise DataConfigError(f"config.{field}={path!r} is invalid; give the path of an existing "
-                      f".csv/.tsv/.jsonl file (or '' to carve the {split} split from "
-                      f"config.dataset).")
+    problem = raw_lib.not_a_file(path)
+    if problem or os.path.splitext(path)[1].lower() not in LOCAL_FORMATS:
+      raise DataConfigError(f"config.{field}={path!r} {problem or 'is not a .csv/.tsv/.jsonl file'}"
+                            f"; give the path of an existing .csv/.tsv/.jsonl file (or '' to "
+                            f"carve the {split} split from config.dataset).")
   for split in ("validation", "test"):
     own = config[f"{split}_text_fields"]
     if not isinstance(own, str):
@@ -287,7 +290,6 @@ def load_tokenizer(workdir: str, config=None):
     elif kind == "byte":
       tokenizer = tokenizer_lib.ByteTokenizer()
     elif kind == "pretrained":
-      from textattn.pretrained.tokenizer import PretrainedTokenizer
       with open(os.path.join(workdir, TOKENIZER_FILE), encoding="utf-8") as f:
         text = f.read()
       try:

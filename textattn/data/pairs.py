@@ -31,6 +31,7 @@ import numpy as np
 from textattn.data import raw as raw_lib
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError
+from textattn.data.tfds_source import quiet_tensorflow
 
 START, END = "[start]", "[end]"
 SPLITS = ("train", "validation", "test")
@@ -119,7 +120,6 @@ def read_tfds_pairs(name: str, source_field: str, target_field: str,
                     data_dir: str | None = None) -> dict[str, Pairs]:
   """A TFDS translation set's own splits (e.g. "ted_hrlr_translate/pt_to_en" with fields "pt"
   and "en"): {"train", "test", and "validation" when the set has one} -> Pairs."""
-  from textattn.data.tfds_source import quiet_tensorflow
   quiet_tensorflow()
   import tensorflow_datasets as tfds
   out = {}

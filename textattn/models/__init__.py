@@ -1,7 +1,7 @@
-"""The models. Transformer text classifier: embeddings -> encoder blocks -> pooling -> head (the
-layers are layers.py); this module assembles them, validates the model config and builds any
-classification architecture: attention encoder, baseline (baselines.py: n-gram bags, BiLSTM),
-pretrained encoder (bert.py). The translation model is seq2seq.py.
+"""The classification models, by architecture: attention encoder (encoder.py), n-gram bag and
+BiLSTM (baselines.py), pretrained BERT-family encoder (bert.py; registered by
+textattn/pretrained/finetune.py). Each registers itself (registry.py); `build_model` looks the
+config's up. The translation model is seq2seq.py.
 
 Token id 0 is padding everywhere: the padding mask is `tokens != 0`, it is handed to every
 attention variant, and no pooling lets a padding position contribute. The one exception is
@@ -11,316 +11,36 @@ nothing is masked and id 0 is a token like any other.
 
 from __future__ import annotations
 
-import collections
-import functools
-from typing import Any
-
-import flax.linen as nn
-import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
-from absl import logging
 
-from textattn import attention as attention_lib
-from textattn import sharding
-from textattn.attention import sequence
-from textattn.data import tokenizer as tokenizer_lib
-from textattn.defaults import check_choice, check_integer
-from textattn.errors import UsageError
-from textattn.models import baselines
-from textattn.models.layers import (
-  LAYER_NORM_EPSILON,
-  AttentionPooling,
-  Dropout,
-  Embedding,
-  EncoderBlock,
-  dropout_bits,
-  last_token,
-  masked_max,
-  masked_mean,
-  pad_for_mesh,
+from textattn.models import registry
+from textattn.models.encoder import (  # noqa: F401 -- (the package's names)
+  DTYPES,
+  NORMS,
+  POOLINGS,
+  POSITIONS,
+  Classifier,
+  abstract_params,
+  count_parameters,
+  parameter_table,
+  resolved_kernel,
+  validate_model_config,
 )
-
-Array = jax.Array
-
-POOLINGS = ("mean", "max", "attention", "cls", "last")
-POSITIONS = ("learned", "sinusoidal")
-NORMS = ("post", "pre")
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-
-class Classifier(nn.Module):
-  """tokens int[batch, length] (0 = padding) -> logits float32[batch, num_classes]."""
-  num_classes: int
-  vocab_size: int
-  max_len: int
-  embed_dim: int = 32
-  num_heads: int = 2
-  num_layers: int = 1
-  ffn_dim: int = 32
-  mlp_dim: int = 20
-  dropout_rate: float = 0.1
-  token_dropout_rate: float = 0.0
-  attention: str = "softmax"
-  attention_impl: str = "auto"
-  position: str = "learned"
-  norm: str = "post"
-  pooling: str = "mean"
-  dtype: Any = jnp.float32
-  mask_padding: bool = True
-  bigram_buckets: int = 0
-  mesh: Any = None  # sequence parallelism (EncoderBlock.mesh); the length is padded to split
-
-  @nn.compact
-  def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
-               token_embeddings: Array | None = None, mlm_positions: Array | None = None,
-               mask_input: Array | None = None) -> Array:
-    # By default id 0 is padding; a caller may pass its own mask (True = real token).
-    # token_embeddings: the token-embedding rows of `tokens` [batch, length, embed], when the
-    # caller looked them up itself (step.train_step with keras_adam, for the per-occurrence squares).
-    # mlm_positions: int [batch, K] -> masked-language-model logits float32 [batch, K, vocab]
-    # at those token positions instead of class logits (textattn/recipes/pretrain.py): the same
-    # embedding and encoder blocks, then a head of its own (mlm_dense, mlm_norm, mlm_bias) whose
-    # output layer is the token-embedding table (tied, as BERT's). mask_input: bool
-    # [batch, length], True where the input embedding is the learned [MASK] vector. No word
-    # dropout in this mode (the masking replaces it).
-    if padding_mask is None:
-      padding_mask = tokens != 0 if self.mask_padding else jnp.ones(tokens.shape, bool)
-    padding_mask = padding_mask.astype(bool)
-    token_drop = None
-    if train and self.token_dropout_rate > 0.0 and mlm_positions is None:
-      # Word dropout (Iyyer et al. 2015): each token's embedding is zeroed with this
-      # probability, without rescaling; the token still counts in the padding mask.
-      threshold = round(self.token_dropout_rate * 65536)
-      token_drop = dropout_bits(self.make_rng("dropout"), tokens.shape) < threshold
-    embedding = Embedding(self.vocab_size, self.max_len, self.embed_dim, self.position,
-                          self.dtype, self.bigram_buckets, name="embedding")
-    x = embedding(tokens, token_embeddings, token_drop, mask_input)
-    if self.pooling == "cls":
-      cls = self.param("cls", nn.initializers.normal(0.02), (self.embed_dim,))
-      x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), x[:, :1].shape), x], axis=1)
-      padding_mask = jnp.concatenate([jnp.ones_like(padding_mask[:, :1]), padding_mask], axis=1)
-    length = x.shape[1]
-    # (Initialised without the mesh: the same parameters, from a dummy batch of one row.)
-    mesh = None if self.is_initializing() else self.mesh
-    x, padding_mask = pad_for_mesh(x, padding_mask, mesh,
-                                   attention_lib.get(self.attention).causal)
-    for i in range(self.num_layers):
-      x = EncoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate, self.norm,
-                       self.attention_impl, self.dtype, mesh=mesh, name=f"block_{i}")(
-                           x, padding_mask, deterministic=not train, length=length)
-    if self.norm == "pre":
-      x = nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name="final_norm")(x)
-    if mlm_positions is not None:
-      if token_embeddings is not None:
-        raise ValueError("masked-language-model logits need the model's own token table "
-                         "(token_embeddings must be None).")
-      offset = 1 if self.pooling == "cls" else 0  # the CLS token shifts every position
-      h = jnp.take_along_axis(x, (mlm_positions + offset)[..., None], axis=1)
-      h = nn.gelu(nn.Dense(self.embed_dim, dtype=self.dtype, name="mlm_dense")(h))
-      h = nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name="mlm_norm")(h)
-      table = embedding.variables["params"]["token"]["embedding"]
-      bias = self.param("mlm_bias", nn.initializers.zeros, (self.vocab_size,))
-      logits = jnp.einsum("bkd,vd->bkv", h, table.astype(self.dtype))
-      return logits.astype(jnp.float32) + bias
-
-    if self.pooling == "mean":
-      x = masked_mean(x, padding_mask)
-    elif self.pooling == "max":
-      x = masked_max(x, padding_mask)
-    elif self.pooling == "attention":
-      x = AttentionPooling(self.dtype, name="attention_pooling")(x, padding_mask)
-    elif self.pooling == "cls":
-      x = x[:, 0]
-    else:
-      x = last_token(x, padding_mask)
-
-    dropout = functools.partial(Dropout(self.dropout_rate), deterministic=not train)
-    x = dropout(x)
-    if self.mlp_dim:
-      x = nn.relu(nn.Dense(self.mlp_dim, dtype=self.dtype,
-                           kernel_init=nn.initializers.xavier_uniform(), name="mlp")(x))
-      x = dropout(x)
-    return nn.Dense(self.num_classes, dtype=jnp.float32,
-                    kernel_init=nn.initializers.xavier_uniform(), name="logits")(x)
-
-
-def validate_model_config(config: ml_collections.ConfigDict) -> None:
-  """Raise ValueError naming the first bad model field, its value and what is allowed."""
-  m = config.model
-  architecture = m.architecture
-  check_choice("model.architecture", architecture, baselines.ARCHITECTURES)
-  shards = config.mesh.sequence
-  if shards > 1 and (m.pretrained or architecture != "transformer"):
-    what = f"model.pretrained={m.pretrained!r}" if m.pretrained else f"model.architecture={architecture!r}"
-    raise UsageError(f"config.mesh.sequence={shards} splits the attention of the transformer "
-                     f"classifier, and config.{what} has none that is split; use "
-                     f"mesh.sequence=1.")
-  if m.pretrained:  # a BERT encoder: its sizes come from its config.json (finetune.py)
-    variant = attention_lib.get(m.attention)
-    check_choice("model.dtype", m.dtype, tuple(DTYPES))
-    if variant.causal and m.pooling == "cls":
-      raise UsageError(f"config.model.pooling='cls' cannot be used with config.model.attention="
-                       f"{m.attention!r}: [CLS] comes first, so the look-ahead mask lets it see "
-                       f"no token; use pooling 'mean'.")
-    return
-  if architecture != "transformer":
-    _validate_baseline(config)
-    return
-  variant = attention_lib.get(m.attention)
-  choices = {"pooling": POOLINGS, "position": POSITIONS, "norm": NORMS, "dtype": tuple(DTYPES)}
-  for field, allowed in choices.items():
-    check_choice(f"model.{field}", m[field], allowed)
-  positive = {"model.embed_dim": m.embed_dim, "model.num_layers": m.num_layers,
-              "model.ffn_dim": m.ffn_dim, "max_len": config.max_len,
-              "vocab_size": config.vocab_size}
-  for field, value in positive.items():
-    check_integer(field, value, 1)
-  variant.validate(m.attention_impl, m.embed_dim, m.num_heads, m.dtype)
-  sequence.check_declared(variant, shards)
-  if variant.causal and m.pooling == "cls":
-    raise UsageError(f"config.model.pooling='cls' cannot be used with config.model.attention="
-                     f"{m.attention!r}: the CLS token comes first, so the look-ahead mask lets it "
-                     f"see no token; use pooling 'last' (or mean, max, attention).")
-  check_integer("model.bigram_buckets", m.bigram_buckets, 0)
-  check_integer("model.mlp_dim", m.mlp_dim, 0)
-  for field in ("dropout_rate", "token_dropout_rate"):
-    if not 0.0 <= m[field] < 1.0:
-      raise UsageError(f"config.model.{field}={m[field]} must be in [0, 1).")
-
-
-def _validate_baseline(config: ml_collections.ConfigDict) -> None:
-  m = config.model
-  check_choice("model.bag_weighting", m.bag_weighting, baselines.BAG_WEIGHTINGS)
-  check_integer("model.mlp_dim", m.mlp_dim, 0)
-  check_integer("vocab_size", config.vocab_size, 1)
-  if not 0.0 <= m.dropout_rate < 1.0:
-    raise UsageError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
-  if m.architecture == "bilstm":
-    check_integer("model.embed_dim", m.embed_dim, 1)
-    check_integer("model.rnn_dim", m.rnn_dim, 1)
-  elif m.bag_weighting != "none" and config.tokenizer == "byte":
-    raise UsageError("config.model.bag_weighting needs word or n-gram features, not bytes "
-                     "(config.tokenizer='byte').")
-  for field, allowed in (("optimizer.name", "adam, adamw or rmsprop"),
-                         ("model.embedding_init", "'random'")):
-    section, name = field.split(".")
-    value = config[section][name]
-    if value in ("keras_adam", "word2vec") or str(value).startswith("vectors:"):
-      raise UsageError(f"config.{field}={value!r} is for the transformer; the "
-                       f"{m.architecture} model takes {allowed}.")
-
-
-def resolved_kernel(config: ml_collections.ConfigDict, pretrained_config=None) -> str:
-  """The attention kernel config.model.attention_impl means on this platform ("auto" resolved
-  for config.max_len and the model's head size and heads: on a CPU by measured speed,
-  textattn/attention/calibration.py); "none" for the baselines, which have no attention. With
-  config.model.pretrained the sizes are the encoder's (`pretrained_config`, its BertConfig; None:
-  read from the model's config.json), not config.model.embed_dim / num_heads, which it ignores."""
-  m = config.model
-  if m.architecture != "transformer":
-    return "none"
-  embed_dim, num_heads = m.embed_dim, m.num_heads
-  if m.pretrained:
-    if pretrained_config is None:
-      from textattn.pretrained import finetune
-      pretrained_config = finetune.model_config(config)
-    embed_dim, num_heads = pretrained_config.hidden_size, pretrained_config.num_heads
-  return attention_lib.get(m.attention).kernel(m.attention_impl, embed_dim // num_heads,
-                                               m.dtype, length=config.max_len,
-                                               num_heads=num_heads)
 
 
 def build_model(config: ml_collections.ConfigDict, num_classes: int,
-                vocab_size: int | None = None, pretrained_config=None,
-                mesh: jax.sharding.Mesh | None = None) -> nn.Module:
+                vocab_size: int | None = None, pretrained_config=None, mesh=None):
   """The classifier a config describes; `mesh`: the run's (platform.config_mesh), whose
   sequence axis, if it has more than one device, splits the encoder's attention (None: one
   device's model, as for prediction). `vocab_size` (ids the tokenizer uses) defaults to
   config.vocab_size (258 for the byte tokenizer). With config.model.pretrained,
   `pretrained_config` is the encoder's BertConfig (finetune.load, or finetune.read_config of a
-  workdir; None: read from the model's config.json) and the model is bert.BertClassifier."""
+  workdir; None: read from the model's config.json)."""
   validate_model_config(config)
-  m = config.model
-  if m.pretrained:
-    return _pretrained_classifier(config, num_classes, pretrained_config)
-  vocab_size = vocab_size or tokenizer_lib.vocab_size_for(config)
-  if m.architecture == "bag":
-    return baselines.BagOfNgrams(num_classes=num_classes, vocab_size=vocab_size,
-                                 weighting=m.bag_weighting, mlp_dim=m.mlp_dim,
-                                 dropout_rate=m.dropout_rate)
-  if m.architecture == "bilstm":
-    return baselines.BiLSTM(num_classes=num_classes, vocab_size=vocab_size,
-                            embed_dim=m.embed_dim, rnn_dim=m.rnn_dim, mlp_dim=m.mlp_dim,
-                            dropout_rate=m.dropout_rate, dtype=DTYPES[m.dtype])
-  impl = resolved_kernel(config)
-  if impl != m.attention_impl:
-    logging.info("config.model.attention_impl=%r: using the %r %s kernel here.",
-                 m.attention_impl, impl, m.attention)
-  return Classifier(
-      num_classes=num_classes, vocab_size=vocab_size,
-      max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,
-      num_layers=m.num_layers, ffn_dim=m.ffn_dim, mlp_dim=m.mlp_dim,
-      dropout_rate=m.dropout_rate, token_dropout_rate=m.token_dropout_rate,
-      attention=m.attention, attention_impl=impl, position=m.position, norm=m.norm,
-      pooling=m.pooling, dtype=DTYPES[m.dtype],
-      mask_padding=config.padding != "before_as_token",
-      bigram_buckets=m.bigram_buckets,
-      mesh=mesh if sharding.sequence_size(mesh) > 1 else None)
-
-
-def _pretrained_classifier(config, num_classes: int, bert_config) -> nn.Module:
-  from textattn.models import bert
-  from textattn.pretrained import finetune
-  if bert_config is None:  # (a model not trained yet: textattn.summary, the benchmark)
-    bert_config = finetune.model_config(config)
-  m = config.model
-  variant = attention_lib.get(m.attention)
-  # The variant's own checks, with the encoder's sizes (config.model.embed_dim / num_heads are
-  # not the model's here).
-  variant.validate(m.attention_impl, bert_config.hidden_size, bert_config.num_heads, m.dtype)
-  impl = resolved_kernel(config, bert_config)
-  return bert.BertClassifier(bert_config, num_classes, pooling=m.pooling, attention=m.attention,
-                             attention_impl=impl, dtype=DTYPES[m.dtype])
+  return registry.get(registry.name_of(config)).build(config, num_classes, vocab_size,
+                                                      pretrained_config, mesh)
 
 
 def describe(config: ml_collections.ConfigDict) -> str:
   """One line naming the config's model, e.g. "additive attention, attention pooling"."""
-  m = config.model
-  architecture = m.architecture
-  if architecture == "bag":
-    features = (f"{config.ngram_order}-gram" if config.tokenizer == "ngram"
-                else f"{config.tokenizer}")
-    return (f"bag of {features} features, weighting {m.bag_weighting}, "
-            f"{'hidden layer ' + str(m.mlp_dim) if m.mlp_dim else 'linear'}")
-  if architecture == "bilstm":
-    return f"bidirectional LSTM, {m.rnn_dim} units per direction"
-  if m.pretrained:
-    return f"pretrained encoder {m.pretrained}, {m.attention} attention, {m.pooling} pooling"
-  return f"{m.attention} attention, {m.pooling} pooling"
-
-
-def count_parameters(params) -> int:
-  return int(sum(np.prod(p.shape) for p in jax.tree_util.tree_leaves(params)))
-
-
-def parameter_table(params) -> str:
-  """Rows of module path, parameter shapes and count; the total on the last line."""
-  rows = collections.OrderedDict()
-  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-    keys = [getattr(k, "key", str(k)) for k in path]
-    module, name = "/".join(keys[:-1]) or "(top)", keys[-1]
-    shapes, count = rows.get(module, ([], 0))
-    rows[module] = (shapes + [f"{name}{list(leaf.shape)}"], count + int(np.prod(leaf.shape)))
-  width = max([len(m) for m in rows] + [6])
-  lines = [f"{'module':<{width}}  {'params':>10}  shapes", "-" * (width + 40)]
-  for module, (shapes, count) in rows.items():
-    lines.append(f"{module:<{width}}  {count:>10,}  {' '.join(shapes)}")
-  total = sum(count for _, count in rows.values())
-  lines += ["-" * (width + 40), f"{'total':<{width}}  {total:>10,}"]
-  return "\n".join(lines)
-
-
-def abstract_params(model: Classifier, max_len: int):
-  tokens = jnp.ones((1, max_len), jnp.int32)
-  return jax.eval_shape(lambda: model.init(jax.random.key(0), tokens))["params"]
+  return registry.describe(config)

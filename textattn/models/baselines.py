@@ -36,7 +36,13 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
+
+from textattn.checks import check_choice, check_integer
+from textattn.data import tokenizer as tokenizer_lib
+from textattn.errors import UsageError
+from textattn.models import registry
 
 Array = jax.Array
 
@@ -171,3 +177,57 @@ def frozen_parameters(config, train_inputs: np.ndarray, train_labels: np.ndarray
   ratios = np.log(p / p.sum(axis=0)) - np.log(q / q.sum(axis=0))
   ratios[0] = 0.0
   return {FROZEN_PREFIX + "nb_ratio": ratios.astype(np.float32)}
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+  """The bag's and the BiLSTM's fields (UsageError naming the first bad one)."""
+  m = config.model
+  check_choice("model.bag_weighting", m.bag_weighting, BAG_WEIGHTINGS)
+  check_integer("model.mlp_dim", m.mlp_dim, 0)
+  check_integer("vocab_size", config.vocab_size, 1)
+  if not 0.0 <= m.dropout_rate < 1.0:
+    raise UsageError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
+  if m.architecture == "bilstm":
+    check_integer("model.embed_dim", m.embed_dim, 1)
+    check_integer("model.rnn_dim", m.rnn_dim, 1)
+  elif m.bag_weighting != "none" and config.tokenizer == "byte":
+    raise UsageError("config.model.bag_weighting needs word or n-gram features, not bytes "
+                     "(config.tokenizer='byte').")
+  for field, allowed in (("optimizer.name", "adam, adamw or rmsprop"),
+                         ("model.embedding_init", "'random'")):
+    section, name = field.split(".")
+    value = config[section][name]
+    if value in ("keras_adam", "word2vec") or str(value).startswith("vectors:"):
+      raise UsageError(f"config.{field}={value!r} is for the transformer; the "
+                       f"{m.architecture} model takes {allowed}.")
+
+
+def _build_bag(config, num_classes: int, vocab_size: int | None, pretrained_config, mesh):
+  del pretrained_config, mesh
+  m = config.model
+  return BagOfNgrams(num_classes=num_classes,
+                     vocab_size=vocab_size or tokenizer_lib.vocab_size_for(config),
+                     weighting=m.bag_weighting, mlp_dim=m.mlp_dim, dropout_rate=m.dropout_rate)
+
+
+def _build_bilstm(config, num_classes: int, vocab_size: int | None, pretrained_config, mesh):
+  del pretrained_config, mesh
+  m = config.model
+  return BiLSTM(num_classes=num_classes,
+                vocab_size=vocab_size or tokenizer_lib.vocab_size_for(config),
+                embed_dim=m.embed_dim, rnn_dim=m.rnn_dim, mlp_dim=m.mlp_dim,
+                dropout_rate=m.dropout_rate,
+                dtype={"float32": jnp.float32, "bfloat16": jnp.bfloat16}[m.dtype])
+
+
+def _describe_bag(config) -> str:
+  m = config.model
+  features = f"{config.ngram_order}-gram" if config.tokenizer == "ngram" else config.tokenizer
+  return (f"bag of {features} features, weighting {m.bag_weighting}, "
+          f"{'hidden layer ' + str(m.mlp_dim) if m.mlp_dim else 'linear'}")
+
+
+registry.register(registry.Architecture("bag", _build_bag, _describe_bag, validate_config))
+registry.register(registry.Architecture(
+    "bilstm", _build_bilstm, lambda config: f"bidirectional LSTM, {config.model.rnn_dim} units "
+                                            f"per direction", validate_config))

@@ -35,10 +35,15 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 
+from textattn import attention
 from textattn.checks import check_choice
+from textattn.data import atomic_write
 from textattn.errors import DataConfigError, DataError, UsageError
+from textattn.models import bert, encoder, registry
 from textattn.paths import cache_root
+from textattn.pretrained import hf
 
 WORKDIR_FILE = "pretrained_config.json"  # the encoder's BertConfig, as a run saved it
 
@@ -59,8 +64,6 @@ def validate_config(config) -> None:
                        f"rates of a pretrained encoder's layers; set config.model.pretrained, or "
                        f"leave layer_decay=1.")
     return
-  from textattn.models import bert
-  from textattn.pretrained import hf
   spec = m.pretrained
   if not isinstance(spec, str):
     raise UsageError(f"config.model.pretrained={spec!r} must be a model directory or "
@@ -78,11 +81,6 @@ def validate_config(config) -> None:
   if config.optimizer.name == "keras_adam":
     raise UsageError("config.optimizer.name='keras_adam' (the Keras seed's token-table update) "
                      "cannot be used with config.model.pretrained; use adamw.")
-  from textattn.recipes import pretrain
-  if pretrain.enabled(config):
-    raise UsageError(f"config.pretrain.objective={config.pretrain.objective!r} pretrains a model "
-                     f"from scratch; config.model.pretrained starts from one already trained: "
-                     f"set one of them.")
   if spec.startswith(hf.HUB_PREFIX):
     name = spec[len(hf.HUB_PREFIX):]
     if name.count("/") != 1 or not all(name.split("/")):
@@ -123,7 +121,6 @@ def model_config(config):
   """The BertConfig of config.model.pretrained, from its config.json alone (a hub model is
   fetched): what builds the model where no workdir has saved it (textattn.summary, the
   benchmark)."""
-  from textattn.pretrained import hf
   try:
     directory = hf.resolve(config.model.pretrained, _hub_cache(config))
     return hf.read_config(directory)
@@ -142,7 +139,6 @@ def _hub_cache(config):
 
 def load(config):
   """The model directory (or hf:ORG/NAME) of config.model.pretrained: hf.Pretrained."""
-  from textattn.pretrained import hf
   try:
     pretrained = hf.load(config.model.pretrained, _hub_cache(config))
   except DataConfigError:
@@ -156,14 +152,12 @@ def load(config):
 
 
 def save_config(workdir: str, bert_config) -> None:
-  from textattn.data import atomic_write
   atomic_write(os.path.join(workdir, WORKDIR_FILE),
                lambda f: json.dump(dataclasses.asdict(bert_config), f, indent=2))
 
 
 def read_config(workdir: str):
   """The BertConfig a run saved in `workdir`, or None if it has none yet."""
-  from textattn.models import bert
   path = os.path.join(workdir, WORKDIR_FILE)
   if not os.path.exists(path):
     return None
@@ -178,12 +172,35 @@ def read_config(workdir: str):
 def start_params(model, length: int, pretrained, announce: bool):
   """The checkpoint's values for `model`'s encoder parameters (the nested dict
   step.init_train_state(pretrained_params=...) takes); `announce`: print what was kept."""
-  import jax.numpy as jnp
-
-  from textattn.pretrained import hf
   abstract = jax.eval_shape(lambda: model.init(jax.random.key(0),
                                                jnp.ones((1, length), jnp.int32)))["params"]
   kept, report = hf.select(abstract, pretrained, prefix="encoder")
   if announce:
     print(report.summary(), flush=True)
   return kept
+
+
+def _build(config, num_classes: int, vocab_size, bert_config, mesh):
+  """bert.BertClassifier with the config's attention variant and pooling; `bert_config` None:
+  read from the model's config.json (a model not trained yet: textattn.summary, the
+  benchmark)."""
+  del vocab_size, mesh  # (the encoder's own tokenizer and vocabulary; no sequence split)
+  if bert_config is None:
+    bert_config = model_config(config)
+  m = config.model
+  variant = attention.get(m.attention)
+  # The variant's own checks, with the encoder's sizes (config.model.embed_dim / num_heads are
+  # not the model's here).
+  variant.validate(m.attention_impl, bert_config.hidden_size, bert_config.num_heads, m.dtype)
+  impl = encoder.resolved_kernel(config, bert_config)
+  return bert.BertClassifier(bert_config, num_classes, pooling=m.pooling, attention=m.attention,
+                             attention_impl=impl, dtype=encoder.DTYPES[m.dtype])
+
+
+def _describe(config) -> str:
+  m = config.model
+  return f"pretrained encoder {m.pretrained}, {m.attention} attention, {m.pooling} pooling"
+
+
+registry.register(registry.Architecture("pretrained", _build, _describe,
+                                        encoder_config=model_config))

@@ -30,10 +30,12 @@ import numpy as np
 
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError
-from textattn.errors import UsageError, one_line
+from textattn.errors import DataConfigError, UsageError, one_line
 
 PREFIX = "vectors:"
 SCALES = ("raw", "init")
+# The random initialiser's standard deviation: uniform(-0.05, 0.05) (layers.keras_embedding_init).
+INIT_STD = 0.05 / np.sqrt(3.0)
 FORMATS = ("word2vec_binary", "word2vec_text", "glove")
 _HEADER = re.compile(rb"^\s*\d+\s+\d+\s*$")
 
@@ -100,7 +102,6 @@ def _trailing_numbers(line: bytes) -> int:
 
 def validate_config(config) -> None:
   """`check` for a run's config, as its errors: a UsageError (exit 2) naming the field."""
-  from textattn.errors import DataConfigError, UsageError
   if config.model.vectors_scale not in SCALES:
     raise UsageError(f"config.model.vectors_scale={config.model.vectors_scale!r} is invalid; "
                      f"allowed: {', '.join(SCALES)}.")
@@ -213,9 +214,15 @@ def table_from_file(path: str, tokenizer: tokenizer_lib.WordTokenizer, vocab_siz
     found[row] = True
     by_case += key != word
   if scale == "init":
-    from textattn.recipes.word2vec import rescale
     table = rescale(table, found, "init")
   coverage = Coverage(path=path, file_format=file_format, file_words=len(vectors.index_to_key),
                       dim=dim, words=len(tokenizer.words), found=int(found.sum()),
                       by_case=by_case)
   return table, found, coverage
+
+
+def rescale(table: np.ndarray, found: np.ndarray, scale: str) -> np.ndarray:
+  if scale == "raw" or not found.any():
+    return table
+  std = float(table[found].std())
+  return table * np.float32(INIT_STD / std) if std > 0 else table

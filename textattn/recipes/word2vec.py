@@ -34,14 +34,14 @@ import numpy as np
 from absl import logging
 
 from textattn import data as data_lib
+from textattn.checks import check_integer
 from textattn.data import tokenizer as tokenizer_lib
-from textattn.defaults import check_integer
 from textattn.errors import UsageError
+from textattn.recipes import vectors
+from textattn.recipes.vectors import INIT_STD, rescale  # noqa: F401 -- (INIT_STD: API)
 
 EMBEDDING_INITS = ("random", "word2vec")
 SCALES = ("init", "raw")
-# The random initialiser's standard deviation: uniform(-0.05, 0.05) (layers.keras_embedding_init).
-INIT_STD = 0.05 / np.sqrt(3.0)
 _CACHE_VERSION = 1
 # Seconds between progress lines within a word2vec epoch (an IMDB epoch takes over a minute).
 PROGRESS_EVERY_S = 10.0
@@ -68,7 +68,6 @@ def default_config() -> ml_collections.ConfigDict:
 def validate_config(config) -> None:
   """One sentence for a word2vec setting that cannot work, before any data is read."""
   init = config.model.embedding_init
-  from textattn.recipes import vectors
   if vectors.is_vectors(init):  # a file of vectors, not this recipe (textattn/recipes/vectors.py)
     vectors.validate_config(config)
     return
@@ -230,13 +229,6 @@ def table_from_vectors(tokenizer: tokenizer_lib.WordTokenizer, vectors,
       table[row] = vectors[word]
       found[row] = True
   return table, found
-
-
-def rescale(table: np.ndarray, found: np.ndarray, scale: str) -> np.ndarray:
-  if scale == "raw" or not found.any():
-    return table
-  std = float(table[found].std())
-  return table * np.float32(INIT_STD / std) if std > 0 else table
 
 
 def _gensim_version() -> str:

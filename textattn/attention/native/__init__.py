@@ -43,6 +43,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from textattn.paths import cache_root
+
 SOURCES = (Path(__file__).parent / "softmax_attention.cc",
            Path(__file__).parent / "additive_attention.cc")
 HEADERS = tuple(Path(__file__).parent / name  # (hashed with the sources)
@@ -64,7 +66,6 @@ class NativeUnavailable(RuntimeError):
 def cache_dir() -> Path:
   if os.environ.get("TEXTATTN_NATIVE_CACHE"):
     return Path(os.environ["TEXTATTN_NATIVE_CACHE"])
-  from textattn.defaults import cache_root
   return Path(cache_root()) / "native"
 
 

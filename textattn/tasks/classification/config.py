@@ -107,6 +107,10 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None) -> Non
     # (before JAX starts: a variant that cannot be split is refused before anything runs)
     sequence.check_declared(attention.get(config.model.attention), config.mesh.sequence)
   finetune.validate_config(config)
+  if config.model.pretrained and pretrain.enabled(config):
+    raise UsageError(f"config.pretrain.objective={config.pretrain.objective!r} pretrains a model "
+                     f"from scratch; config.model.pretrained starts from one already trained: "
+                     f"set one of them.")
   check_choice("eval_split", config.eval_split, EVAL_SPLITS)
   if config.final_params == "best" and config.eval_split == "test":
     raise UsageError("config.final_params='best' with config.eval_split='test' would choose the "
