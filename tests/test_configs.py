@@ -73,3 +73,7 @@ def test_a_shipped_config_is_found_by_name_from_any_directory(tmp_path):
   assert missing.returncode == 2
   assert missing.stderr.startswith("error: --config=missing.py: no such config file")
   assert len(missing.stderr.strip().splitlines()) == 1 and "Traceback" not in missing.stderr
+  assert len(missing.stderr.strip()) <= 300  # (it named every shipped config: 519 characters)
+  typo = subprocess.run(command + ["--config=imdb_fastfromer"], cwd=tmp_path, env=env,
+                        capture_output=True, text=True, check=False)
+  assert "did you mean imdb_fastformer?" in typo.stderr

@@ -41,8 +41,8 @@ def one_line(stderr: str) -> str:
      ("error: --config.batch_size=eight: invalid literal for int() with base 10: 'eight'; "
      "config.batch_size takes a int")),
     (["--config=configs/no_such_config.py"],
-     ("error: --config=configs/no_such_config.py: no such config file; give the path of a config "
-     "file")),
+     ("error: --config=configs/no_such_config.py: no such config file; give a config file's path "
+     "or a shipped config's name")),
     (["--config.model.attention=linear"],
      ("error: config.model.attention='linear' is not a known attention; allowed: softmax, causal, "
      "additive")),

@@ -143,8 +143,8 @@ def test_split_files_and_columns_are_refused_for_a_tfds_dataset(tmp_path, field,
 
 def test_a_missing_split_file_and_a_needed_carve_are_one_sentence_each(tmp_path):
   train = write_tsv(tmp_path / "train.tsv", rows("tr", 20))
-  with pytest.raises(ip.DataError, match=r"config.test_file='.*nope.tsv' is invalid; give the "
-                                         r"path of an existing"):
+  with pytest.raises(ip.DataError, match=r"config.test_file='.*nope.tsv' is invalid \(file does "
+                                         r"not exist\); give the path of an existing"):
     ip.validate_config(make_config(tmp_path, train, test_file=tmp_path / "nope.tsv"))
   test = write_tsv(tmp_path / "test.tsv", rows("te", 4))
   with pytest.raises(ip.DataError, match=r"val_fraction=0.0 is invalid; a local file needs "

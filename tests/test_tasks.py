@@ -18,7 +18,7 @@ from tests.test_failures import STOP_LINE, has_checkpoint, start_main, wait_for
 from tests.test_train import assert_trees_identical, final_report, read_metrics, restore_params
 from textattn import defaults, loop, tasks
 from textattn import run as runner
-from textattn.errors import DataError, RunError
+from textattn.errors import DataError, RunError, UsageError
 from textattn.tasks.classification import classifier
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -64,11 +64,11 @@ def _python_files(root):
 
 def test_nothing_outside_the_task_modules_branches_on_a_task():
   # The commands, the runner and the loop dispatch through textattn.tasks: no comparison with
-  # a task's name outside its own module (defaults.py holds each task's defaults).
+  # a task's name outside its own modules (defaults.py names each task's defaults).
   names = set(tasks.names())
   offenders = []
   for path in _python_files(PACKAGE):
-    if path.parent.name == "tasks" or path.name == "defaults.py":
+    if "tasks" in path.relative_to(PACKAGE).parts or path.name == "defaults.py":
       continue
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, ast.Compare) and any(
@@ -79,20 +79,44 @@ def test_nothing_outside_the_task_modules_branches_on_a_task():
 
 
 def test_no_task_module_imports_another():
-  for path in (PACKAGE / "tasks").glob("*.py"):
-    siblings = {p.stem for p in (PACKAGE / "tasks").glob("*.py")} - {path.stem, "__init__"}
-    for node in ast.walk(ast.parse(path.read_text())):
-      if isinstance(node, ast.ImportFrom) and node.module:
-        imported = {node.module.split(".")[-1]} | {alias.name for alias in node.names}
-        assert not (node.module.startswith("textattn.tasks") and imported & siblings), path
+  wings = {p.stem for p in (PACKAGE / "tasks").iterdir()
+           if p.name != "__init__.py" and not p.name.startswith("_")}
+  assert {"classification", "translation"} <= wings
+  for wing in wings:
+    others = {f"textattn.tasks.{w}" for w in wings - {wing}}
+    for path in (PACKAGE / "tasks").glob(f"{wing}*/**/*.py" if (PACKAGE / "tasks" / wing).is_dir()
+                                          else f"{wing}.py"):
+      for node in ast.walk(ast.parse(path.read_text())):
+        modules = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                   [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        assert not any(m.split(".")[:3] == o.split(".") for m in modules for o in others), path
+
+
+def test_a_plugin_task_gets_the_runners_checks_for_free():
+  # The toy task checks only its own fields; the runner refuses its bad runner fields.
+  from tests import toy_task  # noqa: F401 -- registers the task
+  for field, value, words in [("batch_size", 0, "config.batch_size=0"),
+                              ("num_epochs", 0, "config.num_epochs=0"),
+                              ("keep_checkpoints", 0, "config.keep_checkpoints=0"),
+                              ("optimizer.learning_rate", 0.0, "learning_rate=0.0")]:
+    config = defaults.load(str(REPO / "tests" / "toy_task_config.py"))
+    config.num_train_steps = -1
+    section, _, name = field.rpartition(".")
+    (config[section] if section else config)[name] = value
+    with pytest.raises(UsageError, match=re.escape(words)):
+      runner.validate(config, None)
+  config = defaults.load(str(REPO / "tests" / "toy_task_config.py"))
+  config.batch_size = 3
+  with pytest.raises(UsageError, match="multiple of the device count"):
+    runner.validate(config, 2)
 
 
 CONFIG_RECEIVER = re.compile(r"(^|\.|_)(config|cfg|model|optimizer|opt|m)$")
 
 
 def test_no_config_is_read_with_a_fallback():
-  # Every field is declared in textattn/defaults.py and old workdirs are migrated
-  # (defaults.migrate), so `config.get(field, fallback)` would only hide a missing declaration
+  # Every field is declared with its default (a task's, the runner's, the optimizer's) and old
+  # workdirs are migrated (config.migrate), so `config.get(field, fallback)` would only hide a missing declaration
   # or restate a default.
   offenders = []
   for path in _python_files(PACKAGE):

@@ -78,9 +78,11 @@ def flag_error_message(error: BaseException, argv: list[str], config_flag: str =
   paths = _flag_values(argv, config_flag)
   path = paths[-1].split(":")[0] if paths else None
   if path is not None and not os.path.isfile(path):
-    return (f"--{config_flag}={paths[-1]}: no such config file; give the path of a config file "
-            f"such as configs/imdb_softmax.py, or the name of a shipped config "
-            f"({', '.join(config_lib.shipped_configs())}).")
+    close = difflib.get_close_matches(os.path.basename(path).removesuffix(".py"),
+                                      config_lib.shipped_configs(), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return (f"--{config_flag}={paths[-1]}: no such config file{hint}; give a config file's path "
+            f"or a shipped config's name (textattn/configs/, listed by `ls configs`).")
   config = None
   if path is not None:
     try:

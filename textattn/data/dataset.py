@@ -98,9 +98,10 @@ def _check_local_files(config, check) -> None:
                       f"config.dataset to be a local file (a TFDS dataset has its own splits).")
     problem = raw_lib.not_a_file(path)
     if problem or os.path.splitext(path)[1].lower() not in LOCAL_FORMATS:
-      raise DataConfigError(f"config.{field}={path!r} {problem or 'is not a .csv/.tsv/.jsonl file'}"
-                            f"; give the path of an existing .csv/.tsv/.jsonl file (or '' to "
-                            f"carve the {split} split from config.dataset).")
+      raise DataConfigError(f"config.{field}={path!r} is invalid ("
+                            f"{problem or 'not a .csv/.tsv/.jsonl file'}); give the path of an "
+                            f"existing .csv/.tsv/.jsonl file (or '' to carve the {split} split "
+                            f"from config.dataset).")
   for split in ("validation", "test"):
     own = config[f"{split}_text_fields"]
     if not isinstance(own, str):

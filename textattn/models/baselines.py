@@ -46,7 +46,6 @@ from textattn.models import registry
 
 Array = jax.Array
 
-ARCHITECTURES = ("transformer", "bag", "bilstm")
 BAG_WEIGHTINGS = ("none", "tfidf", "nb")
 FROZEN_PREFIX = "frozen_"
 NB_PRIOR = 0.4  # fast.ai's w_adj

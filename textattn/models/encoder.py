@@ -27,7 +27,7 @@ from textattn.attention import sequence
 from textattn.checks import check_choice, check_integer
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.errors import UsageError
-from textattn.models import baselines, registry
+from textattn.models import registry
 from textattn.models.layers import (
   LAYER_NORM_EPSILON,
   AttentionPooling,
@@ -148,7 +148,8 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   """Raise ValueError naming the first bad model field, its value and what is allowed."""
   m = config.model
   architecture = m.architecture
-  check_choice("model.architecture", architecture, baselines.ARCHITECTURES)
+  check_choice("model.architecture", architecture,
+               [name for name in registry.names() if name != "pretrained"])
   shards = config.mesh.sequence
   if shards > 1 and (m.pretrained or architecture != "transformer"):
     what = f"model.pretrained={m.pretrained!r}" if m.pretrained else f"model.architecture={architecture!r}"
