@@ -21,7 +21,7 @@ python -m textattn.main --config="$(config imdb_bow_bigram)" --workdir="$out/imd
   --config.num_train_steps=300 --config.eval_every_steps=100 --config.checkpoint_every_steps=100
 # A pretrained encoder's fine-tune: the tests' tiny BERT (tests/fixtures/tiny_bert) on IMDB.
 python -m textattn.main --config="$(config imdb_minilm)" --workdir="$out/imdb_tiny_bert" \
-  --config.model.pretrained="$here/tests/fixtures/tiny_bert" --config.max_len=64 \
+  --config.model.pretrained="$here/tests/fixtures/tiny_bert" --config.max_len=32 \
   --config.num_train_steps=60 --config.eval_every_steps=30 --config.checkpoint_every_steps=30 \
   --config.optimizer.warmup_steps=6
 python -m textattn.main --config="$(config spa_eng_transformer)" --workdir="$out/spa_eng_transformer" \
