@@ -14,10 +14,10 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from textattn import defaults, optim
+from textattn.data.pretrained_tokenizer import PretrainedTokenizer
 from textattn.data.splits import DataError
 from textattn.models import bert
 from textattn.pretrained import finetune, hf
-from textattn.pretrained.tokenizer import PretrainedTokenizer
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "tiny_bert"
 TOLERANCE = 1e-5  # float32, as the issue asks; the fixture's outputs are of order 1

@@ -25,8 +25,7 @@ import numpy as np
 from textattn import attention, sharding
 from textattn.attention import sequence
 from textattn.benchmark import collectives
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+from textattn.models.layers import DTYPES
 
 
 def layer_module(name: str, mesh: jax.sharding.Mesh, heads: int, dtype: str = "float32",

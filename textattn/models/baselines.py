@@ -43,6 +43,7 @@ from textattn.checks import check_choice, check_integer
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.errors import UsageError
 from textattn.models import registry
+from textattn.models.layers import DTYPES
 
 Array = jax.Array
 
@@ -216,7 +217,7 @@ def _build_bilstm(config, num_classes: int, vocab_size: int | None, pretrained_c
                 vocab_size=vocab_size or tokenizer_lib.vocab_size_for(config),
                 embed_dim=m.embed_dim, rnn_dim=m.rnn_dim, mlp_dim=m.mlp_dim,
                 dropout_rate=m.dropout_rate,
-                dtype={"float32": jnp.float32, "bfloat16": jnp.bfloat16}[m.dtype])
+                dtype=DTYPES[m.dtype])
 
 
 def _describe_bag(config) -> str:

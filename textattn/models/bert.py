@@ -105,7 +105,7 @@ class BertEmbeddings(nn.Module):
                        f"{c.usable_positions} positions; use config.max_len <= "
                        f"{c.usable_positions}.")
     if c.padding_positions:  # RoBERTa's (transformers' create_position_ids_from_input_ids)
-      real = (tokens != 0).astype(jnp.int32)  # (padding is id 0 here: pretrained/tokenizer.py)
+      real = (tokens != 0).astype(jnp.int32)  # (padding is id 0 here: data/pretrained_tokenizer.py)
       positions = jnp.cumsum(real, axis=1) * real + c.pad_token_id
     else:  # absolute positions 0..length-1 in every slot, padding included, as BERT's
       positions = jnp.arange(length)[None, :]
@@ -146,7 +146,7 @@ class BertBlock(nn.Module):
 class BertEncoder(nn.Module):
   """tokens int [batch, length] -> (hidden [batch, length, hidden], pooled [batch, hidden]).
 
-  tokens: textattn's ids, padding 0 (pretrained/tokenizer.py exchanges the model's padding id
+  tokens: textattn's ids, padding 0 (data/pretrained_tokenizer.py exchanges the model's padding id
   with 0, and hf.read_weights the embedding rows). padding_mask: True for real tokens (default:
   tokens != 0); token_types:
   segment ids (default: all 0, a single sentence); token_embeddings: the word-embedding rows of

@@ -1,11 +1,6 @@
 """The attention-encoder classifier: embeddings -> encoder blocks -> pooling -> head (the layers
 are layers.py), registered as architecture "transformer"; the model config's checks and the
-kernel "auto" resolves to, which every architecture shares.
-
-Token id 0 is padding everywhere: the padding mask is `tokens != 0`, it is handed to every
-attention variant, and no pooling lets a padding position contribute. The one exception is
-`mask_padding=False` (config.padding="before_as_token", the Keras seed's computation): then
-nothing is masked and id 0 is a token like any other.
+kernel "auto" resolves to, which every architecture shares. Padding: see models/__init__.py.
 """
 
 from __future__ import annotations
@@ -29,6 +24,7 @@ from textattn.data import tokenizer as tokenizer_lib
 from textattn.errors import UsageError
 from textattn.models import registry
 from textattn.models.layers import (
+  DTYPES,
   LAYER_NORM_EPSILON,
   AttentionPooling,
   Dropout,
@@ -46,7 +42,6 @@ Array = jax.Array
 POOLINGS = ("mean", "max", "attention", "cls", "last")
 POSITIONS = ("learned", "sinusoidal")
 NORMS = ("post", "pre")
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 class Classifier(nn.Module):
   """tokens int[batch, length] (0 = padding) -> logits float32[batch, num_classes]."""

@@ -23,6 +23,7 @@ from textattn.errors import UsageError
 
 Array = jax.Array
 
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # config.model.dtype -> the dtype
 LAYER_NORM_EPSILON = 1e-6
 
 

@@ -9,7 +9,7 @@ allows), holding Hugging Face's files:
                      ("roberta.") prefix (BertForSequenceClassification's, or BertModel's /
                      MiniLM's); a model whose padding id is not 0 has that row of its word
                      embeddings exchanged with row 0, as its tokenizer's ids are
-                     (textattn/pretrained/tokenizer.py)
+                     (textattn/data/pretrained_tokenizer.py)
   tokenizer.json     the tokenizer (tokenizer.PretrainedTokenizer)
 
     pretrained = hf.load("hf:sentence-transformers/all-MiniLM-L6-v2")  # or a directory
@@ -36,10 +36,10 @@ import jax
 import numpy as np
 
 from textattn.checkpointing import flatten, unflatten
+from textattn.data.pretrained_tokenizer import PretrainedTokenizer
 from textattn.data.splits import DataError
 from textattn.errors import one_line
 from textattn.models.bert import ACTIVATIONS, BertConfig
-from textattn.pretrained.tokenizer import PretrainedTokenizer
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
 MODEL_TYPES = ("bert", "roberta")

@@ -36,7 +36,7 @@ from textattn.tasks.classification.explain import is_blank
 class Classifier:
   """A trained workdir's classifier: encode, predict, evaluate (see the module docstring)."""
 
-  def __init__(self, workdir: str, checkpoint: str = "best", config=None):
+  def __init__(self, workdir: str, checkpoint: str, config):
     """`config`: the workdir's recorded config, migrated to today's fields (the runner's
     read_workdir_config; textattn.load passes it, plugins loaded first as in training)."""
     self.workdir = workdir

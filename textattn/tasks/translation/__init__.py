@@ -36,6 +36,7 @@ from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError, Dataset, Split
 from textattn.data.tfds_source import tfds_data_dir
 from textattn.models import seq2seq
+from textattn.models.layers import DTYPES
 from textattn.tasks.translation.config import defaults, validate
 
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "source_tokenizer.json", "target_tokenizer.json"
@@ -91,7 +92,7 @@ def build_model(config, source_vocab: int, target_vocab: int,
       head_dim=m.head_dim or None, share_embeddings=m.share_embeddings,
       tie_output=m.tie_output,
       mesh=mesh if config.mesh.sequence > 1 else None,
-      dtype={"float32": jnp.float32, "bfloat16": jnp.bfloat16}[m.dtype])
+      dtype=DTYPES[m.dtype])
 
 
 def load_tokenizers(workdir: str):
