@@ -54,7 +54,7 @@ def test_a_plugin_task_trains_stops_resumes_bit_identically_and_loads(tmp_path):
   predicted = reverser.reverse(test[:, :config.length])
   assert np.mean(predicted == test[:, config.length:]) == pytest.approx(report["test/accuracy"])
   with pytest.raises(DataError, match="is a toy_reverse run, not a classifier's workdir"):
-    classifier.Classifier(str(stopped), config=runner.read_workdir_config(
+    classifier.Classifier(str(stopped), "best", runner.read_workdir_config(
         str(stopped), ["tests.toy_task"]))  # (the classifier's own loader)
 
 
