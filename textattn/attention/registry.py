@@ -35,7 +35,8 @@ class Variant:
   num_heads, dtype)` raises ValueError naming the bad field. `reference` is the implementation
   the benchmark's --check_against_reference compares the others with. `causal`: each position
   sees only itself and earlier positions. `forward_flops` and `kernels` label benchmark rows
-  (textattn/benchmark/utilization.py).
+  (textattn/benchmark/utilization.py). `segment_ids`: the module also accepts `segment_ids`
+  (int32 [batch, length], 0 = padding): a position attends only to positions of its own segment.
   """
   name: str
   build: Callable[..., nn.Module]
@@ -46,6 +47,7 @@ class Variant:
   check: Callable[..., None] | None = None
   reference: str = "xla"
   causal: bool = False
+  segment_ids: bool = False  # build's module takes the keyword segment_ids= (docstring above)
   description: str = ""
   # The benchmark's accounting: forward_flops(batch, length, heads, head_dim) of one layer's
   # attention core by formula (None: no quadratic term, judged by bandwidth), and a short label
