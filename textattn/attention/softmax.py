@@ -44,30 +44,55 @@ from textattn.errors import UsageError
 IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn", "splash")
 
 
+def same_segment(segment_ids: Array) -> Array:
+  """Boolean [batch, 1, q, k]: query and key in the same segment (packed documents: int32
+  [batch, length] segment ids, 0 = padding). A real query always sees itself, so with the
+  padding mask it leaves no row without a key."""
+  return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+
+
 def softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
-                      causal: bool = False, q_positions: Array | None = None) -> Array:
+                      causal: bool = False, q_positions: Array | None = None,
+                      segment_ids: Array | None = None) -> Array:
   """Reference multi-head scaled dot-product attention. Shapes [batch, length, heads, head_dim].
 
   `q_positions` (absolute positions of the given queries) lets a caller pass a slice of queries
-  against all keys; it only matters for the causal mask.
+  against all keys; it only matters for the causal mask. `segment_ids` (packed documents, with
+  every query given): a query sees only the keys of its own segment (block-diagonal).
   """
   head_dim = query.shape[-1]
   query = query * jnp.asarray(head_dim ** -0.5, query.dtype)
   logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32)
   visible = key_visibility(padding_mask, causal, q_positions, key.shape[1])
+  if segment_ids is not None:
+    visible = visible & same_segment(segment_ids)
   logits = jnp.where(visible, logits, MASK_VALUE)
   weights = jax.nn.softmax(logits, axis=-1).astype(value.dtype)
   out = jnp.einsum("bhqk,bkhd->bqhd", weights, value)
-  return jnp.where(rows_with_a_key(padding_mask, causal, q_positions), out, 0).astype(value.dtype)
+  return jnp.where(_seeing(padding_mask, causal, q_positions, segment_ids), out,
+                   0).astype(value.dtype)
+
+
+def _seeing(padding_mask, causal, q_positions=None, segment_ids=None):
+  """rows_with_a_key; with segment ids, a padding query (segment 0) sees no key."""
+  rows = rows_with_a_key(padding_mask, causal, q_positions)
+  return rows if segment_ids is None else rows & (segment_ids != 0)[:, :, None, None]
 
 
 def dot_product_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
-                          causal: bool = False) -> Array:
+                          causal: bool = False, segment_ids: Array | None = None) -> Array:
   """`jax.nn.dot_product_attention` with its default implementation, which in jax 0.10 is the
-  XLA path on every platform (use `cudnn_attention` for cuDNN flash attention)."""
-  out = jax.nn.dot_product_attention(
-      query, key, value, mask=padding_mask[:, None, None, :], is_causal=causal)
-  return jnp.where(rows_with_a_key(padding_mask, causal), out, 0).astype(value.dtype)
+  XLA path on every platform (use `cudnn_attention` for cuDNN flash attention); segment ids
+  join its boolean mask."""
+  mask = padding_mask[:, None, None, :]
+  if segment_ids is not None:
+    mask = mask & same_segment(segment_ids)
+  out = jax.nn.dot_product_attention(query, key, value, mask=mask, is_causal=causal)
+  return jnp.where(_seeing(padding_mask, causal, segment_ids=segment_ids), out,
+                   0).astype(value.dtype)
+
+
+SEGMENT_KERNELS = ("xla", "dot_product")  # the kernels that take segment ids
 
 
 def cudnn_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
@@ -379,11 +404,14 @@ class SelfAttention(nn.Module):
   head_dim: int | None = None  # None: embed // num_heads (Keras' key_dim, e.g. 256 x 8 heads)
 
   @nn.compact
-  def __call__(self, x: Array, padding_mask: Array, decode: bool = False) -> Array:
+  def __call__(self, x: Array, padding_mask: Array, decode: bool = False,
+               segment_ids: Array | None = None) -> Array:
     """decode=True (causal only), as Flax's examples/wmt: a first call (`init`) on the whole
     [batch, max_len] length allocates the "cache" collection (keys, values, their mask, the
     next position); each later call gives one position [batch, 1, embed] and attends to the
-    cached positions so far and itself."""
+    cached positions so far and itself. `segment_ids` int32 [batch, length] (packed documents,
+    0 = padding; not while decoding, which holds one document): a position attends only within
+    its own segment; the xla and dot_product kernels take them."""
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
     dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
@@ -401,10 +429,16 @@ class SelfAttention(nn.Module):
         self.variable("cache", "values", jnp.zeros, value.shape, value.dtype)
         self.variable("cache", "mask", jnp.zeros, padding_mask.shape, bool)
         self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
-      kernel = KERNELS[resolve(self.implementation, head_dim, jnp.dtype(self.dtype).name,
-                               "causal" if self.causal else "softmax", length=x.shape[1],
-                               num_heads=self.num_heads)]
-      out = kernel(query, key, value, padding_mask, causal=self.causal)
+      name = resolve(self.implementation, head_dim, jnp.dtype(self.dtype).name,
+                     "causal" if self.causal else "softmax", length=x.shape[1],
+                     num_heads=self.num_heads)
+      segments = {}
+      if segment_ids is not None:
+        if name not in SEGMENT_KERNELS:
+          raise UsageError(f"attention_impl={name!r} takes no segment ids (packed documents); "
+                           f"use one of {', '.join(SEGMENT_KERNELS)}.")
+        segments = {"segment_ids": segment_ids}
+      out = KERNELS[name](query, key, value, padding_mask, causal=self.causal, **segments)
     return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
                            name="out")(out)
 

@@ -61,11 +61,14 @@ class Embed(nn.Module):
   tokens: nn.Module | None = None
 
   @nn.compact
-  def __call__(self, tokens: Array, decode: bool = False) -> Array:
+  def __call__(self, tokens: Array, decode: bool = False, positions: Array | None = None) -> Array:
+    """positions: int [batch, length] (packed documents restart at 0; None: 0, 1, 2, ...)."""
     table = (self.tokens if self.tokens is not None
              else token_table(self.vocab_size, self.embed_dim, self.dtype, "token"))
     x = table(tokens)
     table = self.param("position", keras_embedding_init, (self.max_len, self.embed_dim))
+    if positions is not None and not decode:
+      return x + jnp.take(table, positions, axis=0).astype(self.dtype)
     if decode and self.has_variable("cache", "position"):
       position = self.variable("cache", "position")
       positions = jax.lax.dynamic_slice_in_dim(table, position.value, 1)
@@ -105,6 +108,10 @@ class CrossAttention(nn.Module):
 
 
 class DecoderBlock(nn.Module):
+  """Causal self-attention, softmax cross-attention to `memory`, feed-forward (post-LN); with
+  memory=None no cross-attention (a decoder-only language model's block, the same parameters
+  less "cross_attention"/"norm_cross"). `segment_ids`: packed documents, passed to the
+  self-attention (a variant that takes them)."""
   attention: str
   num_heads: int
   ffn_dim: int
@@ -115,7 +122,7 @@ class DecoderBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x, padding_mask, memory, memory_mask, *, deterministic: bool,
-               decode: bool = False, length: int | None = None):
+               decode: bool = False, length: int | None = None, segment_ids=None):
     embed = x.shape[-1]
     dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic,
                                 length=length)
@@ -124,11 +131,14 @@ class DecoderBlock(nn.Module):
         attention_lib.get(self.attention), None if decode else self.mesh,
         num_heads=self.num_heads, implementation="xla", dtype=self.dtype, name="self_attention",
         **head_dim_argument(self.head_dim))
-    # (decode is passed only when asked: a plugin's variant need not support decoding)
-    attended = attend(x, padding_mask, decode=True) if decode else attend(x, padding_mask)
-    x = norm("norm_self")(x + dropout(attended))
-    cross = CrossAttention(self.num_heads, self.dtype, self.head_dim, name="cross_attention")
-    x = norm("norm_cross")(x + dropout(cross(x, memory, memory_mask, decode=decode)))
+    # (decode and segment ids are passed only when asked: a plugin's variant need not take them)
+    extra = {"decode": True} if decode else {}
+    if segment_ids is not None:
+      extra["segment_ids"] = segment_ids
+    x = norm("norm_self")(x + dropout(attend(x, padding_mask, **extra)))
+    if memory is not None:
+      cross = CrossAttention(self.num_heads, self.dtype, self.head_dim, name="cross_attention")
+      x = norm("norm_cross")(x + dropout(cross(x, memory, memory_mask, decode=decode)))
     h = nn.relu(nn.Dense(self.ffn_dim, dtype=self.dtype, kernel_init=dense_init(),
                          name="ffn_in")(x))
     h = nn.Dense(embed, dtype=self.dtype, kernel_init=dense_init(), name="ffn_out")(h)

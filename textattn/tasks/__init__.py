@@ -42,6 +42,11 @@ class Task:
   prepare: Callable[[ml_collections.ConfigDict, str, bool], Any]
   load: Callable[[str, str, ml_collections.ConfigDict], Any]
   description: str = ""
+  # Opt-in parts of the task's config (path -> its defaults), left out of `defaults` and
+  # completed by the runner (config.complete): what only one data source, architecture or
+  # recipe uses. A config sets one only to change it.
+  parts: dict[str, Callable[[], ml_collections.ConfigDict]] = dataclasses.field(
+      default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -91,7 +96,8 @@ class Job:
 
 
 _TASKS: dict[str, Task] = {}
-_BUILT_IN = ("textattn.tasks.classification", "textattn.tasks.translation")
+_BUILT_IN = ("textattn.tasks.classification", "textattn.tasks.translation",
+             "textattn.tasks.language_model")
 
 
 def register(task: Task) -> Task:

@@ -1,0 +1,223 @@
+"""The language-modelling task (textattn/tasks/language_model/): packing, segment ids in causal
+softmax, bits per byte, the Kneser-Ney reference, a run that resumes bit-identically, sampling,
+and the one-sentence refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from textattn import attention, defaults
+from textattn import run as runner
+from textattn.attention import softmax
+from textattn.errors import UsageError
+from textattn.tasks.language_model import data as data_lib
+from textattn.tasks.language_model import ngram, sampling, tokenizers
+from textattn.tasks.language_model import step as step_lib
+from textattn.tasks.language_model.model import LanguageModel
+from textattn.train_state import TrainState
+
+WORDS = ["the", "movie", "was", "good", "bad", "great", "awful", "plot", "actor", "film", "scene", "é", "ü", "ß"]
+
+
+def tiny_config(dataset, **overrides):
+  config = defaults.for_task("language_model")
+  config.update(dataset=str(dataset), val_documents=8, test_documents=8, max_len=32,
+                batch_size=8, num_train_steps=12, eval_every_steps=6, checkpoint_every_steps=6,
+                log_every_steps=6, kn_order=3, keep_checkpoints=5, intervals_dataset="")
+  config.model.update(embed_dim=16, num_heads=2, ffn_dim=32, num_layers=1)
+  config.update(overrides)
+  return config
+
+
+def write_documents(path, count=80, seed=0):
+  rng = np.random.default_rng(seed)
+  documents = [" ".join(rng.choice(WORDS, rng.integers(2, 12))) for _ in range(count)]
+  path.write_text("\n".join(documents) + "\n", encoding="utf-8")
+  return documents
+
+
+def test_packing_gives_exact_rows_segment_ids_positions_and_weights():
+  rows = data_lib.pack([np.array([10, 11, 12]), np.array([20]), np.array([30, 31])], 4)
+  np.testing.assert_array_equal(rows, [[1, 10, 11, 12, 2], [2, 1, 20, 2, 1], [1, 30, 31, 2, 0]])
+  fields = jax.tree.map(np.asarray, data_lib.row_fields(jnp.asarray(rows)))
+  np.testing.assert_array_equal(fields["inputs"], rows[:, :-1])
+  np.testing.assert_array_equal(fields["targets"], rows[:, 1:])
+  np.testing.assert_array_equal(fields["segment_ids"], [[1, 1, 1, 1], [1, 2, 2, 2], [1, 1, 1, 1]])
+  np.testing.assert_array_equal(fields["positions"], [[0, 1, 2, 3], [0, 0, 1, 2], [0, 1, 2, 3]])
+  padded = jax.tree.map(np.asarray, data_lib.row_fields(jnp.asarray(
+      data_lib.pack([np.array([7])], 5))))  # [start] 7 [end] then padding
+  np.testing.assert_array_equal(padded["segment_ids"], [[1, 1, 1, 0, 0]])
+  np.testing.assert_array_equal(padded["positions"], [[0, 1, 2, 0, 0]])
+  np.testing.assert_array_equal(padded["weights"], [[1, 1, 0, 0, 0]])
+  # Every document's tokens and its [end] once; never [end] -> [start] or padding.
+  np.testing.assert_array_equal(fields["weights"], [[1, 1, 1, 1], [0, 1, 1, 0], [1, 1, 1, 0]])
+  assert fields["weights"].sum() == (3 + 1) + (1 + 1) + (2 + 1)
+
+
+@pytest.mark.parametrize("implementation", softmax.SEGMENT_KERNELS)
+def test_causal_softmax_with_segment_ids_equals_each_document_alone(implementation):
+  module = attention.get("causal").build(num_heads=2, implementation=implementation,
+                                         dtype=jnp.float64)
+  with jax.enable_x64(True):
+    x = jax.random.normal(jax.random.key(0), (1, 8, 8), jnp.float64)
+    mask = jnp.array([[True] * 7 + [False]])
+    segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]])
+    params = module.init(jax.random.key(1), x, mask)
+    packed = module.apply(params, x, mask, segment_ids=segments)
+    for begin, end in ((0, 3), (3, 7)):
+      alone = module.apply(params, x[:, begin:end], mask[:, begin:end])
+      np.testing.assert_allclose(packed[:, begin:end], alone, rtol=1e-12, atol=1e-12)
+    q, k, v = (jax.random.normal(jax.random.key(i), (1, 8, 2, 4), jnp.float64) for i in range(3))
+    core = softmax.KERNELS[implementation](q, k, v, mask, causal=True, segment_ids=segments)
+    assert np.all(np.asarray(core[:, 7]) == 0)  # padding sees no key: exactly 0
+    # Without segment ids: the same results as before segment ids existed.
+    np.testing.assert_array_equal(module.apply(params, x, mask),
+                                  module.apply(params, x, mask, segment_ids=None))
+  fused = attention.get("causal").build(num_heads=2, implementation="fused")
+  with pytest.raises(UsageError, match=r"^attention_impl='fused' takes no segment ids"):
+    fused.apply(fused.init(jax.random.key(1), x.astype(jnp.float32), mask), x, mask,
+                segment_ids=segments)
+
+
+def test_another_document_in_the_row_leaves_a_documents_logits_unchanged():
+  model = LanguageModel(vocab_size=tokenizers.ByteTokenizer.vocab_size, max_len=16,
+                        embed_dim=16, num_heads=2, ffn_dim=32, num_layers=2)
+  first = data_lib.pack([np.array([5, 6, 7]), np.array([8, 9, 10, 11])], 16)
+  second = data_lib.pack([np.array([20, 21, 22, 23, 24]), np.array([8, 9, 10, 11])], 16)
+  params = model.init(jax.random.key(0), jnp.ones((1, 16), jnp.int32))["params"]
+
+  def logits(rows):
+    fields = data_lib.row_fields(jnp.asarray(rows))
+    return np.asarray(model.apply({"params": params}, fields["inputs"], fields["segment_ids"],
+                                  fields["positions"]))
+  alone = np.asarray(model.apply({"params": params}, jnp.asarray([[1, 8, 9, 10, 11]])))
+  np.testing.assert_allclose(logits(first)[0, 5:10], alone[0], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(logits(second)[0, 7:12], alone[0], rtol=1e-5, atol=1e-5)
+
+
+def _state(model, params):
+  return TrainState.create(apply_fn=model.apply, params=params, tx=optax.identity(),
+                           dropout_key=jax.random.key_data(jax.random.key(0)))
+
+
+def test_bits_per_byte_is_the_hand_computed_figure():
+  texts = ["ab", "héllo", "xyz!"]  # 2 + 6 + 4 = 12 bytes, 3 [end]s
+  byte_count = 12
+  byte_tok = tokenizers.ByteTokenizer()
+  rows = data_lib.pack(byte_tok.encode(texts), 32)  # one row: every document whole
+  split = data_lib.Split(rows, np.zeros(len(rows), np.int32))
+  model = LanguageModel(vocab_size=byte_tok.vocab_size, max_len=32, embed_dim=8, num_heads=2,
+                        ffn_dim=16, num_layers=1)
+  params = model.init(jax.random.key(0), jnp.ones((1, 32), jnp.int32))["params"]
+  evaluate = lambda state, *args: step_lib.make_evaluator(4)(state, *args)
+  # A uniform model (zero output layer): log2(259) bits for each byte and each [end].
+  uniform = jax.tree.map(jnp.zeros_like, params)
+  metrics = evaluate(_state(model, uniform), split, "test", byte_count)
+  assert metrics["test/tokens"] == 15
+  assert metrics["test/bits_per_byte"] == pytest.approx(math.log2(259) * 15 / 12, rel=1e-6)
+  assert metrics["test/perplexity"] == pytest.approx(259, rel=1e-5)
+  # A random tiny model: each document scored alone, [start] then its bytes, in float64.
+  total = 0.0
+  for ids in byte_tok.encode(texts):
+    sequence = np.concatenate([[1], ids, [2]])
+    logits = np.asarray(model.apply({"params": params}, jnp.asarray(sequence[None, :-1])),
+                        np.float64)[0]
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    total -= log_probs[np.arange(len(sequence) - 1), sequence[1:]].sum() / math.log(2)
+  metrics = evaluate(_state(model, params), split, "test", byte_count)
+  assert metrics["test/bits_per_byte"] == pytest.approx(total / byte_count, rel=1e-5)
+
+
+def test_a_lossy_tokenizer_has_no_bits_per_byte_in_one_sentence():
+  word = tokenizers.train("word", ["Hello, World!"], 16)
+  with pytest.raises(UsageError, match=r"^The word tokenizer is lossy .* report perplexity\.$"):
+    step_lib.bits_per_byte(1.0, 10, word)
+  assert "test/bits_per_byte" not in step_lib.metrics(
+      "test", {"loss_sum": 2.0, "correct": 0.0, "count": 2.0}, None)
+
+
+def test_kneser_ney_distributions_sum_to_one_and_learn_the_text():
+  model = ngram.KneserNey(4).fit([b"abracadabra", b"abba", "h\xe9".encode()])
+  for history in (b"", b"ab", b"abr", b"zzz", b"\xff\xfe\x00"):
+    distribution = model.distribution(history)
+    assert distribution.shape == (257,) and np.all(distribution > 0)
+    assert distribution.sum() == pytest.approx(1.0, abs=1e-12)
+  assert model.distribution(b"abr").argmax() == ord("a")
+  seen = -model.log2_likelihood([b"abracadabra"]) / 11
+  assert seen < ngram.bits_per_byte(["abracadabra"], ["qwertyuiop"], 4) and seen < 3
+
+
+def test_bpe_is_lossless():
+  texts = ["Ceci n'est pas une pipe.\tTabs,  double spaces", "naïve café — 日本語 🙂", " lead"]
+  bpe = tokenizers.train("bpe", texts * 5, 300)
+  again = tokenizers.from_json(bpe.to_json())
+  for text, ids in zip(texts, again.encode(texts)):
+    assert ids.min() >= tokenizers.NUM_SPECIAL and again.decode(ids) == text
+
+
+def test_refusals_name_the_variants_that_work(tmp_path):
+  path = tmp_path / "docs.txt"
+  write_documents(path)
+  for variant in ("softmax", "causal_additive"):
+    with pytest.raises(UsageError, match=rf"^config.model.attention='{variant}' does not keep "
+                                         r"packed documents apart .*: causal.*\.$"):
+      runner.validate(tiny_config(path, model={"attention": variant}), None)
+  config = tiny_config(path)
+  runner.validate(config, 1)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  root = tmp_path_factory.mktemp("lm")
+  write_documents(root / "docs.txt")
+  config = tiny_config(root / "docs.txt", cache_dir=str(root / "cache"))
+  report = runner.train_and_evaluate(config, str(root / "straight"))
+  return root, config, report
+
+
+def test_a_run_reports_test_metrics_and_references_and_resumes_bit_identically(trained):
+  from tests.test_train import assert_trees_identical, restore_params
+  root, config, report = trained
+  assert {"test/bits_per_byte", "test/perplexity", "test/loss", "test/xz_bits_per_byte",
+          "test/kn3_bits_per_byte"} <= set(report)
+  written = json.loads((root / "straight" / "lm_report.json").read_text())
+  assert [row["name"] for row in written["rows"]][1:] == [
+      "xz -9e", "byte 3-gram, interpolated Kneser-Ney"]
+  assert written["rows"][0]["bits_per_byte"] == report["test/bits_per_byte"]
+  shutil.copytree(root / "straight", root / "resumed")
+  shutil.rmtree(root / "resumed" / "checkpoints" / "12")
+  resumed = runner.train_and_evaluate(config, str(root / "resumed"))
+  assert_trees_identical(restore_params(root / "straight")[1],
+                         restore_params(root / "resumed")[1])
+  untimed = lambda row: {k: v for k, v in row.items() if "seconds" not in k}  # (wall clock)
+  assert untimed(resumed) == untimed(report)
+
+
+def test_generation_is_deterministic_for_a_seed_and_greedy_is_the_argmax(trained):
+  import textattn
+  root, _, _ = trained
+  generator = textattn.load(str(root / "straight"))
+  prompts = ["the movie", "a"]
+  drawn = generator.generate(prompts, max_tokens=10, temperature=1.0, top_k=5, seed=3)
+  assert drawn == generator.generate(prompts, max_tokens=10, temperature=1.0, top_k=5, seed=3)
+  encoded = generator.tokenizer.encode(prompts)
+  greedy = sampling.sample(generator.model, generator.params, encoded, 10, temperature=0.0)
+  for prompt, tokens in zip(encoded, greedy):
+    # The uncached model over [start] prompt tokens: each drawn token is its argmax.
+    sequence = np.concatenate([[tokenizers.START_ID], prompt, tokens])
+    logits = np.asarray(generator.model.apply({"params": generator.params},
+                                              jnp.asarray(sequence[None])))[0].copy()
+    logits[:, [tokenizers.PAD_ID, tokenizers.START_ID]] = -np.inf
+    expected = logits.argmax(-1)[len(prompt):len(sequence) - 1]
+    np.testing.assert_array_equal(tokens, expected)
+    assert len(tokens) == 10 or logits[len(sequence) - 1].argmax() == tokenizers.END_ID
+  with pytest.raises(UsageError, match=r"does not fit the model's context of max_len=32"):
+    generator.generate(["x" * 30], max_tokens=10)

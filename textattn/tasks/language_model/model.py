@@ -1,0 +1,71 @@
+"""The decoder-only language model: the translation decoder's blocks without cross-attention.
+
+    tokens int [batch, length] (0 = padding) -> token + learned position embedding
+    (models/seq2seq.Embed; positions restart at each packed document) -> num_layers of
+    seq2seq.DecoderBlock with memory=None (causal self-attention from the registry, post-LN,
+    ReLU feed-forward; segment ids keep packed documents apart) -> logits float32 [.., vocab].
+
+Decoding (`decode=True`) is the translation decoder's: a first call on [batch, max_len]
+allocates the "cache" collection (the softmax keys/values and the position), each later call
+feeds one token per row (textattn/tasks/language_model/sampling.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from textattn.attention.common import dense_init
+from textattn.models.layers import DTYPES
+from textattn.models.seq2seq import DecoderBlock, Embed, token_table
+
+
+class LanguageModel(nn.Module):
+  vocab_size: int
+  max_len: int
+  embed_dim: int = 128
+  num_heads: int = 4
+  ffn_dim: int = 512
+  num_layers: int = 2
+  attention: str = "causal"
+  dropout_rate: float = 0.0
+  dtype: Any = jnp.float32
+  head_dim: int | None = None  # None: embed // num_heads
+  tie_output: bool = False  # logits = x @ token table^T + bias
+
+  def setup(self):
+    table = token_table(self.vocab_size, self.embed_dim, self.dtype) if self.tie_output else None
+    self.token_table = table
+    self.embed = Embed(self.vocab_size, self.max_len, self.embed_dim, self.dtype, table)
+    self.blocks = [DecoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate,
+                                self.dtype, self.head_dim) for _ in range(self.num_layers)]
+    if self.tie_output:
+      self.logits_bias = self.param("logits_bias", nn.initializers.zeros, (self.vocab_size,))
+    else:
+      self.logits = nn.Dense(self.vocab_size, dtype=jnp.float32, kernel_init=dense_init())
+
+  def __call__(self, tokens: jax.Array, segment_ids: jax.Array | None = None,
+               positions: jax.Array | None = None, *, train: bool = False,
+               decode: bool = False) -> jax.Array:
+    """Logits float32 [batch, length, vocab]. segment_ids and positions (int [batch, length],
+    data.row_fields): packed documents; None: each row one document from position 0."""
+    mask = jnp.ones(tokens.shape, bool) if decode else tokens != 0
+    x = self.embed(tokens, decode=decode, positions=None if decode else positions)
+    for block in self.blocks:
+      x = block(x, mask, None, None, deterministic=not train, decode=decode,
+                segment_ids=None if decode else segment_ids)
+    if self.tie_output:
+      table = self.token_table.embedding.astype(jnp.float32)
+      return jnp.einsum("...d,vd->...v", x.astype(jnp.float32), table) + self.logits_bias
+    return self.logits(x)
+
+
+def build(config, vocab_size: int) -> LanguageModel:
+  m = config.model
+  return LanguageModel(vocab_size=vocab_size, max_len=config.max_len, embed_dim=m.embed_dim,
+                       num_heads=m.num_heads, ffn_dim=m.ffn_dim, num_layers=m.num_layers,
+                       attention=m.attention, dropout_rate=m.dropout_rate, dtype=DTYPES[m.dtype],
+                       head_dim=m.head_dim or None, tie_output=m.tie_output)
