@@ -70,17 +70,17 @@ def test_causal_softmax_with_segment_ids_equals_each_document_alone(implementati
     x = jax.random.normal(jax.random.key(0), (1, 8, 8), jnp.float64)
     mask = jnp.array([[True] * 7 + [False]])
     segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]])
-    params = module.init(jax.random.key(1), x, mask)
-    packed = module.apply(params, x, mask, segment_ids=segments)
+    params = jax.jit(module.init)(jax.random.key(1), x, mask)
+    apply = jax.jit(module.apply)
+    packed = apply(params, x, mask, segment_ids=segments)
     for begin, end in ((0, 3), (3, 7)):
-      alone = module.apply(params, x[:, begin:end], mask[:, begin:end])
+      alone = apply(params, x[:, begin:end], mask[:, begin:end])
       np.testing.assert_allclose(packed[:, begin:end], alone, rtol=1e-12, atol=1e-12)
     q, k, v = (jax.random.normal(jax.random.key(i), (1, 8, 2, 4), jnp.float64) for i in range(3))
     core = softmax.KERNELS[implementation](q, k, v, mask, causal=True, segment_ids=segments)
     assert np.all(np.asarray(core[:, 7]) == 0)  # padding sees no key: exactly 0
     # Without segment ids: the same results as before segment ids existed.
-    np.testing.assert_array_equal(module.apply(params, x, mask),
-                                  module.apply(params, x, mask, segment_ids=None))
+    np.testing.assert_array_equal(apply(params, x, mask), apply(params, x, mask, segment_ids=None))
   fused = attention.get("causal").build(num_heads=2, implementation="fused")
   with pytest.raises(UsageError, match=r"^attention_impl='fused' takes no segment ids"):
     fused.apply(fused.init(jax.random.key(1), x.astype(jnp.float32), mask), x, mask,
@@ -92,19 +92,21 @@ def test_another_document_in_the_row_leaves_a_documents_logits_unchanged():
                         embed_dim=16, num_heads=2, ffn_dim=32, num_layers=2)
   first = data_lib.pack([np.array([5, 6, 7]), np.array([8, 9, 10, 11])], 16)
   second = data_lib.pack([np.array([20, 21, 22, 23, 24]), np.array([8, 9, 10, 11])], 16)
-  params = model.init(jax.random.key(0), jnp.ones((1, 16), jnp.int32))["params"]
+  params = jax.jit(model.init)(jax.random.key(0), jnp.ones((1, 16), jnp.int32))["params"]
 
-  def logits(rows):
-    fields = data_lib.row_fields(jnp.asarray(rows))
-    return np.asarray(model.apply({"params": params}, fields["inputs"], fields["segment_ids"],
-                                  fields["positions"]))
-  alone = np.asarray(model.apply({"params": params}, jnp.asarray([[1, 8, 9, 10, 11]])))
-  np.testing.assert_allclose(logits(first)[0, 5:10], alone[0], rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(logits(second)[0, 7:12], alone[0], rtol=1e-5, atol=1e-5)
+  fields = data_lib.row_fields(jnp.asarray(np.concatenate([first, second])))
+  logits = np.asarray(jax.jit(model.apply)({"params": params}, fields["inputs"],
+                                           fields["segment_ids"], fields["positions"]))
+  alone = np.asarray(jax.jit(model.apply)({"params": params}, jnp.asarray([[1, 8, 9, 10, 11]])))
+  np.testing.assert_allclose(logits[0, 5:10], alone[0], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(logits[1, 7:12], alone[0], rtol=1e-5, atol=1e-5)
+
+
+_IDENTITY = optax.identity()
 
 
 def _state(model, params):
-  return TrainState.create(apply_fn=model.apply, params=params, tx=optax.identity(),
+  return TrainState.create(apply_fn=model.apply, params=params, tx=_IDENTITY,
                            dropout_key=jax.random.key_data(jax.random.key(0)))
 
 
@@ -116,8 +118,8 @@ def test_bits_per_byte_is_the_hand_computed_figure():
   split = data_lib.Split(rows, np.zeros(len(rows), np.int32))
   model = LanguageModel(vocab_size=byte_tok.vocab_size, max_len=32, embed_dim=8, num_heads=2,
                         ffn_dim=16, num_layers=1)
-  params = model.init(jax.random.key(0), jnp.ones((1, 32), jnp.int32))["params"]
-  evaluate = lambda state, *args: step_lib.make_evaluator(4)(state, *args)
+  params = jax.jit(model.init)(jax.random.key(0), jnp.ones((1, 32), jnp.int32))["params"]
+  evaluate = step_lib.make_evaluator(4)
   # A uniform model (zero output layer): log2(259) bits for each byte and each [end].
   uniform = jax.tree.map(jnp.zeros_like, params)
   metrics = evaluate(_state(model, uniform), split, "test", byte_count)
@@ -126,10 +128,13 @@ def test_bits_per_byte_is_the_hand_computed_figure():
   assert metrics["test/perplexity"] == pytest.approx(259, rel=1e-5)
   # A random tiny model: each document scored alone, [start] then its bytes, in float64.
   total = 0.0
-  for ids in byte_tok.encode(texts):
-    sequence = np.concatenate([[1], ids, [2]])
-    logits = np.asarray(model.apply({"params": params}, jnp.asarray(sequence[None, :-1])),
-                        np.float64)[0]
+  sequences = [np.concatenate([[1], ids, [2]]) for ids in byte_tok.encode(texts)]
+  batch = np.zeros((len(sequences), 8), np.int32)  # (padding after: causal logits unchanged)
+  for row, sequence in enumerate(sequences):
+    batch[row, :len(sequence) - 1] = sequence[:-1]
+  all_logits = np.asarray(jax.jit(model.apply)({"params": params}, jnp.asarray(batch)),
+                          np.float64)
+  for logits, sequence in zip(all_logits, sequences):
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     total -= log_probs[np.arange(len(sequence) - 1), sequence[1:]].sum() / math.log(2)
   metrics = evaluate(_state(model, params), split, "test", byte_count)
@@ -210,12 +215,15 @@ def test_generation_is_deterministic_for_a_seed_and_greedy_is_the_argmax(trained
   assert drawn == generator.generate(prompts, max_tokens=10, temperature=1.0, top_k=5, seed=3)
   encoded = generator.tokenizer.encode(prompts)
   greedy = sampling.sample(generator.model, generator.params, encoded, 10, temperature=0.0)
-  for prompt, tokens in zip(encoded, greedy):
-    # The uncached model over [start] prompt tokens: each drawn token is its argmax.
-    sequence = np.concatenate([[tokenizers.START_ID], prompt, tokens])
-    logits = np.asarray(generator.model.apply({"params": generator.params},
-                                              jnp.asarray(sequence[None])))[0].copy()
-    logits[:, [tokenizers.PAD_ID, tokenizers.START_ID]] = -np.inf
+  # The uncached model over [start] prompt drawn: each drawn token is its argmax.
+  sequences = [np.concatenate([[tokenizers.START_ID], p, t]) for p, t in zip(encoded, greedy)]
+  batch = np.zeros((len(sequences), 32), np.int32)
+  for row, sequence in enumerate(sequences):
+    batch[row, :len(sequence)] = sequence
+  all_logits = np.array(jax.jit(generator.model.apply)({"params": generator.params},
+                                                       jnp.asarray(batch)))
+  all_logits[..., [tokenizers.PAD_ID, tokenizers.START_ID]] = -np.inf
+  for prompt, tokens, sequence, logits in zip(encoded, greedy, sequences, all_logits):
     expected = logits.argmax(-1)[len(prompt):len(sequence) - 1]
     np.testing.assert_array_equal(tokens, expected)
     assert len(tokens) == 10 or logits[len(sequence) - 1].argmax() == tokenizers.END_ID
