@@ -161,7 +161,8 @@ def test_kneser_ney_distributions_sum_to_one_and_learn_the_text():
 
 
 def test_bpe_is_lossless():
-  texts = ["Ceci n'est pas une pipe.\tTabs,  double spaces", "naïve café — 日本語 🙂", " lead"]
+  texts = ["Ceci n'est pas une pipe.\tTabs,  double spaces", "naïve café — 日本語 🙂", " lead",
+           "a literal [END] and <|endoftext|>"]
   bpe = tokenizers.train("bpe", texts * 5, 300)
   again = tokenizers.from_json(bpe.to_json())
   for text, ids in zip(texts, again.encode(texts)):

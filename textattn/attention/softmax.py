@@ -42,13 +42,13 @@ from textattn.attention.common import (
 from textattn.errors import UsageError
 
 IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn", "splash")
+SEGMENT_KERNELS = ("xla", "dot_product")  # the kernels that take segment ids
 
 
-def same_segment(segment_ids: Array) -> Array:
-  """Boolean [batch, 1, q, k]: query and key in the same segment (packed documents: int32
-  [batch, length] segment ids, 0 = padding). A real query always sees itself, so with the
-  padding mask it leaves no row without a key."""
-  return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+def _segments(segment_ids: Array, seeing: Array) -> tuple[Array, Array]:
+  """Packed documents: (query and key in one segment [batch, 1, q, k], `seeing` less padding)."""
+  same = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+  return same, seeing & (segment_ids != 0)[:, :, None, None]
 
 
 def softmax_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
@@ -57,42 +57,28 @@ def softmax_attention(query: Array, key: Array, value: Array, padding_mask: Arra
   """Reference multi-head scaled dot-product attention. Shapes [batch, length, heads, head_dim].
 
   `q_positions` (absolute positions of the given queries) lets a caller pass a slice of queries
-  against all keys; it only matters for the causal mask. `segment_ids` (packed documents, with
-  every query given): a query sees only the keys of its own segment (block-diagonal).
+  against all keys; it only matters for the causal mask. `segment_ids`: see `SelfAttention`.
   """
   head_dim = query.shape[-1]
   query = query * jnp.asarray(head_dim ** -0.5, query.dtype)
   logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32)
   visible = key_visibility(padding_mask, causal, q_positions, key.shape[1])
-  if segment_ids is not None:
-    visible = visible & same_segment(segment_ids)
-  logits = jnp.where(visible, logits, MASK_VALUE)
+  seeing = rows_with_a_key(padding_mask, causal, q_positions)
+  same, seeing = (True, seeing) if segment_ids is None else _segments(segment_ids, seeing)
+  logits = jnp.where(visible & same, logits, MASK_VALUE)
   weights = jax.nn.softmax(logits, axis=-1).astype(value.dtype)
   out = jnp.einsum("bhqk,bkhd->bqhd", weights, value)
-  return jnp.where(_seeing(padding_mask, causal, q_positions, segment_ids), out,
-                   0).astype(value.dtype)
-
-
-def _seeing(padding_mask, causal, q_positions=None, segment_ids=None):
-  """rows_with_a_key; with segment ids, a padding query (segment 0) sees no key."""
-  rows = rows_with_a_key(padding_mask, causal, q_positions)
-  return rows if segment_ids is None else rows & (segment_ids != 0)[:, :, None, None]
+  return jnp.where(seeing, out, 0).astype(value.dtype)
 
 
 def dot_product_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
                           causal: bool = False, segment_ids: Array | None = None) -> Array:
   """`jax.nn.dot_product_attention` with its default implementation, which in jax 0.10 is the
-  XLA path on every platform (use `cudnn_attention` for cuDNN flash attention); segment ids
-  join its boolean mask."""
-  mask = padding_mask[:, None, None, :]
-  if segment_ids is not None:
-    mask = mask & same_segment(segment_ids)
-  out = jax.nn.dot_product_attention(query, key, value, mask=mask, is_causal=causal)
-  return jnp.where(_seeing(padding_mask, causal, segment_ids=segment_ids), out,
-                   0).astype(value.dtype)
-
-
-SEGMENT_KERNELS = ("xla", "dot_product")  # the kernels that take segment ids
+  XLA path on every platform (use `cudnn_attention` for cuDNN flash attention)."""
+  mask, seeing = padding_mask[:, None, None, :], rows_with_a_key(padding_mask, causal)
+  same, seeing = (True, seeing) if segment_ids is None else _segments(segment_ids, seeing)
+  out = jax.nn.dot_product_attention(query, key, value, mask=mask & same, is_causal=causal)
+  return jnp.where(seeing, out, 0).astype(value.dtype)
 
 
 def cudnn_attention(query: Array, key: Array, value: Array, padding_mask: Array, *,
@@ -410,8 +396,7 @@ class SelfAttention(nn.Module):
     [batch, max_len] length allocates the "cache" collection (keys, values, their mask, the
     next position); each later call gives one position [batch, 1, embed] and attends to the
     cached positions so far and itself. `segment_ids` int32 [batch, length] (packed documents,
-    0 = padding; not while decoding, which holds one document): a position attends only within
-    its own segment; the xla and dot_product kernels take them."""
+    0 = padding; SEGMENT_KERNELS): a position attends within its own segment only."""
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
     dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
@@ -432,12 +417,10 @@ class SelfAttention(nn.Module):
       name = resolve(self.implementation, head_dim, jnp.dtype(self.dtype).name,
                      "causal" if self.causal else "softmax", length=x.shape[1],
                      num_heads=self.num_heads)
-      segments = {}
-      if segment_ids is not None:
-        if name not in SEGMENT_KERNELS:
-          raise UsageError(f"attention_impl={name!r} takes no segment ids (packed documents); "
-                           f"use one of {', '.join(SEGMENT_KERNELS)}.")
-        segments = {"segment_ids": segment_ids}
+      if segment_ids is not None and name not in SEGMENT_KERNELS:
+        raise UsageError(f"attention_impl={name!r} takes no segment ids (packed documents); "
+                         f"use one of {', '.join(SEGMENT_KERNELS)}.")
+      segments = {} if segment_ids is None else {"segment_ids": segment_ids}
       out = KERNELS[name](query, key, value, padding_mask, causal=self.causal, **segments)
     return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
                            name="out")(out)

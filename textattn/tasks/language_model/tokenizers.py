@@ -3,8 +3,8 @@
 Every kind shares the special ids: 0 padding, 1 start of document, 2 end of document; a
 document is [start] + its tokens + [end] (textattn/tasks/language_model/data.py packs them).
 - bytes: the UTF-8 bytes of the raw text, id = byte + 3 (vocabulary 259); lossless.
-- bpe: Hugging Face `tokenizers` byte-level BPE trained on the training split (its special
-  tokens take ids 0-2); lossless: decode(encode(text)) == text.
+- bpe: Hugging Face `tokenizers` byte-level BPE trained on the training split, id = its id + 3
+  (it has no special tokens, so no text can spell one); lossless: decode(encode(t)) == t.
 - word: the project's word tokenizer (textattn/data/tokenizer.py: lower case, ASCII punctuation
   dropped, `<br />` as a space), id = its id + 2 (3: out of vocabulary); lossy, so its runs
   report perplexity, not bits per byte.
@@ -22,7 +22,6 @@ from textattn.data import tokenizer as word_lib
 
 PAD_ID, START_ID, END_ID = 0, 1, 2
 NUM_SPECIAL = 3
-SPECIAL_TOKENS = ("[PAD]", "[START]", "[END]")
 KINDS = ("bytes", "bpe", "word")
 LOSSLESS = ("bytes", "bpe")
 FILE = "lm_tokenizer.json"
@@ -47,6 +46,8 @@ class ByteTokenizer:
 
 
 class BpeTokenizer:
+  """Byte-level BPE with no special tokens of its own (so no text can spell one): id = its id +
+  3."""
   kind, lossless = "bpe", True
 
   def __init__(self, hf):
@@ -59,7 +60,7 @@ class BpeTokenizer:
     hf = Tokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - NUM_SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     hf.train_from_iterator(texts, trainer)
@@ -67,14 +68,14 @@ class BpeTokenizer:
 
   @property
   def vocab_size(self) -> int:
-    return self.hf.get_vocab_size()
+    return self.hf.get_vocab_size() + NUM_SPECIAL
 
   def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
-    return [np.asarray(e.ids, np.int32) for e in self.hf.encode_batch(list(texts))]
+    return [np.asarray(e.ids, np.int32) + NUM_SPECIAL
+            for e in self.hf.encode_batch(list(texts), add_special_tokens=False)]
 
   def decode(self, ids) -> str:
-    return self.hf.decode([int(i) for i in ids if int(i) >= NUM_SPECIAL],
-                          skip_special_tokens=False)
+    return self.hf.decode([int(i) - NUM_SPECIAL for i in ids if int(i) >= NUM_SPECIAL])
 
   def fingerprint(self) -> str:
     import hashlib
@@ -92,11 +93,11 @@ class WordTokenizer:
 
   @classmethod
   def train(cls, texts: Sequence[str], vocab_size: int) -> WordTokenizer:
-    return cls(word_lib.WordTokenizer.train(texts, vocab_size - 1))  # (its 2 + our 3 specials)
+    return cls(word_lib.WordTokenizer.train(texts, vocab_size - 2))  # (its pad, OOV; our 3)
 
   @property
   def vocab_size(self) -> int:
-    return self.words.vocab_size + 1
+    return self.words.vocab_size + 2
 
   def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
     lookup = self.words.ids.get
