@@ -25,7 +25,6 @@ is the next document's [start]).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 import jax
@@ -279,7 +278,3 @@ def describe(config, data: LmData) -> str:
                      f"{len(getattr(data.dataset, s)):,} rows)" for s in SPLITS)
   return f"Data: {config.dataset}: {counts}; {config.tokenizer} tokenizer, " \
          f"{data.tokenizer.vocab_size:,} ids."
-
-
-def write_json(path: str, value) -> None:
-  cache_lib.atomic_write(path, lambda f: json.dump(value, f, indent=2))

@@ -10,11 +10,12 @@ bytes, written to the workdir's lm_report.json.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
+from textattn.data import atomic_write
 from textattn.tasks.language_model import ngram
-from textattn.tasks.language_model.data import write_json
 
 REPORT_FILE = "lm_report.json"
 
@@ -43,8 +44,9 @@ def write(workdir: str, config, metrics: dict, byte_counts: dict, lossless: bool
   if config.kn_order:
     rows.append({"name": f"byte {config.kn_order}-gram, interpolated Kneser-Ney",
                  "bits_per_byte": metrics[f"test/kn{config.kn_order}_bits_per_byte"]})
-  write_json(os.path.join(workdir, REPORT_FILE), {
+  report = {
       "definition": DEFINITION if lossless else DEFINITION + " A word tokenizer is lossy: its "
       "row has no bits_per_byte.",
       "test_documents": config.test_documents, "test_bytes": byte_counts["test"],
-      "train_bytes": byte_counts["train"], "rows": rows})
+      "train_bytes": byte_counts["train"], "rows": rows}
+  atomic_write(os.path.join(workdir, REPORT_FILE), lambda f: json.dump(report, f, indent=2))
