@@ -17,6 +17,5 @@ from textattn import defaults
 
 
 def get_config():
-  config = defaults.for_task("language_model")  # its defaults are this recipe
-  config.model.attention = "causal"
+  config = defaults.for_task("language_model")  # the task's defaults are this recipe
   return config
