@@ -19,6 +19,9 @@ from textattn.attention import softmax  # noqa: F401, I001 -- they register on i
 from textattn.attention import causal  # noqa: F401
 from textattn.attention import additive  # noqa: F401
 from textattn.attention import causal_additive  # noqa: F401
+from textattn.attention import linear  # noqa: F401
+from textattn.attention import sliding_window  # noqa: F401
+from textattn.attention import performer  # noqa: F401
 from textattn.attention import sequence  # noqa: F401 -- declares the built-ins' sharding
 from textattn.attention.common import usable_cores
 from textattn.attention.registry import (Variant, get, load_plugins, names, register,
