@@ -89,13 +89,15 @@ def row_fields(rows: jax.Array) -> dict:
           "positions": jnp.where(real, positions, 0).astype(jnp.int32)}
 
 
-def _draw(count: int, config, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(test, validation, rest) indices of `count` documents, drawn by config.data_seed."""
+def _draw(count: int, config, what: str, rest: bool = False):
+  """(test, validation, rest) indices of `count` documents, drawn by config.data_seed; `rest`:
+  the rest is trained on, so it must not be empty."""
   need = config.test_documents + config.val_documents
-  if count < need + (1 if what == "the file" else 0):
+  if count < need + rest:
+    tail = " and train on the rest" if rest else ""
     raise DataError(f"{config.dataset}: {what} has {count} document(s), too few to draw "
                     f"test_documents={config.test_documents} and val_documents="
-                    f"{config.val_documents} from{' and train on the rest' if what == 'the file' else ''}.")
+                    f"{config.val_documents} from{tail}.")
   order = np.random.default_rng(config.data_seed).permutation(count)
   return (np.sort(order[:config.test_documents]),
           np.sort(order[config.test_documents:need]), np.sort(order[need:]))
@@ -124,7 +126,7 @@ def _read_local(config) -> dict[str, list[str]]:
   else:
     texts = text.split("\n")
   texts = _nonblank(texts)
-  test, validation, train = _draw(len(texts), config, "the file")
+  test, validation, train = _draw(len(texts), config, "the file", rest=True)
   return {"train": [texts[i] for i in train], "validation": [texts[i] for i in validation],
           "test": [texts[i] for i in test]}
 
@@ -162,6 +164,10 @@ def _read_tfds(config) -> tuple[dict[str, list[str]], bool]:
   except DataError:
     if builder.is_prepared():
       raise
+    if not tfds_source.network_available():  # (offline, TFDS's downloader retries for minutes)
+      raise DataError(f"TFDS dataset {config.dataset!r} is not prepared in "
+                      f"{data_dir or '~/tensorflow_datasets'} and there is no network to download "
+                      f"it; point to a prepared copy with TFDS_DATA_DIR=DIR.") from None
     builder.download_and_prepare()  # (TFDS's own errors say what went wrong)
     train, heldout = read()
   test, validation, _ = _draw(len(heldout), config, f"split {config.heldout_split!r}")
