@@ -2,7 +2,7 @@
 # Cold start of the main command (RESULTS section 14, issue 26): empty token, word2vec and
 # native-kernel caches; prints the seconds until the train step is compiled (the compile row in
 # metrics.jsonl), then stops the run with SIGINT. Extra arguments go to textattn.main, e.g.
-#   bash experiments/cold_start.sh --config.model.embedding_init=random
+#   bash experiments/cold_start.sh --config.embedding.init=random
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 export TFDS_DATA_DIR=${TFDS_DATA_DIR:-../shared/tensorflow_datasets} TEXTATTN_NATIVE_CACHE=$tmp/native \

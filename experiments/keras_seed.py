@@ -88,7 +88,7 @@ def main():
 
   from textattn import data as data_lib
   from textattn import defaults
-  # The seed config pads before the tokens (config.padding="before_as_token"), as Keras'
+  # The seed config pads before the tokens (config.layout.padding="before_as_token"), as Keras'
   # pad_sequences; both truncate "pre", so the kept tokens are the same.
   data = data_lib.load_dataset(defaults.load(os.path.join(ROOT, "configs", "imdb_keras_example.py")), None)
   x_train, x_test = data.train.inputs, data.test.inputs

@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 for variant in softmax causal additive; do
   start=$(date +%s)
   python -m textattn.main --config=configs/lra_text_$variant.py --workdir="$(mktemp -d)/run" \
-    --config.dataset=tests/fixtures/disaster_tweets.csv --config.label_field=target \
-    --config.num_train_steps=2 --config.batch_size=2 --config.eval_batch_size=2 \
+    --config.dataset=tests/fixtures/disaster_tweets.csv --config.source.label_field=target \
+    --config.num_train_steps=2 --config.batch_size=2 --config.platform.eval_batch_size=2 \
     --config.eval_every_steps=2 --config.checkpoint_every_steps=2 2>&1 | grep "Test report" \
     | sed "s/^/lra_text_$variant: /"
   echo "lra_text_$variant: $(( $(date +%s) - start )) s wall"

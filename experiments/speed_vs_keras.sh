@@ -25,7 +25,7 @@ for round in $(seq "${1:-1}"); do
     for lengths in half_to_full full; do
       python -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py \
         --config.model.attention=$attention --repeats=60 --warmup=10 --lengths=$lengths \
-        --config.padding=after_masked --config.optimizer.name=adam \
+        --config.layout.padding=after_masked --config.optimizer.name=adam \
         --out_dir=runs/speed_vs_keras --overwrite 2>&1 | grep "^train_step" | sed "s/^/masked, $lengths: /"
     done
   done

@@ -108,7 +108,7 @@ def compare_steps(inputs: np.ndarray, labels: np.ndarray, steps: int, optimizer:
   `optimizer` is textattn's config.optimizer.name, `attention_impl` its attention kernel
   (config.model.attention_impl; "auto" = the native kernel on a CPU). `report(step, loss, kloss, worst, diff)` is
   called after each step when given."""
-  config = defaults.load(os.path.join(ROOT, "configs", "imdb_keras_example.py"))
+  config = defaults.complete(defaults.load(os.path.join(ROOT, "configs", "imdb_keras_example.py")))
   config.optimizer.name = optimizer
   config.model.dropout_rate = 0.0
   config.model.attention_impl = attention_impl

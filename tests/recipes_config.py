@@ -7,7 +7,7 @@ from textattn.recipes import pretrain, word2vec
 
 
 def get_config():
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.word2vec = word2vec.default_config()
   config.pretrain = pretrain.default_config()
   return config

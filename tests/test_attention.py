@@ -414,7 +414,7 @@ def test_chunked_never_materialises_the_full_score_matrix():
 
 
 @pytest.mark.parametrize("name,kwargs,words", [
-    ("linear", {}, ["config.model.attention='linear'", "not a known attention", "softmax"]),
+    ("nonexistent", {}, ["config.model.attention='nonexistent'", "not a known attention", "softmax"]),
     ("softmax", {"implementation": "flash"}, ["config.model.attention_impl='flash'", "fused"]),
     ("additive", {"implementation": "fused"}, ["config.model.attention_impl='fused'", "native"]),
     ("softmax", {"num_heads": 3}, ["config.model.num_heads=3", "embed_dim=32"]),

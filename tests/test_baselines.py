@@ -25,7 +25,7 @@ from tests.test_train import (
   tiny_config,
   write_sentiment_jsonl,
 )
-from textattn import compare, models
+from textattn import compare, defaults, models
 from textattn import progress as progress_lib
 from textattn import run as runner
 from textattn.data import file_source, ngrams
@@ -171,21 +171,23 @@ def test_bilstm_padding_changes_nothing_and_each_direction_reads_only_real_token
 
 def textattn_config(order, counts, weighting, mlp_dim):
   from textattn import defaults
-  config = defaults.classification()
-  config.tokenizer, config.ngram_order, config.ngram_counts = "ngram", order, counts
+  config = defaults.complete(defaults.classification())
+  config.tokenizer, config.ngrams.order, config.ngrams.counts = "ngram", order, counts
   config.max_len = 64
-  config.model.update(architecture="bag", bag_weighting=weighting, mlp_dim=mlp_dim)
+  config.model.update(architecture="bag", mlp_dim=mlp_dim)
+  config.ngrams.weighting = weighting
   return config
 
 
 def baseline_tiny(data, cache, architecture, **model):
   config = tiny_config(data, cache)
   if architecture == "bag":
-    config.tokenizer, config.ngram_order, config.vocab_size = "ngram", 2, 200
+    config.tokenizer, config.ngrams.order, config.vocab_size = "ngram", 2, 200
     config.max_len = 48
   config.optimizer.learning_rate = 0.03 if architecture == "bag" else 0.01
-  config.model.update(architecture=architecture, embed_dim=16, rnn_dim=8, **model)
-  return config
+  config.model.update(architecture=architecture, embed_dim=16)
+  config.bilstm.rnn_dim = 8
+  return defaults.set_fields(config, {f"model.{k}": v for k, v in model.items()})
 
 
 MODELS = {"nb": ("bag", {"bag_weighting": "nb", "mlp_dim": 0}),
@@ -309,8 +311,8 @@ def test_ensemble_cli_refuses_members_of_other_carves_in_one_sentence(trained, t
 def test_a_killed_baseline_run_resumes_bit_identically(tmp_path, architecture):
   data = write_sentiment_jsonl(tmp_path / "reviews.jsonl")
   extra = ({"tokenizer": "ngram", "vocab_size": 200, "max_len": 48, "model.architecture": "bag",
-            "model.bag_weighting": "nb", "model.mlp_dim": 0} if architecture == "bag"
-           else {"model.architecture": "bilstm", "model.rnn_dim": 8})
+            "ngrams.weighting": "nb", "model.mlp_dim": 0} if architecture == "bag"
+           else {"model.architecture": "bilstm", "bilstm.rnn_dim": 8})
   args = cli_args(data, tmp_path / "cache", num_train_steps=30, **extra)
   straight = run_main(args, tmp_path / "straight")
   assert straight.returncode == 0, straight.stdout + straight.stderr
@@ -330,20 +332,19 @@ def test_a_killed_baseline_run_resumes_bit_identically(tmp_path, architecture):
 
 @pytest.mark.parametrize("field,value,message", [
     ("model.architecture", "cnn", "config.model.architecture='cnn' is not allowed"),
-    ("model.bag_weighting", "bm25", "config.model.bag_weighting='bm25' is not allowed"),
+    ("ngrams.weighting", "bm25", "config.ngrams.weighting='bm25' is not allowed"),
     ("optimizer.name", "keras_adam", "is for the transformer"),
 ])
 def test_bad_baseline_settings_are_one_clear_sentence(field, value, message):
   config = textattn_config(order=2, counts=False, weighting="none", mlp_dim=16)
-  section, name = field.split(".")
-  config[section][name] = value
+  defaults.set_fields(config, {field: value})
   with pytest.raises(ValueError, match=message):
     models.build_model(config, 2)
 
 
 def test_rmsprop_is_keras_rmsprop_with_eps_outside_the_square_root():
   from textattn import defaults, optim
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.optimizer.name, config.optimizer.learning_rate = "rmsprop", 0.1
   tx = optim.make_optimizer(config.optimizer, 10)
   params = {"w": jnp.zeros(3)}

@@ -42,11 +42,11 @@ COMMANDS = {
 
 
 def one_spec(mode="attention", variant="additive", seq_len=16, inject=None, **spec):
-  settings = plan.resolve_settings(defaults.classification(), mode, {
+  settings = plan.resolve_settings(defaults.complete(defaults.classification()), mode, {
       "variants": variant, "seq_lens": str(seq_len), "embed_dim": 16, "num_heads": 2,
       "batch_size": 2})
   injections = {(variant, seq_len): inject} if inject else None
-  (point,) = plan.plan_points(defaults.classification(), settings, mode, warmup=0, repeats=1,
+  (point,) = plan.plan_points(defaults.complete(defaults.classification()), settings, mode, warmup=0, repeats=1,
                               injections=injections, **spec)
   return point
 
@@ -222,10 +222,10 @@ def test_malformed_mesh_specs_are_refused_in_one_sentence(text):
 def test_meshes_the_benchmark_cannot_run_are_refused_in_one_sentence(mode, given, message):
   given = {"batch_size": 2, "seq_lens": "32", **given}
   with pytest.raises(UsageError) as error:
-    plan.resolve_settings(defaults.classification(), mode, given, mesh=(2, 4))
+    plan.resolve_settings(defaults.complete(defaults.classification()), mode, given, mesh=(2, 4))
   assert str(error.value) == message
   # Without --variants a mesh benchmarks the variants that declare sequence sharding.
-  settings = plan.resolve_settings(defaults.classification(), "forward", {}, mesh=(1, 2))
+  settings = plan.resolve_settings(defaults.complete(defaults.classification()), "forward", {}, mesh=(1, 2))
   assert settings["variants"] == ["softmax", "causal", "additive", "causal_additive_recurrent"]
 
 
@@ -286,9 +286,9 @@ def test_random_inputs_have_the_requested_lengths(lengths):
 
 
 def test_train_step_batches_follow_the_configs_padding_layout():
-  # The seed config trains with padding before the tokens (config.padding="before_as_token"):
+  # The seed config trains with padding before the tokens (config.layout.padding="before_as_token"):
   # the benchmark's step must see that layout, not the pipeline's default.
-  config = defaults.load(os.path.join(ROOT, "configs", "imdb_keras_example.py"))
+  config = defaults.complete(defaults.load(os.path.join(ROOT, "configs", "imdb_keras_example.py")))
   config.update(vocab_size=50, max_len=16, batch_size=4)
   config.model.embed_dim = 8
   spec = one_spec(mode="train_step", seq_len=16) | {"vocab_size": 50, "num_classes": 2}
@@ -296,7 +296,7 @@ def test_train_step_batches_follow_the_configs_padding_layout():
   inputs = np.asarray(batch["inputs"])
   padding = inputs == 0
   assert padding.any() and (padding[:, 1:] <= padding[:, :-1]).all()  # zeros first, then tokens
-  config.padding = "after_masked"
+  config.layout.padding = "after_masked"
   _, (_, batch) = builders.build(spec, config)
   padding = np.asarray(batch["inputs"]) == 0
   assert padding.any() and (padding[:, :-1] <= padding[:, 1:]).all()
@@ -421,7 +421,7 @@ def test_a_point_timeout_that_is_not_positive_is_refused(tmp_path, value):
 
 
 def test_flags_override_the_config_only_when_given():
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   given = {"batch_size": 8, "seq_lens": None, "variants": None}
   settings = plan.resolve_settings(config, "train_step", given)
   assert settings["batch_size"] == 8 and settings["seq_lens"] == [config.max_len]

@@ -78,10 +78,10 @@ def test_a_directory_given_as_a_data_file_is_called_a_directory(tmp_path, field)
   train.write_text('{"text": "good", "label": "pos"}\n{"text": "bad", "label": "neg"}\n')
   directory = tmp_path / "reviews.jsonl"  # a directory, though its name says otherwise
   directory.mkdir()
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.dataset = str(directory if field == "dataset" else train)
   if field == "validation_file":
-    config.validation_file = str(directory)
+    config.source.validation_file = str(directory)
   with pytest.raises(DataError) as raised:
     file_source.FileSource(config).read(0.5, 0)
   text = one_sentence(raised.value)
@@ -90,7 +90,7 @@ def test_a_directory_given_as_a_data_file_is_called_a_directory(tmp_path, field)
 
 
 def test_a_missing_data_file_is_still_called_missing(tmp_path):
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.dataset = str(tmp_path / "nope.csv")
   with pytest.raises(DataError) as raised:
     file_source.FileSource(config).read(0.5, 0)

@@ -174,7 +174,7 @@ def test_a_plugins_resolve_without_the_length_keywords_still_works(toy):
 
 def test_the_model_resolves_at_config_max_len(calibrated):
   from textattn import defaults
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.model.update(embed_dim=256, num_heads=4)
   config.max_len = 256
   assert models.resolved_kernel(config) == "native"
@@ -189,7 +189,7 @@ def test_a_pretrained_encoder_resolves_for_its_own_head_size_not_the_configs(cal
   from tests.test_finetune import FIXTURE
   from textattn import defaults
   from textattn.pretrained import finetune
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.model.update(pretrained=str(FIXTURE), embed_dim=64, num_heads=8)  # (head size 8)
   config.max_len = 256
   bert_config = finetune.model_config(config)
@@ -206,11 +206,11 @@ def test_the_benchmark_resolves_auto_per_point(calibrated, tmp_path):
     pytest.skip("no C++ compiler here: the native kernel cannot run")
   from textattn import defaults
   from textattn.benchmark import measure, plan
-  settings = plan.resolve_settings(defaults.classification(), "attention", {
+  settings = plan.resolve_settings(defaults.complete(defaults.classification()), "attention", {
       "variants": "softmax_auto", "seq_lens": "16,32", "embed_dim": 16, "num_heads": 2,
       "batch_size": 2})
   got = {}
-  for spec in plan.plan_points(defaults.classification(), settings, "attention", warmup=0,
+  for spec in plan.plan_points(defaults.complete(defaults.classification()), settings, "attention", warmup=0,
                                repeats=1, memory_limit_gb=0):
     path = str(tmp_path / f"{spec['seq_len']}.json")
     measure.run_point(spec, path)

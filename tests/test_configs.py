@@ -3,6 +3,7 @@
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -21,7 +22,7 @@ TINY_BERT = pathlib.Path(__file__).resolve().parent / "fixtures" / "tiny_bert"
 @pytest.mark.parametrize("name", CONFIGS)
 def test_config_is_valid_and_documents_its_run_command(name, tmp_path):
   path = CONFIG_DIR / f"{name}.py"
-  config = defaults.load(str(path))
+  config = defaults.complete(defaults.load(str(path)))
   if config.task == "translation":
     config.dataset = str(tmp_path / "pairs.txt")  # (the user's file; this one exists)
     (tmp_path / "pairs.txt").write_text("Hi.\tHola.\n")
@@ -35,7 +36,7 @@ def test_config_is_valid_and_documents_its_run_command(name, tmp_path):
     config.model.pretrained = str(TINY_BERT)
     config.max_len = min(config.max_len, 32)
     bert_config = hf.read_config(TINY_BERT)
-  runner.validate(config, max(1, config.num_cpu_devices))
+  runner.validate(config, max(1, config.platform.num_cpu_devices))
   if config.task == "classification":
     models.build_model(config, num_classes=2, pretrained_config=bert_config)
   docstring = ast.get_docstring(ast.parse(path.read_text()))
@@ -52,8 +53,8 @@ def test_configs_are_loaded_by_path_not_installed_as_a_package(tmp_path):
 
 
 def test_the_seed_configs_share_the_seed_model():
-  seed = defaults.load(str(CONFIG_DIR / "imdb_keras_example.py"))
-  fast = defaults.load(str(CONFIG_DIR / "imdb_keras_fast.py"))
+  seed = defaults.complete(defaults.load(str(CONFIG_DIR / "imdb_keras_example.py")))
+  fast = defaults.complete(defaults.load(str(CONFIG_DIR / "imdb_keras_fast.py")))
   assert fast.model.to_dict() == seed.model.to_dict()
   assert (fast.vocab_size, fast.max_len, fast.batch_size) == (seed.vocab_size, seed.max_len, 32)
 
@@ -77,3 +78,71 @@ def test_a_shipped_config_is_found_by_name_from_any_directory(tmp_path):
   typo = subprocess.run(command + ["--config=imdb_fastfromer"], cwd=tmp_path, env=env,
                         capture_output=True, text=True, check=False)
   assert "did you mean imdb_fastformer?" in typo.stderr
+
+
+def _leaves(config, prefix=""):
+  out = []
+  for name, value in config.items():
+    out += (_leaves(value, f"{prefix}{name}.") if hasattr(value, "items") else [prefix + name])
+  return out
+
+
+def test_the_default_classification_config_is_small_and_its_parts_opt_in():
+  # Issue 52: <= 45 leaf fields (flax's examples: 15-44); what one data source, architecture,
+  # recipe or platform setting uses is an opt-in part, completed by the runner.
+  config = defaults.classification()
+  assert len(_leaves(config)) <= 45, len(_leaves(config))
+  complete = defaults.complete(config)
+  for part in ("source", "layout", "ngrams", "embedding", "bilstm", "platform"):
+    assert part not in config and part in complete
+  assert "adam" not in config.optimizer and "adam" in complete.optimizer
+  # A config's own part values survive completion; a field a part lacks is refused.
+  config = defaults.classification("ngrams")
+  config.ngrams.order = 3
+  assert defaults.complete(config).ngrams.order == 3
+  config.ngrams.ordr = 3
+  with pytest.raises(ValueError, match=r"config.ngrams.ordr: config.ngrams has no field 'ordr'"):
+    defaults.complete(config)
+
+
+def _assignments(path):
+  """(base call, [(dotted field, literal value)]) of a config file's get_config()."""
+  base, fields = None, []
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+      target, text = node.targets[0], ast.unparse(node.targets[0])
+      if text == "config":
+        base = node.value
+      elif text.startswith("config.") and isinstance(target, ast.Attribute):
+        try:
+          fields.append((text[len("config."):], ast.literal_eval(node.value)))
+        except ValueError:
+          pass  # (a computed value: not compared)
+  return base, fields
+
+
+@pytest.mark.parametrize("name", defaults.shipped_configs())
+def test_a_shipped_config_sets_only_what_differs_from_its_base(name):
+  path = CONFIG_DIR / f"{name}.py"
+  base_call, fields = _assignments(path)
+  text = ast.unparse(base_call)
+  sibling = re.search(r"sibling\(__file__, '([^']+)'\)", text)
+  if sibling:
+    base = defaults.complete(defaults.load(str(CONFIG_DIR / sibling.group(1))))
+  else:
+    task = re.search(r"for_task\('([^']+)'", text)
+    task = (task.group(1) if task else
+            "translation" if "translation(" in text else "classification")
+    base = defaults.complete(defaults.for_task(task))
+  redundant = []
+  for field, value in fields:
+    node = base
+    for part in field.split("."):
+      node = node[part] if part in node else None
+      if node is None:
+        break
+    if node is not None and not hasattr(node, "items") and node == value:
+      redundant.append(f"config.{field} = {value!r}")
+    if node is not None and not hasattr(node, "items"):
+      defaults.set_fields(base, {field: value})
+  assert not redundant, f"{name} sets what its base already gives: {redundant}"

@@ -25,14 +25,13 @@ TWEETS = pathlib.Path(__file__).resolve().parents[2] / "shared/data/disaster-twe
 
 
 def make_config(tmp_path, dataset="imdb_reviews", **overrides):
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.dataset = str(dataset)
   config.data_dir = str(tmp_path / "tfds")
   config.cache_dir = str(tmp_path / "cache")
   config.max_len = 8
   config.vocab_size = 200
-  config.update(overrides)
-  return config
+  return defaults.set_fields(config, overrides)
 
 
 def write_csv(path, rows, header="text,label"):
@@ -521,12 +520,12 @@ def test_empty_texts_are_skipped_counted_and_never_encoded(tmp_path):
   assert len(data.train) + len(data.validation) + len(data.test) == 30
 
 
-@pytest.mark.parametrize("field, value", [("truncation", "middle"), ("tokenizer", "bpe"),
-                                          ("padding", "pre"), ("max_len", 0), ("vocab_size", 2),
+@pytest.mark.parametrize("field, value", [("layout.truncation", "middle"), ("tokenizer", "bpe"),
+                                          ("layout.padding", "pre"), ("max_len", 0),
+                                          ("vocab_size", 2),
                                           ("val_fraction", 0.5), ("val_fraction", -0.1)])
 def test_bad_config_names_the_field(tmp_path, field, value):
-  config = make_config(tmp_path)
-  config[field] = value
+  config = defaults.set_fields(make_config(tmp_path), {field: value})
   with pytest.raises(ip.DataError, match=f"config.{field}="):
     ip.load_dataset(config, None)
 
@@ -543,7 +542,7 @@ def test_before_as_token_padding_gives_keras_layout_from_the_same_cache(tmp_path
   config = make_config(tmp_path, max_len=12)
   with tfds.testing.mock_data(num_examples=20):
     after = ip.load_dataset(config, None)
-    config.padding = "before_as_token"
+    config.layout.padding = "before_as_token"
     before = ip.load_dataset(config, None)
   for a, b in ((after.train, before.train), (after.test, before.test)):
     np.testing.assert_array_equal(b.labels, a.labels)

@@ -96,13 +96,12 @@ def snippets(doc: Path) -> list[Snippet]:
 
 
 def _load_config(value: str) -> ml_collections.ConfigDict:
-  """The config `--config=value` loads (a shipped name or a path from the repository root)."""
-  try:
-    from textattn.config import load  # (where issue 52 moves the loader)
-  except ImportError:
-    from textattn.defaults import load
+  """The config `--config=value` loads (a shipped name or a path from the repository root), with
+  the opt-in parts the command line may name (--config.source.text_fields=...)."""
+  from textattn import run
+  from textattn.config import load
   path = REPO / value
-  return load(str(path) if path.is_file() else value)
+  return run.complete(load(str(path) if path.is_file() else value))
 
 
 @functools.cache

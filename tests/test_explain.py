@@ -113,7 +113,7 @@ def test_attention_path_uses_the_pooling_weights(mean_model, tmp_path):
   config = tiny_config(str(tmp_path / "unused.jsonl"), tmp_path, **{"model.pooling": "attention"})
   model = models.build_model(config, 2, vocab_size=mean_model.tokenizer.vocab_size)
   inputs = mean_model.tokenizer.encode(["the film was superb", "a dull plot and a dull actor"],
-                                       config.max_len, config.truncation)
+                                       config.max_len, config.layout.truncation)
   params = model.init(jax.random.key(0), inputs)["params"]
   assert explain.method_for(config) == explain.ATTENTION_POOLING
   _, weights = explain.make_weights_fn(model, config)(params, inputs)

@@ -1,5 +1,5 @@
 """Fine-tuning a pretrained encoder (config.model.pretrained) and starting from a file of word
-vectors (model.embedding_init="vectors:PATH") as runs: they train, stop and resume exactly,
+vectors (embedding.init="vectors:PATH") as runs: they train, stop and resume exactly,
 predict and explain from the workdir alone, and refuse what cannot work in one sentence before
 the workdir is touched. Data: a small JSONL file of the tiny BERT fixture's words."""
 
@@ -36,20 +36,17 @@ def write_reviews(path, n=160, seed=0):
 
 
 def finetune_config(tmp_path, model_dir, **overrides):
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.dataset = write_reviews(tmp_path / "reviews.jsonl")
   config.cache_dir = str(tmp_path / "cache")
   config.model.pretrained = str(model_dir)
   config.model.pooling = "cls"
-  config.max_len, config.batch_size, config.eval_batch_size = 16, 8, 16
+  config.max_len, config.batch_size, config.platform.eval_batch_size = 16, 8, 16
   config.num_train_steps, config.log_every_steps = 24, 4
   config.eval_every_steps = config.checkpoint_every_steps = 8
   config.optimizer.update(name="adamw", learning_rate=5e-3, schedule="linear", warmup_steps=4,
                           weight_decay=0.01, layer_decay=0.8)
-  for key, value in overrides.items():
-    section, _, name = key.rpartition(".")
-    (config[section] if section else config)[name] = value
-  return config
+  return defaults.set_fields(config, overrides)
 
 
 def test_a_fine_tuning_run_stops_resumes_bit_identically_and_predicts_without_the_model(
@@ -189,7 +186,7 @@ def test_a_missing_model_directory_is_refused_at_a_fresh_start_in_one_sentence(t
 
 @pytest.mark.parametrize("overrides, fragment", [
     ({"model.pooling": "max"}, "config.model.pooling='max' is not allowed"),
-    ({"padding": "before_as_token"}, "config.padding='before_as_token' cannot be used"),
+    ({"padding": "before_as_token"}, "config.layout.padding='before_as_token' cannot be used"),
     ({"optimizer.name": "keras_adam", "optimizer.weight_decay": 0.0},
      "cannot be used with config.model.pretrained"),
     ({"model.pretrained": "hf:only-a-name"}, "is not of the form hf:ORG/NAME"),
@@ -230,8 +227,9 @@ def test_depth_scaling_from_the_names_equals_the_scales_of_a_built_model():
 
 def test_the_linear_schedule_warms_up_then_falls_to_zero_at_the_last_step():
   opt = defaults.optimizer()
-  opt.update(name="adamw", schedule="linear", learning_rate=1.0, warmup_steps=2, eps=1e-12,
-             b1=0.0, b2=0.0)  # (so an update's size is the learning rate)
+  opt.update(name="adamw", schedule="linear", learning_rate=1.0, warmup_steps=2)
+  opt.adam = optim.adam_config()
+  opt.adam.update(eps=1e-12, b1=0.0, b2=0.0)  # (so an update's size is the learning rate)
   tx = optim.make_optimizer(opt, total_steps=6)
   params = {"w": np.zeros(1, np.float32)}
   state = tx.init(params)
@@ -254,7 +252,7 @@ def test_a_vectors_file_starts_the_token_table_and_the_run_prints_its_coverage(t
   config = finetune_config(tmp_path, "", num_train_steps=1, eval_every_steps=1,
                            checkpoint_every_steps=1, vocab_size=40, **{
       "model.pooling": "mean", "model.embed_dim": 8, "model.num_heads": 2,
-      "model.embedding_init": f"vectors:{vectors_path}",
+      "embedding.init": f"vectors:{vectors_path}",
       "optimizer.layer_decay": 1.0, "optimizer.learning_rate": 1e-9})
   runner.train_and_evaluate(config, str(tmp_path / "run"))
   printed = capsys.readouterr().out
@@ -270,7 +268,7 @@ def test_a_vectors_file_starts_the_token_table_and_the_run_prints_its_coverage(t
 
 
 def test_a_missing_vectors_file_is_one_sentence(tmp_path):
-  config = finetune_config(tmp_path, "", **{"model.embedding_init": "vectors:/no/such.txt",
+  config = finetune_config(tmp_path, "", **{"embedding.init": "vectors:/no/such.txt",
                                             "optimizer.layer_decay": 1.0})
   with pytest.raises(errors.UsageError) as raised:
     runner.validate(config, 1)

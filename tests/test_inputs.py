@@ -43,11 +43,10 @@ def one_line(stderr: str) -> str:
     (["--config=configs/no_such_config.py"],
      ("error: --config=configs/no_such_config.py: no such config file; give a config file's path "
      "or a shipped config's name")),
-    (["--config.model.attention=linear"],
-     ("error: config.model.attention='linear' is not a known attention; allowed: softmax, causal, "
-     "additive")),
-    (["--config.xla_flags=--xla_cpu_enable_fast_mat=false"],
-     ("error: config.xla_flags='--xla_cpu_enable_fast_mat=false': --xla_cpu_enable_fast_mat is "
+    (["--config.model.attention=nope"],
+     "error: config.model.attention='nope' is not a known attention; allowed: softmax, causal,"),
+    (["--config.platform.xla_flags=--xla_cpu_enable_fast_mat=false"],
+     ("error: config.platform.xla_flags='--xla_cpu_enable_fast_mat=false': --xla_cpu_enable_fast_mat is "
      "not a flag this XLA")),
     (["--config.dataset=.."],
      "error: config.dataset='..' is a directory; give a TFDS name such as 'imdb_reviews'"),
@@ -62,7 +61,7 @@ def test_a_bad_config_is_one_line_exit_2_and_creates_no_workdir(tmp_path, extra,
 
 
 def test_unknown_fields_get_a_did_you_mean_from_the_config_s_own_fields():
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   assert command_line.unknown_field(config, "model.attention") is None
   assert command_line.unknown_field(config, "optimizer.learnig_rate") == (
       "config.optimizer.learnig_rate: the config has no field 'learnig_rate' in "
@@ -73,14 +72,14 @@ def test_unknown_fields_get_a_did_you_mean_from_the_config_s_own_fields():
 
 
 def test_an_unknown_xla_flag_or_value_is_refused_before_any_step_compiles():
-  config = defaults.classification()
-  config.xla_flags = "--xla_cpu_enable_fast_math=false"
+  config = defaults.complete(defaults.classification())
+  config.platform.xla_flags = "--xla_cpu_enable_fast_math=false"
   platform.check_xla_flags(config)  # a flag XLA knows: accepted
-  config.xla_flags = "--xla_no_such_option=1"
+  config.platform.xla_flags = "--xla_no_such_option=1"
   with pytest.raises(ValueError, match=r"--xla_no_such_option is not a flag this XLA .* "
                                        r"allowed: XLA's compile options"):
     platform.check_xla_flags(config)
-  config.xla_flags = "--xla_cpu_enable_fast_math=perhaps"
+  config.platform.xla_flags = "--xla_cpu_enable_fast_math=perhaps"
   with pytest.raises(ValueError, match=r"'perhaps' is not a valid bool value"):
     platform.check_xla_flags(config)
 
@@ -92,7 +91,7 @@ def test_a_dataset_name_is_checked_before_the_file_system_is_walked(tmp_path, mo
   for name, problem in ((str(tmp_path), "is a directory"), ("..", "is a directory"),
                         ("../imdb_reviews", "is neither an existing local file nor a TFDS name"),
                         ("/etc/passwd/x", "is neither an existing local file nor a TFDS name")):
-    config = defaults.classification()
+    config = defaults.complete(defaults.classification())
     config.dataset, config.cache_dir = name, str(tmp_path / "cache")
     with pytest.raises(data_lib.DataError, match=rf"config.dataset='{name}' {problem}"):
       data_lib.load_dataset(config, None)
@@ -106,7 +105,7 @@ def test_a_dataset_name_is_checked_before_the_file_system_is_walked(tmp_path, mo
 
 
 def file_config(tmp_path, path, **overrides):
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.update(dataset=str(path), cache_dir=str(tmp_path / "cache"), max_len=8,
                 vocab_size=100, val_fraction=0.2, **overrides)
   return config

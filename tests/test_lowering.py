@@ -72,7 +72,7 @@ def _tokens(batch, length):
 
 
 def _classifier(attention, impl, dtype="float32", num_heads=2, embed_dim=24):
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.vocab_size, config.max_len = 50, 40
   m = config.model
   m.attention, m.attention_impl, m.dtype = attention, impl, dtype
@@ -117,7 +117,7 @@ def pallas_allowed(monkeypatch):
 
 
 def test_the_translation_models_train_step_lowers_with_the_pallas_encoder(pallas_allowed):
-  config = defaults.translation()
+  config = defaults.complete(defaults.translation())
   config.source_len, config.target_len = 12, 12
   m = config.model
   m.embed_dim, m.num_heads, m.ffn_dim = 24, 2, 32

@@ -15,15 +15,15 @@ VARIANTS = [("softmax", "xla"), ("softmax", "dot_product"),
 
 
 def small_config(attention_name="softmax", impl="xla", pooling="mean", **model):
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.vocab_size, config.max_len = 50, 16
   config.model.update(attention=attention_name, attention_impl=impl, pooling=pooling, embed_dim=8,
-                      num_heads=2, num_layers=2, ffn_dim=8, mlp_dim=4, **model)
-  return config
+                      num_heads=2, num_layers=2, ffn_dim=8, mlp_dim=4)
+  return defaults.set_fields(config, {f"model.{k}": v for k, v in model.items()})
 
 
 def test_seed_configuration_has_the_keras_parameter_count():
-  model = models.build_model(defaults.classification(), num_classes=2)
+  model = models.build_model(defaults.complete(defaults.classification()), num_classes=2)
   params = models.abstract_params(model, 200)
   assert models.count_parameters(params) == 653_566
   assert "653,566" in models.parameter_table(params)
@@ -68,7 +68,7 @@ def test_padding_is_a_token_when_config_padding_is_before_as_token():
   # The Keras seed's computation: nothing masked, so the number and the embedding of the
   # padding ids change the logits; the masked default model ignores both.
   config = small_config()
-  config.padding = "before_as_token"
+  config.layout.padding = "before_as_token"
   unmasked = models.build_model(config, num_classes=2)
   assert not unmasked.mask_padding and models.build_model(small_config(), 2).mask_padding
   tokens = np.array([[0, 0, 0, 7, 8, 9]], np.int32)
@@ -196,8 +196,8 @@ def test_bfloat16_compute_keeps_float32_parameters_and_logits():
     ("model.dtype", "float16", ["config.model.dtype", "bfloat16"]),
     ("model.embed_dim", 0, ["config.model.embed_dim=0", "integer >= 1"]),
     ("model.dropout_rate", 1.5, ["config.model.dropout_rate=1.5"]),
-    ("model.token_dropout_rate", 1.0, ["config.model.token_dropout_rate=1.0", "[0, 1)"]),
-    ("model.bigram_buckets", -5, ["config.model.bigram_buckets=-5", "integer >= 0"]),
+    ("embedding.token_dropout_rate", 1.0, ["config.embedding.token_dropout_rate=1.0", "[0, 1)"]),
+    ("embedding.bigram_buckets", -5, ["config.embedding.bigram_buckets=-5", "integer >= 0"]),
 ])
 def test_bad_model_config_is_a_clear_value_error(field, value, words):
   config = small_config()
@@ -217,7 +217,8 @@ def test_input_longer_than_max_len_is_a_clear_value_error():
 
 def test_attention_registry_is_complete():
   assert attention.names() == ("softmax", "causal", "additive", "causal_additive",
-                               "causal_additive_recurrent")
+                               "causal_additive_recurrent", "linear", "causal_linear",
+                               "sliding_window", "local", "performer", "causal_performer")
   for name in attention.names():
     module = attention.get(name).build(num_heads=2)
     x = jnp.ones((1, 4, 8))

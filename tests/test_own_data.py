@@ -1,5 +1,5 @@
 """Training on your own files (issue 26, "Your own data"): separate validation/test files,
-headerless CSV/TSV named by config.columns, interval defaults that fit the data size, and the
+headerless CSV/TSV named by config.source.columns, interval defaults that fit the data size, and the
 HuffPost News Category config on a fixture in that format."""
 
 import json
@@ -20,14 +20,13 @@ NEWS_FIXTURE = REPO / "tests" / "fixtures" / "news_category.jsonl"
 
 
 def make_config(tmp_path, dataset, **overrides):
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.dataset = str(dataset)
   config.cache_dir = str(tmp_path / "cache")
   config.max_len = 8
   config.vocab_size = 200
-  config.update({k: str(v) if isinstance(v, pathlib.Path) else v
-                 for k, v in overrides.items()})
-  return config
+  return defaults.set_fields(config, {k: str(v) if isinstance(v, pathlib.Path) else v
+                                      for k, v in overrides.items()})
 
 
 def write_tsv(path, rows, header="text\tlabel"):
@@ -127,10 +126,10 @@ def test_cache_is_keyed_by_every_file(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("validation_file", "v.tsv", (r"config.validation_file='v.tsv' is invalid; separate split "
+    ("validation_file", "v.tsv", (r"config.source.validation_file='v.tsv' is invalid; separate split "
                                  r"files need config.dataset to be a local file")),
-    ("test_file", "t.csv", r"config.test_file='t.csv' is invalid; separate split files"),
-    ("columns", "label,text", (r"config.columns='label,text' is invalid; it names the columns "
+    ("test_file", "t.csv", r"config.source.test_file='t.csv' is invalid; separate split files"),
+    ("columns", "label,text", (r"config.source.columns='label,text' is invalid; it names the columns "
                               r"of headerless .csv/.tsv files, and config.dataset is a TFDS")),
 ])
 def test_split_files_and_columns_are_refused_for_a_tfds_dataset(tmp_path, field, value,
@@ -143,7 +142,7 @@ def test_split_files_and_columns_are_refused_for_a_tfds_dataset(tmp_path, field,
 
 def test_a_missing_split_file_and_a_needed_carve_are_one_sentence_each(tmp_path):
   train = write_tsv(tmp_path / "train.tsv", rows("tr", 20))
-  with pytest.raises(ip.DataError, match=r"config.test_file='.*nope.tsv' is invalid \(file does "
+  with pytest.raises(ip.DataError, match=r"config.source.test_file='.*nope.tsv' is invalid \(file does "
                                          r"not exist\); give the path of an existing"):
     ip.validate_config(make_config(tmp_path, train, test_file=tmp_path / "nope.tsv"))
   test = write_tsv(tmp_path / "test.tsv", rows("te", 4))
@@ -200,7 +199,7 @@ def test_a_row_with_another_field_count_than_columns_names_file_and_line(tmp_pat
   config = make_config(tmp_path, path, columns="label,title,description",
                        text_fields="title,description")
   with pytest.raises(ip.DataError, match=r"train.csv, line 13: expected 3 fields \(',' *"
-                                         r"-separated; config.columns names 3 \(label,title,"
+                                         r"-separated; config.source.columns names 3 \(label,title,"
                                          r"description\)\), found 2"):
     ip.load_dataset(config, None)
 
@@ -209,16 +208,16 @@ def test_columns_given_for_a_file_with_a_header_row_is_named(tmp_path):
   path = write_tsv(tmp_path / "d.tsv", rows("r", 20))  # has the header "text\tlabel"
   with pytest.raises(ip.DataError, match=r"d.tsv, line 1: the label column holds 'label', its "
                                          r"own name: the file has a header row, so leave "
-                                         r"config.columns empty"):
+                                         r"config.source.columns empty"):
     ip.load_dataset(make_config(tmp_path, path, columns="text,label"), None)
 
 
 @pytest.mark.parametrize("columns, dataset, message", [
-    ("title,description", "d.csv", (r"config.columns='title,description' is invalid; it lacks "
+    ("title,description", "d.csv", (r"config.source.columns='title,description' is invalid; it lacks "
                                    r"\['text', 'label'\]")),
-    ("text,label,text", "d.csv", (r"config.columns='text,label,text' is invalid; each column "
+    ("text,label,text", "d.csv", (r"config.source.columns='text,label,text' is invalid; each column "
                                  r"name must differ")),
-    ("text,label", "d.jsonl", (r"config.columns='text,label' is invalid for .*d.jsonl: it names "
+    ("text,label", "d.jsonl", (r"config.source.columns='text,label' is invalid for .*d.jsonl: it names "
                               r"the columns of headerless .csv/.tsv files")),
 ])
 def test_bad_columns_are_one_sentence(tmp_path, columns, dataset, message):
@@ -247,7 +246,7 @@ def intervals(config, steps_per_epoch):
 
 
 def test_default_intervals_evaluate_several_times_per_epoch_of_any_size():
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   assert intervals(config, 175) == (350, 43, 43)  # ~7,000 rows at batch 32: 4 per epoch
   assert intervals(config, 625) == (1250, 156, 156)  # ~25,000 rows
   assert intervals(config, 2) == (4, 1, 1)  # at least every step
@@ -256,7 +255,7 @@ def test_default_intervals_evaluate_several_times_per_epoch_of_any_size():
 
 
 def test_explicit_intervals_resolve_as_before():
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.update(eval_every_steps=10, checkpoint_every_steps=30)
   assert intervals(config, 175) == (350, 10, 30)
   config.checkpoint_every_steps = 0  # automatic, rounded to the eval grid under "best"
@@ -297,12 +296,12 @@ def test_every_shipped_config_has_its_intervals_pinned():
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_configs_resolve_to_their_intervals(name):
   steps_per_epoch, expected = SHIPPED[name]
-  assert intervals(defaults.load(str(CONFIG_DIR / f"{name}.py")), steps_per_epoch) == expected
+  assert intervals(defaults.complete(defaults.load(str(CONFIG_DIR / f"{name}.py"))), steps_per_epoch) == expected
 
 
 @pytest.mark.parametrize("name", ["imdb_softmax", "imdb_fastformer", "imdb_causal"])
 def test_imdb_intervals_do_not_leak_into_a_users_small_file(name):
-  config = defaults.load(str(CONFIG_DIR / f"{name}.py"))
+  config = defaults.complete(defaults.load(str(CONFIG_DIR / f"{name}.py")))
   config.dataset = "imdb_reviews/plain_text:1.0.0"  # the same data set: its 350 steps
   assert intervals(config, 703)[1:] == (350, 350)
   config.dataset = "mine.csv"  # ~6,300 training rows: 4 evaluations per epoch of them
@@ -319,7 +318,7 @@ def test_news_category_config_trains_end_to_end_on_a_fixture_in_that_format(tmp_
   assert all({"category", "headline", "short_description"} <= set(line) for line in lines)
 
   path = CONFIG_DIR / "news_category_fastformer.py"
-  config = defaults.load(str(path))
+  config = defaults.complete(defaults.load(str(path)))
   config.update(dataset=str(NEWS_FIXTURE), cache_dir=str(tmp_path / "cache"))
   runner.validate(config, 1)
   ip.validate_config(config)
@@ -330,7 +329,7 @@ def test_news_category_config_trains_end_to_end_on_a_fixture_in_that_format(tmp_
   workdir = tmp_path / "run"
   result = run_main([f"--config={path}", f"--config.dataset={NEWS_FIXTURE}",
                      f"--config.cache_dir={tmp_path / 'cache'}", "--config.num_train_steps=2",
-                     "--config.batch_size=8", "--config.eval_batch_size=16"], workdir)
+                     "--config.batch_size=8", "--config.platform.eval_batch_size=16"], workdir)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   [data_line] = [line for line in result.stdout.splitlines() if line.startswith("Data: ")]
   assert "train 48, validation 6, test 6 examples (validation and test carved from train: " in (
@@ -356,18 +355,18 @@ def test_each_split_file_keeps_its_header_with_its_own_text_fields(tmp_path):
   raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
   assert raw.texts["validation"][0] == "va0 shared" and raw.texts["test"][0] == "te0 shared"
   # Without the option the file's own header is named, and the option that fixes it.
-  config.validation_text_fields = ""
+  config.source.validation_text_fields = ""
   with pytest.raises(ip.DataError, match=r"validation.tsv, line 1: column\(s\) \['sentence'\] "
                      r"not found; the header has \['content', 'label'\] \(set "
-                     r"--config.validation_text_fields"):
+                     r"--config.source.validation_text_fields"):
     ip.load_dataset(config, None)
 
 
 def test_text_fields_of_a_split_without_a_file_are_refused_in_one_sentence(tmp_path):
   train = write_tsv(tmp_path / "train.tsv", rows("tr", 30))
   config = make_config(tmp_path, train, test_text_fields="content")
-  with pytest.raises(ip.DataError, match="config.test_text_fields='content' names the text "
-                     "fields of config.test_file, which is not set"):
+  with pytest.raises(ip.DataError, match="config.source.test_text_fields='content' names the text "
+                     "fields of config.source.test_file, which is not set"):
     ip.validate_config(config)
 
 
@@ -423,7 +422,7 @@ def test_an_evaluation_at_a_uniform_guess_loss_and_chance_accuracy_says_so():
 def test_every_cache_is_under_one_root_that_honours_xdg_cache_home(tmp_path, monkeypatch):
   from textattn.attention import native
   from textattn.data import cache
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   for name in ("TEXTATTN_CACHE", "TEXTATTN_NATIVE_CACHE", "XDG_CACHE_HOME"):
     monkeypatch.delenv(name, raising=False)
   monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -23,7 +23,7 @@ from tests.test_train import (
   write_sentiment_jsonl,
 )
 from textattn import data as ip
-from textattn import models, optim, train_state
+from textattn import defaults, models, optim, train_state
 from textattn import run as runner
 from textattn.data import tfds_source
 from textattn.data import tokenizer as tokenizer_lib
@@ -198,11 +198,11 @@ def test_pretraining_text_is_train_plus_unlabeled_never_validation_or_test(tmp_p
                                       "be at most config.max_len=200")),
     ("pretrain.num_steps", 0, "config.pretrain.num_steps=0 is invalid"),
     ("pretrain.learning_rate", 0.0, "config.pretrain.learning_rate=0.0 must be > 0"),
-    ("model.embedding_init", "word2vec", ("config.pretrain.objective='mlm' trains the token "
+    ("embedding.init", "word2vec", ("config.pretrain.objective='mlm' trains the token "
                                          "embeddings itself")),
     ("dataset", "reviews.csv", "config.pretrain.unlabeled_split='unsupervised' names a TFDS"),
-    ("padding", "before_as_token", "needs config.padding='after_masked'"),
-    ("model.bigram_buckets", 1000, "config.model.bigram_buckets=1000: a masked token's bigrams"),
+    ("padding", "before_as_token", "needs config.layout.padding='after_masked'"),
+    ("embedding.bigram_buckets", 1000, "config.embedding.bigram_buckets=1000: a masked token's bigrams"),
 ])
 def test_bad_pretraining_settings_are_one_clear_sentence(field, value, message, tmp_path):
   config = recipes_config.get_config()
@@ -211,8 +211,7 @@ def test_bad_pretraining_settings_are_one_clear_sentence(field, value, message, 
   if field == "dataset":  # (a local file that exists: the recipe, not the path, is refused)
     value = str(tmp_path / value)
     pathlib.Path(value).write_text("text,label\nfine,a\n")
-  section, _, name = field.rpartition(".")
-  (config[section] if section else config)[name] = value
+  defaults.set_fields(config, {field: value})
   with pytest.raises(ValueError, match=re.escape(message)):
     runner.validate(config, 1)
 

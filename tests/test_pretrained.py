@@ -223,7 +223,7 @@ def test_a_hub_name_resolves_to_the_downloaded_directory_under_the_cache_root(mo
   assert hf.load("hf:someone/tiny-bert").directory == FIXTURE
   assert calls == [("someone/tiny-bert", list(hf.FILES), None)]
   # A run's downloads go where its other caches do: $TEXTATTN_CACHE, or config.cache_dir.
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.model.pretrained = "hf:someone/tiny-bert"
   monkeypatch.setenv("TEXTATTN_CACHE", str(tmp_path / "root"))
   assert finetune.model_config(config).hidden_size == hf.read_config(FIXTURE).hidden_size

@@ -52,7 +52,7 @@ def benchmark_command(out_dir, *extra):
 def main_command(tmp_path, workdir):
   values = {"dataset": write_sentiment_csv(tmp_path / "sentiment.csv"),
             "cache_dir": str(tmp_path / "cache"), "vocab_size": 32, "max_len": 8,
-            "batch_size": 8, "eval_batch_size": 16, "num_train_steps": 2, "log_every_steps": 1,
+            "batch_size": 8, "platform.eval_batch_size": 16, "num_train_steps": 2, "log_every_steps": 1,
             "eval_every_steps": 2, "checkpoint_every_steps": 2, "model.attention": "toy_mean",
             **TINY_MODEL}
   return [sys.executable, "-m", "textattn.main", f"--plugin={PLUGIN}",
@@ -97,7 +97,7 @@ def test_toy_variant_is_the_masked_mean_of_the_values(toy):
 
 
 def test_toy_variant_trains_in_the_classifier(toy):
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.update(vocab_size=32, max_len=8, batch_size=4)
   for field, value in TINY_MODEL.items():
     config.model[field.split(".")[1]] = value
@@ -151,7 +151,7 @@ def test_toy_variant_trains_through_the_main_cli(runs):
 def test_the_point_subprocess_needs_the_plugin_it_is_given(toy):
   # Planned in a process that has the plugin, run in one that is not told to import it: the
   # child cannot build the point. (With the plugin in the spec it can: the CLI test above.)
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   settings = plan.resolve_settings(config, "attention", {
       "variants": "toy_mean", "seq_lens": "8", "embed_dim": 8, "num_heads": 2, "batch_size": 2})
   (spec,) = plan.plan_points(config, settings, "attention", warmup=0, repeats=1)

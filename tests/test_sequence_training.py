@@ -3,7 +3,7 @@
 SIGKILL, resume under another mesh with a note, train translation, and refuse what cannot be
 split before anything runs; a sequence axis that spans two processes trains like one device.
 
-The runs are textattn.main subprocesses (config.num_cpu_devices=8: the rest of the suite runs
+The runs are textattn.main subprocesses (config.platform.num_cpu_devices=8: the rest of the suite runs
 on one device); the pooling check runs this file as a script on 8 devices
 (`python tests/test_sequence_training.py poolings` prints one JSON line).
 """
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 TOLERANCE = 1e-5
-MESH = ["--config.num_cpu_devices=8", "--config.mesh.sequence=4"]  # data 2 x sequence 4
+MESH = ["--config.platform.num_cpu_devices=8", "--config.mesh.sequence=4"]  # data 2 x sequence 4
 
 
 def _final_loss(workdir):
@@ -52,8 +52,8 @@ def one_device(tmp_path_factory):
   data = write_sentiment_jsonl(root / "reviews.jsonl")
   args = cli_args(data, root / "cache", num_train_steps=50, eval_every_steps=25,
                   checkpoint_every_steps=25, log_every_steps=25, **{
-                      "model.pooling": "cls", "model.bigram_buckets": 7,
-                      "model.token_dropout_rate": 0.1, "model.attention": "softmax"})
+                      "model.pooling": "cls", "embedding.bigram_buckets": 7,
+                      "embedding.token_dropout_rate": 0.1, "model.attention": "softmax"})
   process = run_main(args, root / "one", wait=False)
 
   def done():
@@ -92,7 +92,7 @@ def test_fifty_steps_on_a_2x4_mesh_match_one_device_and_resume_exactly(tmp_path,
 
   shutil.copytree(tmp_path / "killed", tmp_path / "moved")
   resumed = run_main(args + MESH, tmp_path / "killed", wait=False)
-  moved = run_main(args + ["--config.num_cpu_devices=8", "--config.mesh.sequence=2"],
+  moved = run_main(args + ["--config.platform.num_cpu_devices=8", "--config.mesh.sequence=2"],
                    tmp_path / "moved", wait=False)
   resumed_out, moved_out = _finish(resumed), _finish(moved)
   assert "Resuming from checkpoint at step 25." in resumed_out, resumed_out[-3000:]
@@ -145,7 +145,7 @@ def test_a_sequence_axis_across_two_processes_trains_like_one_device(tmp_path, o
   from textattn import compare
   procs = tmp_path / "procs"
   processes, outputs = run_two_processes(
-      one_device.args + ["--config.num_cpu_devices=2", "--config.mesh.sequence=4"], procs,
+      one_device.args + ["--config.platform.num_cpu_devices=2", "--config.mesh.sequence=4"], procs,
       timeout=180)
   assert all(p.returncode == 0 for p in processes), [out[-3000:] for out in outputs]
   assert all("2 local / 4 global devices" in out for out in outputs)
@@ -197,10 +197,10 @@ def test_translation_trains_with_its_encoder_and_decoder_split_over_two_devices(
           "--config.source_vocab=40", "--config.target_vocab=40", "--config.source_len=8",
           "--config.target_len=8", "--config.model.embed_dim=16", "--config.model.ffn_dim=16",
           "--config.model.num_heads=2", "--config.model.head_dim=0", "--config.beam_size=0", "--config.batch_size=16",
-          "--config.eval_batch_size=32", "--config.model.encoder_attention=additive",
+          "--config.platform.eval_batch_size=32", "--config.model.encoder_attention=additive",
           "--config.model.decoder_attention=causal"]
   one = run_main(args, tmp_path / "one", wait=False)
-  split = run_main(args + ["--config.num_cpu_devices=2", "--config.mesh.sequence=2"],
+  split = run_main(args + ["--config.platform.num_cpu_devices=2", "--config.mesh.sequence=2"],
                    tmp_path / "split", wait=False)
   one_out, _ = _finish(one), _finish(split)
   assert "Test report: loss=" in one_out and "bleu_greedy=" in one_out, one_out[-3000:]

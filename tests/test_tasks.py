@@ -5,6 +5,7 @@ fallback); and a workdir written before config versions still resumes and predic
 
 import ast
 import inspect
+import json
 import pathlib
 import re
 import shutil
@@ -42,7 +43,7 @@ def test_a_plugin_task_trains_stops_resumes_bit_identically_and_loads(tmp_path):
   assert f"Resuming from checkpoint at step {stopped_at}." in out
 
   from tests import toy_task  # (registered by the import, as --plugin does)
-  config = defaults.load(str(REPO / "tests" / "toy_task_config.py"))
+  config = defaults.complete(defaults.load(str(REPO / "tests" / "toy_task_config.py")))
   straight = tmp_path / "straight"
   report = runner.train_and_evaluate(config, str(straight))
   assert final_report(stopped) == final_report(straight)
@@ -99,13 +100,12 @@ def test_a_plugin_task_gets_the_runners_checks_for_free():
                               ("num_epochs", 0, "config.num_epochs=0"),
                               ("keep_checkpoints", 0, "config.keep_checkpoints=0"),
                               ("optimizer.learning_rate", 0.0, "learning_rate=0.0")]:
-    config = defaults.load(str(REPO / "tests" / "toy_task_config.py"))
+    config = defaults.complete(defaults.load(str(REPO / "tests" / "toy_task_config.py")))
     config.num_train_steps = -1
-    section, _, name = field.rpartition(".")
-    (config[section] if section else config)[name] = value
+    defaults.set_fields(config, {field: value})
     with pytest.raises(UsageError, match=re.escape(words)):
       runner.validate(config, None)
-  config = defaults.load(str(REPO / "tests" / "toy_task_config.py"))
+  config = defaults.complete(defaults.load(str(REPO / "tests" / "toy_task_config.py")))
   config.batch_size = 3
   with pytest.raises(UsageError, match="multiple of the device count"):
     runner.validate(config, 2)
@@ -135,20 +135,28 @@ def test_the_loop_takes_its_actions_as_hooks_not_a_long_parameter_list():
 # ---- A workdir written before config versions (textattn at 4f22bde) ----------------------
 
 
-def old_workdir(tmp_path):
-  """A copy of tests/fixtures/workdir_v1 and the config (today's defaults) that made it."""
-  workdir = tmp_path / "workdir_v1"
-  shutil.copytree(FIXTURES / "workdir_v1", workdir)
-  config = defaults.load(str(FIXTURES / "workdir_v1_config.py"))
+def old_workdir(tmp_path, version=1):
+  """A copy of tests/fixtures/workdir_v<version> and the config (today's fields) that made it."""
+  workdir = tmp_path / f"workdir_v{version}"
+  shutil.copytree(FIXTURES / f"workdir_v{version}", workdir)
+  config = defaults.complete(defaults.load(str(FIXTURES / f"workdir_v{version}_config.py")))
   config.dataset = str(FIXTURES / "workdir_v1_reviews.csv")
   config.cache_dir = str(tmp_path / "cache")
   return workdir, config
 
 
-def test_a_workdir_of_version_1_predicts_and_resumes(tmp_path):
-  workdir, config = old_workdir(tmp_path)
-  assert "config_version" not in (workdir / "config.json").read_text()
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_workdir_of_an_older_config_version_predicts_and_resumes(tmp_path, version):
+  workdir, config = old_workdir(tmp_path, version)
+  saved = json.loads((workdir / "config.json").read_text())
+  assert saved.get("config_version", 1) == version
   classifier = textattn.load(str(workdir))
+  if version == 2:  # (its fields that moved into opt-in parts arrive at their new places)
+    assert "truncation" in saved and "token_dropout_rate" in saved["model"]
+    assert classifier.config.layout.truncation == "post"
+    assert classifier.config.embedding.bigram_buckets == 16
+    assert classifier.config.platform.eval_batch_size == 8
+    assert "truncation" not in classifier.config
   assert classifier.config.config_version == defaults.CONFIG_VERSION
   assert classifier.config.task == "classification"
   [row] = classifier.predict(["a wonderful superb film"])
@@ -159,7 +167,7 @@ def test_a_workdir_of_version_1_predicts_and_resumes(tmp_path):
   assert report["test/params_from_step"] in (4, 8, 12)
   steps = [row["step"] for row in read_metrics(workdir) if "train/loss" in row]
   assert steps == [4, 8, 12]
-  assert (workdir / "config.before-step-8.json").exists()  # the v1 record is kept aside
+  assert (workdir / "config.before-step-8.json").exists()  # the old record is kept aside
 
 
 @pytest.mark.parametrize("field, value", [
@@ -168,8 +176,7 @@ def test_a_workdir_of_version_1_predicts_and_resumes(tmp_path):
 ])
 def test_a_changed_field_against_a_migrated_workdir_is_refused(tmp_path, field, value):
   workdir, config = old_workdir(tmp_path)
-  section, _, name = field.rpartition(".")
-  (config[section] if section else config)[name] = value
+  defaults.set_fields(config, {field: value})
   with pytest.raises(RunError, match=rf"was started with config\.{re.escape(field)}="):
     runner.train_and_evaluate(config, str(workdir))
 
@@ -195,7 +202,7 @@ def test_every_command_ends_a_users_mistake_in_one_line(tmp_path, command, code,
 
 def test_profile_dir_holds_a_trace_of_the_annotated_train_steps(tmp_path):
   from tests import toy_task  # noqa: F401 -- registers the task
-  config = defaults.load(str(REPO / "tests" / "toy_task_config.py"))
+  config = defaults.complete(defaults.load(str(REPO / "tests" / "toy_task_config.py")))
   config.num_train_steps = config.eval_every_steps = config.checkpoint_every_steps = 5
   runner.train_and_evaluate(config, str(tmp_path / "run"), profile_dir=str(tmp_path / "profile"))
   traces = list((tmp_path / "profile").glob("plugins/profile/*/*.xplane.pb"))

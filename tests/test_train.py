@@ -59,23 +59,20 @@ def tiny_config(data_path, cache_dir, **overrides):
   config.dataset = data_path
   config.cache_dir = str(cache_dir)
   config.vocab_size, config.max_len = 64, 16
-  config.batch_size, config.eval_batch_size = 8, 16
+  config.batch_size, config.platform.eval_batch_size = 8, 16
   config.num_train_steps = 30
   config.log_every_steps = 5
   config.eval_every_steps = 10
   config.checkpoint_every_steps = 10
   config.model.update(embed_dim=16, num_heads=2, ffn_dim=16, mlp_dim=8)
   config.optimizer.learning_rate = 3e-3
-  for key, value in overrides.items():
-    section, _, name = key.rpartition(".")
-    (config[section] if section else config)[name] = value
-  return config
+  return defaults.set_fields(config, overrides)
 
 
 def cli_args(data_path, cache_dir, **overrides):
   """The same tiny config as --config.* flags for textattn.main."""
   values = {"dataset": data_path, "cache_dir": str(cache_dir), "vocab_size": 64, "max_len": 16,
-            "batch_size": 8, "eval_batch_size": 16, "num_train_steps": 30,
+            "batch_size": 8, "platform.eval_batch_size": 16, "num_train_steps": 30,
             "log_every_steps": 5, "eval_every_steps": 10, "checkpoint_every_steps": 10,
             "model.embed_dim": 16, "model.num_heads": 2, "model.ffn_dim": 16,
             "model.mlp_dim": 8, "optimizer.learning_rate": 3e-3}
@@ -150,7 +147,7 @@ def data_file(tmp_path):
 
 
 def test_one_train_step_changes_every_trainable_parameter():
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.vocab_size, config.max_len = 30, 12
   config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4, dropout_rate=0.0)
   model = models.build_model(config, num_classes=2)
@@ -252,7 +249,7 @@ def test_keras_adam_reproduces_the_keras_seed_models_training_steps():
 
 def test_keras_adam_refuses_clipping_and_weight_decay():
   for field, value in [("grad_clip_norm", 1.0), ("weight_decay", 0.01)]:
-    config = defaults.classification()
+    config = defaults.complete(defaults.classification())
     config.optimizer.name = "keras_adam"
     config.optimizer[field] = value
     with pytest.raises(ValueError, match=r"optimizer\.name='keras_adam' is the seed's plain Keras "
@@ -266,7 +263,7 @@ def _batch(ids):
 
 
 def test_label_smoothing_trains_on_the_smoothed_cross_entropy():
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.vocab_size, config.max_len = 16, 12
   config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4, dropout_rate=0.0)
   model = models.build_model(config, num_classes=2)
@@ -337,7 +334,7 @@ def test_a_long_evaluation_prints_a_progress_line_at_most_every_interval(capsys)
 
 
 def test_best_checkpoint_is_kept_and_found_across_restarts(tmp_path):
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.keep_checkpoints = 1
   state = {"w": np.zeros(3, np.float32)}
   manager = checkpointing.checkpoint_manager(str(tmp_path), config.keep_checkpoints)
@@ -621,7 +618,7 @@ def assert_rows_close(a, b, tol=1e-5):
 
 
 def test_several_devices_and_two_processes_match_one_device(tmp_path, data_file):
-  """One baseline run, compared with 4 devices (XLA_FLAGS), 2 devices (config.num_cpu_devices)
+  """One baseline run, compared with 4 devices (XLA_FLAGS), 2 devices (config.platform.num_cpu_devices)
   and 2 processes (jax.distributed over gloo). The baseline runs with TensorFlow unimportable:
   training on a local file must not need it (it costs seconds)."""
   args = cli_args(data_file, tmp_path / "cache", num_train_steps=20)
@@ -635,7 +632,7 @@ def test_several_devices_and_two_processes_match_one_device(tmp_path, data_file)
   assert four.returncode == 0, four.stdout + four.stderr
   assert "4 global devices" in four.stderr + four.stdout
   assert_rows_close(baseline, eval_rows(tmp_path / "four"))
-  two = run_main(args + ["--config.num_cpu_devices=2"], tmp_path / "two")
+  two = run_main(args + ["--config.platform.num_cpu_devices=2"], tmp_path / "two")
   assert two.returncode == 0, two.stdout + two.stderr
   assert "2 global devices" in two.stderr + two.stdout
   assert_rows_close(baseline, eval_rows(tmp_path / "two"))
@@ -686,10 +683,10 @@ def test_several_devices_and_two_processes_match_one_device(tmp_path, data_file)
 
 
 def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file):
-  result = run_main(cli_args(data_file, tmp_path / "cache") + ["--config.model.attention=linear"],
+  result = run_main(cli_args(data_file, tmp_path / "cache") + ["--config.model.attention=nonexistent"],
                     tmp_path / "run")
   assert result.returncode != 0
-  assert "config.model.attention='linear' is not a known" in result.stderr, result.stderr
+  assert "config.model.attention='nonexistent' is not a known" in result.stderr, result.stderr
   assert "Traceback" not in result.stderr
 
 
@@ -698,29 +695,28 @@ def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file):
     ("eval_split", "train", "config.eval_split='train' is not allowed"),
     ("optimizer.name", "sgd", "config.optimizer.name='sgd' is not allowed"),
     # None is the one non-bool ConfigDict lets through; it must not silently mean False.
-    ("deterministic", None, "config.deterministic=None must be True or False"),
+    ("deterministic", None, "config.platform.deterministic=None must be True or False"),
 ])
 def test_bad_config_values_are_one_clear_sentence(field, value, message):
   # In-process (suite time): main turns these ValueErrors into the one line and exit code 2
   # checked by the command-line case above.
-  config = defaults.classification()
-  section, _, name = field.rpartition(".")
-  (config[section] if section else config)[name] = value
+  config = defaults.complete(defaults.classification())
+  defaults.set_fields(config, {field: value})
   with pytest.raises(ValueError, match=re.escape(message)):
     runner.validate(config, 1)
 
 
 def test_bad_cpu_device_count_is_refused_before_jax_starts():
-  config = defaults.classification()
-  config.num_cpu_devices = -1
-  with pytest.raises(ValueError, match=r"config.num_cpu_devices=-1 must be an integer >= 0"):
+  config = defaults.complete(defaults.classification())
+  config.platform.num_cpu_devices = -1
+  with pytest.raises(ValueError, match=r"config.platform.num_cpu_devices=-1 must be an integer >= 0"):
     platform.request_cpu_devices(config)
 
 
 @pytest.mark.parametrize("field,value", [("label_smoothing", -0.1), ("label_smoothing", 1.0)])
 def test_bad_optimizer_extras_are_one_clear_sentence(field, value):
   # (In-process: the exit-code path is covered by the command-line case above.)
-  config = defaults.classification()
+  config = defaults.complete(defaults.classification())
   config.optimizer[field] = value
   with pytest.raises(ValueError, match=rf"config\.optimizer\.{field}={value} must be in \[0, 1\)"):
     runner.validate(config, 1)
@@ -741,18 +737,18 @@ def test_unknown_config_field_is_rejected_before_anything_runs(tmp_path, data_fi
 
 
 def test_xla_flags_reach_the_step_compilation_and_bad_ones_are_refused():
-  config = defaults.classification()
-  config.xla_flags = "--xla_cpu_experimental_ynn_fusion_type="
+  config = defaults.complete(defaults.classification())
+  config.platform.xla_flags = "--xla_cpu_experimental_ynn_fusion_type="
   options = platform.xla_compiler_options(config)
   assert options == {"xla_cpu_experimental_ynn_fusion_type": ""}
   # Typed values: XLA refuses the string 'true' for a bool flag, so these must compile.
-  config.xla_flags = "--xla_gpu_deterministic_ops=true --xla_cpu_enable_fast_math=false"
+  config.platform.xla_flags = "--xla_gpu_deterministic_ops=true --xla_cpu_enable_fast_math=false"
   typed = platform.xla_compiler_options(config)
   assert typed == {"xla_gpu_deterministic_ops": True, "xla_cpu_enable_fast_math": False}
   jax.jit(lambda a: a + 1, compiler_options=typed).lower(jnp.ones(3)).compile()
-  bad = defaults.classification()
+  bad = defaults.complete(defaults.classification())
   bad.xla_flags = "ynn_off"
-  with pytest.raises(ValueError, match=r"config.xla_flags='ynn_off' must be a space-separated"):
+  with pytest.raises(ValueError, match=r"config.platform.xla_flags='ynn_off' must be a space-separated"):
     platform.request_cpu_devices(bad)
   hlo = lambda **kw: jax.jit(lambda a: jnp.tanh(a @ a) + 1, **kw).lower(
       jnp.ones((32, 32))).compile().as_text()
@@ -762,15 +758,15 @@ def test_xla_flags_reach_the_step_compilation_and_bad_ones_are_refused():
 
 
 def test_steps_are_compiled_deterministically_on_a_gpu_unless_told_otherwise(monkeypatch):
-  config = defaults.classification()
-  assert config.deterministic
+  config = defaults.complete(defaults.classification())
+  assert config.platform.deterministic
   monkeypatch.setattr(jax, "default_backend", lambda: "cpu")  # whatever runs the test
   assert platform.step_compiler_options(config) is None  # CPU: deterministic already
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
   assert platform.step_compiler_options(config) == {"xla_gpu_deterministic_ops": True}
-  config.xla_flags = "--xla_gpu_deterministic_ops=false"  # an explicit flag wins
+  config.platform.xla_flags = "--xla_gpu_deterministic_ops=false"  # an explicit flag wins
   assert platform.step_compiler_options(config) == {"xla_gpu_deterministic_ops": False}
-  config.xla_flags, config.deterministic = "", False
+  config.platform.xla_flags, config.platform.deterministic = "", False
   assert platform.step_compiler_options(config) is None
 
 

@@ -32,13 +32,13 @@ def write_pairs(path, n=600, seed=0):
 
 
 def tiny(data, **overrides):
-  config = defaults.translation()
+  config = defaults.complete(defaults.translation())
   config.dataset = data
   config.source_vocab = config.target_vocab = 40
   config.source_len = config.target_len = 8
   config.model.update(embed_dim=32, num_heads=2, ffn_dim=64, output_dropout_rate=0.1)
   config.optimizer.update(name="adam", learning_rate=3e-3, schedule="constant", warmup_steps=0)
-  config.batch_size, config.eval_batch_size = 16, 32
+  config.batch_size, config.platform.eval_batch_size = 16, 32
   config.num_train_steps, config.eval_every_steps, config.checkpoint_every_steps = 120, 40, 40
   config.log_every_steps = 20
   config.beam_size = 2
@@ -168,12 +168,12 @@ def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path, causal_word)
 def test_the_chapter_config_builds_the_chapters_19_960_216_parameter_model():
   import jax
   import jax.numpy as jnp
-  config = defaults.load("configs/spa_eng_chapter.py")
+  config = defaults.complete(defaults.load("configs/spa_eng_chapter.py"))
   model = translation.build_model(config, 15000, 15000)  # the chapter's vocabulary sizes
   ones = jnp.ones((1, 20), jnp.int32)
   params = jax.eval_shape(model.init, jax.random.key(0), ones, ones)["params"]
   assert sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(params)) == 19_960_216
-  default = translation.build_model(defaults.load("configs/spa_eng_transformer.py"), 15000, 15000)
+  default = translation.build_model(defaults.complete(defaults.load("configs/spa_eng_transformer.py")), 15000, 15000)
   params = jax.eval_shape(default.init, jax.random.key(0), ones, ones)["params"]
   assert sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(params)) == 14_439_064
 

@@ -136,15 +136,15 @@ def test_vectors_are_identical_across_processes(tmp_path):
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("model.embedding_init", "glove", "config.model.embedding_init='glove' is invalid"),
+    ("embedding.init", "glove", "config.embedding.init='glove' is invalid"),
     ("word2vec.epochs", 0, "config.word2vec.epochs=0 is invalid"),
     ("word2vec.scale", "big", "config.word2vec.scale='big' is invalid"),
-    ("tokenizer", "byte", "config.model.embedding_init='word2vec' needs config.tokenizer='word'"),
+    ("tokenizer", "byte", "config.embedding.init='word2vec' needs config.tokenizer='word'"),
     ("dataset", "reviews.csv", "config.word2vec.unlabeled_split='unsupervised' names a TFDS"),
 ])
 def test_bad_word2vec_settings_are_one_clear_sentence(field, value, message, tmp_path):
   config = recipes_config.get_config()
-  config.model.embedding_init = "word2vec"
+  config.embedding.init = "word2vec"
   config.word2vec.unlabeled_split = "unsupervised"
   if field == "dataset":  # (a local file that exists: the recipe, not the path, is refused)
     value = str(tmp_path / value)
@@ -158,7 +158,7 @@ def test_bad_word2vec_settings_are_one_clear_sentence(field, value, message, tmp
 def test_a_word2vec_run_trains_and_a_resume_does_not_rebuild_or_reapply_the_vectors(tmp_path):
   data = write_sentiment_jsonl(tmp_path / "reviews.jsonl", n=240)
   args = cli_args(data, tmp_path / "cache", num_train_steps=10,
-                  **{"model.embedding_init": "word2vec", "word2vec.epochs": 2})
+                  **{"embedding.init": "word2vec", "word2vec.epochs": 2})
   first = run_main(args, tmp_path / "run")
   assert first.returncode == 0, first.stderr[-3000:]
   assert "Training word2vec" in first.stdout and "word2vec: epoch 2/2 done" in first.stdout
@@ -179,7 +179,7 @@ def test_the_second_build_reads_the_cache_and_gets_the_same_table(tmp_path, monk
   config = recipes_config.get_config()
   config.update(dataset=data, cache_dir=str(tmp_path / "cache"), vocab_size=40, max_len=8)
   config.model.embed_dim = 8
-  config.model.embedding_init = "word2vec"
+  config.embedding.init = "word2vec"
   config.word2vec.epochs = 1
   loaded = ip.load_dataset(config, None)
   first = word2vec.pretrained_token_table(config, loaded.tokenizer, loaded.vocab_size)
@@ -200,7 +200,7 @@ def test_mocked_imdb_with_the_unsupervised_split_builds_a_table(tmp_path):
   config = make_config(tmp_path, val_fraction=0.1, vocab_size=50)
   config.word2vec = word2vec.default_config()
   config.model.embed_dim = 8
-  config.model.embedding_init = "word2vec"
+  config.embedding.init = "word2vec"
   config.word2vec.update(unlabeled_split="unsupervised", epochs=1, min_count=1)
   with tfds.testing.mock_data(num_examples=30):
     data = ip.load_dataset(config, None)

@@ -40,7 +40,6 @@ def toy_defaults() -> ml_collections.ConfigDict:
   # The runner adds its own fields (seed, epochs, checkpoints, ...) and checks them: a task
   # sets only those it wants otherwise.
   config.batch_size = 16
-  config.eval_batch_size = 32
   return config
 
 
@@ -123,7 +122,7 @@ def prepare(config, workdir, is_main):
 
   def evaluate(state, split, prefix):
     totals = None
-    for batch in eval_batches(split, config.eval_batch_size):
+    for batch in eval_batches(split, config.platform.eval_batch_size):
       sums = evaluate_batch(state, batch)
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     count = float(totals["count"])

@@ -76,9 +76,10 @@ def checkpoint_manager(workdir: str, keep: int, metric: str = "val/accuracy",
 # schedule, and an old end on the evaluation and checkpoint grid (so the extended run evaluates
 # and keeps the same steps an uninterrupted longer run would).
 RESUMABLE_CHANGES = frozenset({
-    "dataset", "data_dir", "cache_dir", "text_fields", "label_field", "eval_batch_size",
-    "validation_text_fields", "test_text_fields",
-    "log_every_steps", "keep_checkpoints", "num_cpu_devices", "xla_flags", "deterministic",
+    "dataset", "data_dir", "cache_dir", "source.text_fields", "source.label_field",
+    "platform.eval_batch_size", "source.validation_text_fields", "source.test_text_fields",
+    "log_every_steps", "keep_checkpoints", "platform.num_cpu_devices", "platform.xla_flags",
+    "platform.deterministic",
     "mesh.sequence",  # a resume may change the mesh (the machine signature notes it)
     "model.attention_impl", "num_epochs", "num_train_steps",
     "config_version"})  # (the format, not the training: older contracts are migrated)

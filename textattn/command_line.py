@@ -35,8 +35,13 @@ def unknown_field(config: ml_collections.ConfigDict, path: str) -> str | None:
       siblings = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
       close = difflib.get_close_matches(path, field_paths(config), n=1, cutoff=0.7) or [
           ".".join(walked + [s]) for s in difflib.get_close_matches(name, siblings, n=1)]
+      moved = config_lib.MOVED_IN_V3.get(path)
+      if moved:
+        return (f"config.{path}: the config has no field {path!r}; since config version 3 it "
+                f"is config.{moved} (an opt-in part, textattn/config.py).")
       hint = (f"did you mean config.{close[0]}?" if close else
-              f"the fields{where} are: {', '.join(siblings)}." if siblings else
+              f"the fields{where} are: {', '.join(siblings)}." if 0 < len(siblings) <= 20 else
+              "--helpfull lists every field." if siblings else
               f"config.{'.'.join(walked)} has no fields.")
       return f"config.{path}: the config has no field {name!r}{where}; {hint}"
     node = node[name]
@@ -136,6 +141,86 @@ def resolve_config_names(argv: list[str], config_flag: str = "config") -> list[s
   return out
 
 
+def _split_part_overrides(argv: list[str], config_flag: str):
+  """(argv without, [(part, field path, value)] of) the --config.PART.FIELD=VALUE overrides of
+  an opt-in part (run.PARTS, Task.parts) that the config file leaves out: ml_collections knows
+  only the fields a config has, so these are applied after parsing (_apply_part_overrides)."""
+  prefix = f"--{config_flag}."
+  argv = [prefix + config_lib.MOVED_IN_V3.get(a[len(prefix):].partition("=")[0],
+                                               a[len(prefix):].partition("=")[0])
+          + "".join(a[len(prefix):].partition("=")[1:]) if a.startswith(prefix) else a
+          for a in argv]  # (a field's config-version-2 name still works: --config.columns=...)
+  paths = _flag_values(argv, config_flag)
+  overrides = [(f, v) for f, v in _overrides(argv, config_flag) if "." in f]
+  if not paths or not overrides:
+    return argv, []
+  try:
+    config = load(paths[-1])
+    from textattn import run  # (lazy: JAX and the registries load only for such overrides)
+    known = run.parts(config.task)
+  except Exception:  # noqa: BLE001 -- the normal parse reports a broken config or task
+    return argv, []
+  late = []
+  for field, value in overrides:
+    part = next((p for p in sorted(known, key=len, reverse=True) if field.startswith(p + ".")),
+                None)
+    if part is not None and unknown_field(config, part) is not None:
+      late.append((part, field, value))
+  if not late:
+    return argv, []
+  fields = {f for _, f, _ in late}
+  kept, skip = [], False
+  for arg in argv:
+    if skip:
+      skip = False
+      continue
+    name = arg[len(config_flag) + 3:].partition("=")[0] if arg.startswith(
+        f"--{config_flag}.") else None
+    if name in fields:
+      skip = "=" not in arg  # (--config.x value: the value is the next argument)
+      continue
+    kept.append(arg)
+  return kept, late
+
+
+def _parse_value(text: str, default):
+  if isinstance(default, bool):
+    if text.lower() in ("true", "1", "yes"):
+      return True
+    if text.lower() in ("false", "0", "no"):
+      return False
+    raise ValueError("true or false")
+  if isinstance(default, int):
+    return int(text)
+  if isinstance(default, float):
+    return float(text)
+  return text
+
+
+def _apply_part_overrides(config: ml_collections.ConfigDict, late, config_flag: str) -> None:
+  """Adds each opt-in part named by `late` (at its defaults) and sets the overridden fields;
+  one line `error: ...` and exit code 2 for an unknown field or a value of the wrong type."""
+  from textattn import run  # (lazy, as above)
+  with config.unlocked():
+    run.with_parts(config, *{part for part, _, _ in late})
+    for _, field, value in late:
+      message = unknown_field(config, field)
+      if message is not None:
+        print(f"error: --{config_flag}.{field}={value}: " + message.split(": ", 1)[1],
+              file=sys.stderr)
+        sys.exit(2)
+      *parents, name = field.split(".")
+      node = config
+      for parent in parents:
+        node = node[parent]
+      try:
+        node[name] = _parse_value(value, node[name])
+      except ValueError:
+        print(f"error: --{config_flag}.{field}={value}: config.{field} takes a "
+              f"{type(node[name]).__name__} (default {node[name]!r}).", file=sys.stderr)
+        sys.exit(2)
+
+
 def flags_parser(config_flag: str = "config"):
   """A `flags_parser` for absl's app.run: parses the flags, and for any error in them (an
   unknown flag or config field, a wrong type, a missing or broken config file) prints one line
@@ -144,15 +229,21 @@ def flags_parser(config_flag: str = "config"):
 
   def parse(argv: list[str]) -> list[str]:
     argv = [argv[0], *resolve_config_names(argv[1:], config_flag)]
+    given = argv
+    argv, late = _split_part_overrides(argv, config_flag)
+    if argv != given:  # (ml_collections reads the overrides from sys.argv, not from argv)
+      sys.argv = list(argv)
     try:
       remaining = flags.FLAGS(argv)
       config = flags.FLAGS[config_flag].value
       if config is not None:
         config.keys()  # a config file that failed to load raises only when first used
-      return remaining
     except Exception as error:  # noqa: BLE001 -- absl, ml_collections and the config file
       # raise many types (flags.Error, KeyError/AttributeError for an unknown field,
       # OSError/SyntaxError loading the file): all are the user's, all one line.
       print(f"error: {flag_error_message(error, argv[1:], config_flag)}", file=sys.stderr)
       sys.exit(2)
+    if late:
+      _apply_part_overrides(config, late, config_flag)
+    return remaining
   return parse

@@ -10,18 +10,94 @@ textattn/optim.py; textattn/defaults.py hands them to config files.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+from collections.abc import Callable
 
 import ml_collections
 
 from textattn.errors import RunError, UsageError
 
-CONFIG_VERSION = 2  # of config.json and the run contract; migrate() brings older ones here
+CONFIG_VERSION = 3  # of config.json and the run contract; migrate() brings older ones here
 
 
 # What a version-1 config (written before config versions, until 2026-11-26) meant where it
 # lacks a field that has another default now: the value the code fell back to then.
 _V1_FALLBACKS = {"evals_per_epoch": 1}
+
+# Version 3 (2026-11-27) moved the fields only one data source, architecture, recipe or platform
+# uses into opt-in parts (complete() below); a version 1-2 config's field -> its new place.
+MOVED_IN_V3 = {
+    "text_fields": "source.text_fields", "label_field": "source.label_field",
+    "columns": "source.columns", "validation_file": "source.validation_file",
+    "test_file": "source.test_file", "validation_text_fields": "source.validation_text_fields",
+    "test_text_fields": "source.test_text_fields",
+    "truncation": "layout.truncation", "padding": "layout.padding",
+    "ngram_order": "ngrams.order", "ngram_counts": "ngrams.counts",
+    "model.bag_weighting": "ngrams.weighting", "model.rnn_dim": "bilstm.rnn_dim",
+    "model.embedding_init": "embedding.init", "model.vectors_scale": "embedding.vectors_scale",
+    "model.token_dropout_rate": "embedding.token_dropout_rate",
+    "model.bigram_buckets": "embedding.bigram_buckets",
+    "num_cpu_devices": "platform.num_cpu_devices", "xla_flags": "platform.xla_flags",
+    "deterministic": "platform.deterministic", "eval_batch_size": "platform.eval_batch_size",
+    "optimizer.b1": "optimizer.adam.b1", "optimizer.b2": "optimizer.adam.b2",
+    "optimizer.eps": "optimizer.adam.eps",
+}
+
+
+def _move(node: dict, moved: dict[str, str]) -> dict:
+  """A nested config dict with each field `old` of `moved` that it has put at `moved[old]`."""
+  node = json.loads(json.dumps(node))  # (a deep copy)
+  for old, new in moved.items():
+    *old_parents, old_name = old.split(".")
+    parent = node
+    for name in old_parents:
+      parent = parent.get(name) if isinstance(parent, dict) else None
+    if not isinstance(parent, dict) or old_name not in parent:
+      continue
+    value = parent.pop(old_name)
+    *new_parents, new_name = new.split(".")
+    target = node
+    for name in new_parents:
+      target = target.setdefault(name, {})
+    target[new_name] = value
+  return node
+
+
+def set_fields(config: ml_collections.ConfigDict, fields: dict) -> ml_collections.ConfigDict:
+  """Sets each field of `fields` (a dotted path: "source.columns", "model.embed_dim") in `config`
+  and returns it; a version 1-2 name of a field that moved (MOVED_IN_V3: "columns") is set at
+  its new place, so scripts written for those versions keep working."""
+  for path, value in fields.items():
+    *parents, name = MOVED_IN_V3.get(path, path).split(".")
+    node = config
+    for parent in parents:
+      node = node[parent]
+    node[name] = value
+  return config
+
+
+def complete(config: ml_collections.ConfigDict,
+             parts: dict[str, Callable[[], ml_collections.ConfigDict]]) -> ml_collections.ConfigDict:
+  """A copy of `config` with every opt-in part (path -> its defaults: "source", "optimizer.adam")
+  it lacks added, and the fields a part it has lacks filled in, so code reads them directly.
+  A config sets only the parts it changes (`config.ngrams = ngrams.default_config()`); the
+  runner completes it once, at start."""
+  config = ml_collections.ConfigDict(config.to_dict())
+  for path, defaults in parts.items():
+    *parents, name = path.split(".")
+    node = config
+    for parent in parents:
+      node = node[parent]
+    full = defaults()
+    if name in node:
+      for key, value in node[name].items():
+        if key not in full:
+          raise UsageError(f"config.{path}.{key}: config.{path} has no field {key!r}; its "
+                           f"fields are: {', '.join(full.keys())}.")
+        full[key] = value
+    node[name] = full
+  return config
 
 
 def migrate(saved: dict, base: ml_collections.ConfigDict) -> dict:
@@ -34,6 +110,8 @@ def migrate(saved: dict, base: ml_collections.ConfigDict) -> dict:
     raise RunError(f"This workdir was written by a newer textattn (config version {version}; "
                    f"this one reads up to {CONFIG_VERSION}); upgrade textattn to use it.")
   fallbacks = _V1_FALLBACKS if version == 1 else {}
+  if version < 3:
+    saved = _move(saved, MOVED_IN_V3)
 
   def fill(node: dict, defaults: dict, prefix: str) -> dict:
     out = dict(node)

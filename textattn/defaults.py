@@ -18,31 +18,34 @@ from textattn.config import (  # noqa: F401 -- (re-exported)
   config_path,
   load,
   migrate,
+  set_fields,
   shipped_configs,
   sibling,
 )
 from textattn.paths import cache_root  # noqa: F401 -- (re-exported)
-from textattn.run import read_workdir_config  # noqa: F401 -- (re-exported)
+from textattn.run import complete, read_workdir_config, with_parts  # noqa: F401 -- (re-exported)
 
 
-def classification() -> ml_collections.ConfigDict:
-  """The classification task's defaults with the runner's fields (textattn/tasks/classification/)."""
-  return run.task_defaults("classification")
+def classification(*parts: str) -> ml_collections.ConfigDict:
+  """The classification task's defaults with the runner's fields (textattn/tasks/classification/),
+  and the opt-in `parts` named ("source", "ngrams", ...: a config adds those it changes)."""
+  return for_task("classification", *parts)
 
 
-def translation() -> ml_collections.ConfigDict:
+def translation(*parts: str) -> ml_collections.ConfigDict:
   """The translation task's defaults with the runner's fields (textattn/tasks/translation/)."""
-  return run.task_defaults("translation")
+  return for_task("translation", *parts)
 
 
-def for_task(name: str) -> ml_collections.ConfigDict:
-  """Any registered task's defaults with the runner's fields (a plugin task's config files)."""
-  return run.task_defaults(name)
+def for_task(name: str, *parts: str) -> ml_collections.ConfigDict:
+  """Any registered task's defaults with the runner's fields (a plugin task's config files),
+  and the opt-in `parts` named (run.PARTS, the task's Task.parts)."""
+  return run.with_parts(run.task_defaults(name), *parts)
 
 
 def optimizer() -> ml_collections.ConfigDict:
   """The optimizer's fields (textattn/optim.py)."""
-  return optim.defaults()
+  return optim.full_defaults()
 
 
 def run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

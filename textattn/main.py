@@ -61,11 +61,12 @@ def main(argv):
     # Quiet by default: the run's own lines only; absl's --verbosity=0 (INFO) or 1 shows the
     # libraries' logs (Orbax, JAX) too.
     logging.set_verbosity(logging.WARNING)
-  config, workdir = _CONFIG.value, _WORKDIR.value
+  workdir = _WORKDIR.value
   try:
     # Everything a run's config and flags can get wrong is checked before JAX starts or the
     # workdir is touched: exit 2, one line, nothing created.
     attention.load_plugins(_PLUGINS.value)  # (first: a plugin may register the config's task)
+    config = run.complete(_CONFIG.value)  # (every opt-in part the config leaves out, defaulted)
     run.validate(config, None)
     platform.request_cpu_devices(config)  # before any JAX operation
     if not _COORDINATOR.value and (_NUM_PROCESSES.value or _PROCESS_ID.value is not None):

@@ -32,14 +32,28 @@ def defaults() -> ml_collections.ConfigDict:
   config.warmup_steps = 0
   config.weight_decay = 0.0  # decoupled for adamw, L2 on the gradient otherwise
   config.grad_clip_norm = 0.0  # global-norm clipping; 0 = none
-  config.b1 = 0.9
-  config.b2 = 0.999
-  config.eps = 1e-7  # Keras Adam's default, as in the seed
   config.label_smoothing = 0.0  # of the training loss; evaluation loss is plain
   # < 1: layer-wise learning-rate decay of a pretrained encoder (model.pretrained): each block
   # learns at this times the rate of the one above it (scale_by_depth below)
   config.layer_decay = 1.0
   return config
+
+
+def full_defaults() -> ml_collections.ConfigDict:
+  """`defaults` with the opt-in adam part: a whole optimizer config (textattn.defaults.optimizer)."""
+  config = defaults()
+  config.adam = adam_config()
+  return config
+
+
+def adam_config() -> ml_collections.ConfigDict:
+  """config.optimizer.adam, an opt-in part (config.complete): the moment decays and epsilon of
+  adam, adamw and keras_adam (rmsprop uses eps)."""
+  part = ml_collections.ConfigDict()
+  part.b1 = 0.9
+  part.b2 = 0.999
+  part.eps = 1e-7  # Keras Adam's default, as in the seed
+  return part
 
 
 def validate_config(opt: ml_collections.ConfigDict) -> None:
@@ -82,6 +96,7 @@ def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int,
 
 
 def _make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+  adam = opt.adam
   if opt.schedule == "cosine":
     learning_rate = optax.warmup_cosine_decay_schedule(
         0.0, opt.learning_rate, opt.warmup_steps, max(total_steps, opt.warmup_steps + 1))
@@ -101,20 +116,20 @@ def _make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.G
   if opt.grad_clip_norm:
     chain.append(optax.clip_by_global_norm(opt.grad_clip_norm))
   if opt.name == "adamw":
-    chain.append(optax.adamw(learning_rate, opt.b1, opt.b2, opt.eps,
+    chain.append(optax.adamw(learning_rate, adam.b1, adam.b2, adam.eps,
                              weight_decay=opt.weight_decay))
   else:
     if opt.weight_decay:
       chain.append(optax.add_decayed_weights(opt.weight_decay))
     if opt.name == "adam":
-      chain.append(optax.adam(learning_rate, opt.b1, opt.b2, opt.eps))
+      chain.append(optax.adam(learning_rate, adam.b1, adam.b2, adam.eps))
     elif opt.name == "keras_adam":
-      chain += [scale_by_keras_adam(opt.b1, opt.b2, opt.eps),
+      chain += [scale_by_keras_adam(adam.b1, adam.b2, adam.eps),
                 optax.scale_by_learning_rate(learning_rate)]
     else:
       # Keras' RMSprop (rho 0.9, eps outside the square root); optax's default puts eps
       # inside it, which damps the first updates of rarely seen features (bag models) a lot.
-      chain.append(optax.rmsprop(learning_rate, decay=0.9, eps=opt.eps, eps_in_sqrt=False))
+      chain.append(optax.rmsprop(learning_rate, decay=0.9, eps=adam.eps, eps_in_sqrt=False))
   return optax.chain(*chain)
 
 

@@ -15,6 +15,17 @@ from textattn.attention import native
 from textattn.errors import UsageError
 
 
+def default_config() -> ml_collections.ConfigDict:
+  """config.platform, an opt-in part (config.complete): how a run uses the machine. None of it
+  changes what is computed, only where and how fast (a resume may change any of it)."""
+  part = ml_collections.ConfigDict()
+  part.num_cpu_devices = 0  # CPU only: split the CPU into this many devices; 0 = JAX's default
+  part.xla_flags = ""  # extra XLA flags for the train/eval steps ("--xla_name=value ...")
+  part.deterministic = True  # bit-reproducible steps (--xla_gpu_deterministic_ops on GPUs)
+  part.eval_batch_size = 256  # global; a multiple of the device count
+  return part
+
+
 def run_mesh(sequence: int = 1) -> jax.sharding.Mesh:
   """The run's device mesh, over all devices: with sequence = 1 one "data" axis (data
   parallelism, as every run had before config.mesh), else (data, sequence) with data =
@@ -120,13 +131,13 @@ def _xla_option_value(text: str) -> XlaOptionValue:
 
 
 def xla_compiler_options(config: ml_collections.ConfigDict) -> dict[str, XlaOptionValue]:
-  """config.xla_flags ("--xla_name=value ...") as `jax.jit(compiler_options=...)`: XLA reads
+  """config.platform.xla_flags ("--xla_name=value ...") as `jax.jit(compiler_options=...)`: XLA reads
   $XLA_FLAGS when jax is imported, too early for a config, so the flags go to the compilations
   of the train and eval steps instead."""
-  flags = config.xla_flags
+  flags = config.platform.xla_flags
   tokens = flags.split() if isinstance(flags, str) else [None]
   if any(not (t and t.startswith("--xla_") and "=" in t) for t in tokens):
-    raise UsageError(f"config.xla_flags={flags!r} must be a space-separated list of XLA flags "
+    raise UsageError(f"config.platform.xla_flags={flags!r} must be a space-separated list of XLA flags "
                      f"of the form --xla_name=value (e.g. '--xla_cpu_experimental_ynn_fusion_"
                      f"type='), or empty.")
   return {name: _xla_option_value(value)
@@ -134,7 +145,7 @@ def xla_compiler_options(config: ml_collections.ConfigDict) -> dict[str, XlaOpti
 
 
 def check_xla_flags(config: ml_collections.ConfigDict) -> None:
-  """ValueError (one sentence) unless XLA accepts config.xla_flags: a trial compilation of a
+  """ValueError (one sentence) unless XLA accepts config.platform.xla_flags: a trial compilation of a
   scalar function with the step's compiler options, so an unknown flag or a bad value is
   refused at start (before any data is read or the workdir touched), not at the first step.
   Call after JAX has started (as step_compiler_options)."""
@@ -151,14 +162,14 @@ def check_xla_flags(config: ml_collections.ConfigDict) -> None:
     text = " ".join(str(error).split())
     unknown = re.search(r"No such compile option: '([^']+)'", text)
     if unknown is None:
-      raise UsageError(f"config.xla_flags={config.xla_flags!r} is refused by XLA ({text}); "
+      raise UsageError(f"config.platform.xla_flags={config.platform.xla_flags!r} is refused by XLA ({text}); "
                        f"give flags of the form --xla_name=value with values of the flag's "
                        f"type (true/false, a number or a string).") from None
     name = unknown.group(1)
     known = _known_xla_options()
     close = difflib.get_close_matches(name, known, n=1)
     raise UsageError(
-        f"config.xla_flags={config.xla_flags!r}: --{name} is not a flag this XLA (jaxlib "
+        f"config.platform.xla_flags={config.platform.xla_flags!r}: --{name} is not a flag this XLA (jaxlib "
         f"{_jaxlib_version()}) knows; "
         + (f"did you mean --{close[0]}? " if close else "")
         + "allowed: XLA's compile options (listed by `XLA_FLAGS=--help python -c 'import jax; "
@@ -182,27 +193,27 @@ def _known_xla_options() -> list[str]:
 
 def step_compiler_options(
     config: ml_collections.ConfigDict) -> dict[str, XlaOptionValue] | None:
-  """What the train and eval steps are compiled with: config.xla_flags, plus XLA's deterministic
-  GPU ops when config.deterministic (the default) and the run is on a GPU. Call after JAX has
+  """What the train and eval steps are compiled with: config.platform.xla_flags, plus XLA's deterministic
+  GPU ops when config.platform.deterministic (the default) and the run is on a GPU. Call after JAX has
   started (it asks for the backend); an explicit --xla_gpu_deterministic_ops in xla_flags wins."""
   options = xla_compiler_options(config)
-  if config.deterministic and jax.default_backend() == "gpu":
+  if config.platform.deterministic and jax.default_backend() == "gpu":
     options.setdefault("xla_gpu_deterministic_ops", True)
   return options or None
 
 
 def request_cpu_devices(config: ml_collections.ConfigDict) -> None:
-  """Apply config.num_cpu_devices (and check config.xla_flags); call before any JAX operation
+  """Apply config.platform.num_cpu_devices (and check config.platform.xla_flags); call before any JAX operation
   (the backend reads the device count once)."""
   xla_compiler_options(config)
-  n = config.num_cpu_devices
+  n = config.platform.num_cpu_devices
   if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-    raise UsageError(f"config.num_cpu_devices={n!r} must be an integer >= 0 (0 = JAX's "
+    raise UsageError(f"config.platform.num_cpu_devices={n!r} must be an integer >= 0 (0 = JAX's "
                      f"default: one CPU device).")
   if n == 0:
     return
   if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-    raise UsageError(f"config.num_cpu_devices={n} and XLA_FLAGS' "
+    raise UsageError(f"config.platform.num_cpu_devices={n} and XLA_FLAGS' "
                      f"--xla_force_host_platform_device_count both set the CPU device count; "
                      f"set only one.")
   jax.config.update("jax_num_cpu_devices", n)
@@ -218,7 +229,7 @@ def machine_signature(config: ml_collections.ConfigDict, attention_impl: str) ->
                "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
                "jaxlib": jaxlib.__version__,
                "attention_impl": attention_impl,
-               "xla_flags": config.xla_flags, "deterministic": config.deterministic,
+               "xla_flags": config.platform.xla_flags, "deterministic": config.platform.deterministic,
                # None: JAX's default (TF32 products on recent NVIDIA GPUs, float32 on CPUs).
                "matmul_precision": jax.config.jax_default_matmul_precision,
                # Absent before config.mesh (a resume from such a checkpoint notes nothing).

@@ -38,7 +38,6 @@ def fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   runner.config_version = config_lib.CONFIG_VERSION  # what migrate() reads; never set by a user
   runner.seed = 0  # parameters, dropout and batch order
   runner.batch_size = 32  # global; a multiple of the device count
-  runner.eval_batch_size = 256
   runner.num_epochs = 2
   runner.num_train_steps = -1  # > 0 overrides num_epochs
   runner.log_every_steps = 100
@@ -50,9 +49,6 @@ def fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   runner.intervals_dataset = ""
   runner.final_params = "best"  # test report from the best-validation checkpoint, or "last"
   runner.keep_checkpoints = 2  # the latest K are kept, plus the best by validation accuracy
-  runner.num_cpu_devices = 0  # CPU only: split the CPU into this many devices; 0 = JAX's default
-  runner.xla_flags = ""  # extra XLA flags for the train/eval steps ("--xla_name=value ...")
-  runner.deterministic = True  # bit-reproducible steps (--xla_gpu_deterministic_ops on GPUs)
   # The device mesh: the length of every batch split over `sequence` devices (context
   # parallelism; attention variants that declare it, textattn/attention/sequence.py), the batch
   # over the rest (data = devices / sequence). 1 = data parallelism only.
@@ -67,9 +63,46 @@ def fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return config
 
 
+# The runner's opt-in parts (config.py's complete): how the run uses the machine, and the Adam
+# family's moment decays; a config sets them only to change them (`config.platform =
+# platform.default_config()`, or on the command line: --config.platform.num_cpu_devices=8).
+PARTS = {"platform": platform.default_config, "optimizer.adam": optim.adam_config}
+
+
+def parts(task: str) -> dict:
+  """Every opt-in part of a config of `task`: the runner's and the task's (Task.parts)."""
+  return {**PARTS, **tasks.get(task).parts}
+
+
 def task_defaults(name: str) -> ml_collections.ConfigDict:
-  """The full default config of task `name`: its own fields, then the runner's."""
+  """The default config of task `name`: its own fields, then the runner's (no opt-in parts)."""
   return fields(tasks.get(name).defaults())
+
+
+def complete(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` with every opt-in part of its task it lacks at its defaults (config.complete): what
+  the runner, the commands and a workdir's readers work with. Idempotent."""
+  return config_lib.complete(config, parts(config.task))
+
+
+def with_parts(config: ml_collections.ConfigDict, *names: str) -> ml_collections.ConfigDict:
+  """`config` with the opt-in parts `names` (run.PARTS, Task.parts) it lacks added at their
+  defaults, so a config file can change their fields: `with_parts(config, "ngrams")`."""
+  known = parts(config.task)
+  for name in names:
+    check_choice("opt-in part", name, tuple(known))
+    *parents, leaf = name.split(".")
+    node = config
+    for parent in parents:
+      node = node[parent]
+    if leaf not in node:
+      node[leaf] = known[name]()
+  return config
+
+
+def full_defaults(name: str) -> ml_collections.ConfigDict:
+  """task_defaults with every opt-in part: what older workdirs' configs are migrated to."""
+  return complete(task_defaults(name))
 
 
 def read_workdir_config(workdir: str, plugins=()) -> ml_collections.ConfigDict:
@@ -82,7 +115,7 @@ def read_workdir_config(workdir: str, plugins=()) -> ml_collections.ConfigDict:
   with open(path) as f:
     saved = json.load(f)
   name = saved.get("task", "classification")  # (v1: only translation named it)
-  return ml_collections.ConfigDict(config_lib.migrate(saved, task_defaults(name)))
+  return ml_collections.ConfigDict(config_lib.migrate(saved, full_defaults(name)))
 
 
 def load(workdir: str, checkpoint: str = "best", plugins=()):
@@ -96,8 +129,8 @@ def load(workdir: str, checkpoint: str = "best", plugins=()):
 def validate_fields(config: ml_collections.ConfigDict) -> None:
   """The runner's and the optimizer's fields, checked once for every task (UsageError)."""
   optim.validate_config(config.optimizer)
-  for field in ("batch_size", "eval_batch_size"):
-    value = config[field]
+  for field, value in (("batch_size", config.batch_size),
+                       ("platform.eval_batch_size", config.platform.eval_batch_size)):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
       raise UsageError(f"config.{field}={value!r} must be a positive multiple of the device "
                        f"count so every device gets an equal share.")
@@ -107,8 +140,9 @@ def validate_fields(config: ml_collections.ConfigDict) -> None:
   for field in ("eval_every_steps", "checkpoint_every_steps", "log_every_steps"):
     if config[field] < 0:
       raise UsageError(f"config.{field}={config[field]} must be >= 0.")
-  if not isinstance(config.deterministic, bool):
-    raise UsageError(f"config.deterministic={config.deterministic!r} must be True or False.")
+  if not isinstance(config.platform.deterministic, bool):
+    raise UsageError(f"config.platform.deterministic={config.platform.deterministic!r} must be "
+                     f"True or False.")
   check_integer("evals_per_epoch", config.evals_per_epoch, 1)
   check_choice("final_params", config.final_params, FINAL_PARAMS)
   if config.keep_checkpoints < 1:
@@ -117,9 +151,10 @@ def validate_fields(config: ml_collections.ConfigDict) -> None:
 
 def validate_devices(config: ml_collections.ConfigDict, device_count: int) -> None:
   """The checks that need the device count: the runner's, then the task's."""
-  for field in ("batch_size", "eval_batch_size"):
-    if config[field] % device_count:
-      raise UsageError(f"config.{field}={config[field]!r} must be a positive multiple of the "
+  for field, value in (("batch_size", config.batch_size),
+                       ("platform.eval_batch_size", config.platform.eval_batch_size)):
+    if value % device_count:
+      raise UsageError(f"config.{field}={value!r} must be a positive multiple of the "
                        f"device count ({device_count}) so every device gets an equal share.")
   platform.check_mesh(config, device_count)
   tasks.get(config.task).validate(config, device_count)
@@ -167,6 +202,7 @@ def schedule(config, steps_per_epoch: int) -> loop.Schedule:
 def validate(config: ml_collections.ConfigDict, device_count: int | None) -> None:
   """Every check of the runner's fields and the config's task, static and (with a device count)
   device-dependent: UsageError, one sentence. A plugin task gets the runner's for free."""
+  config = complete(config)
   validate_fields(config)
   tasks.get(config.task).validate(config, None)
   if device_count is not None:
@@ -182,6 +218,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   checkpoint and raise errors.Stopped (see loop.stop_on_signals). `profile_dir`: a profiler
   trace of the first steps is written there (loop.Hooks.profile_dir); `checked`: the caller
   (textattn.main) has run `validate` with the device count already."""
+  config = complete(config)
   if not checked:
     validate(config, jax.device_count())
   task = tasks.get(config.task)
@@ -193,6 +230,7 @@ def train_only(config: ml_collections.ConfigDict, job: tasks.Job) -> list[tuple[
   """Trains `job` from its fresh start with no workdir (no checkpoints, metric files, resume or
   report), evaluating its validation split at the run's evaluation interval; returns
   [(step, metrics)]. What validation sweeps run (textattn/sweep.py)."""
+  config = complete(config)
   replicated = platform.replicated(platform.config_mesh(config))
   plan = dataclasses.replace(schedule(config, job.train_iter.steps_per_epoch), log_every=0,
                              checkpoint_every=0)
@@ -300,7 +338,7 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
                                        job.higher_is_better)
   state, start_step, meta, skipped = restore.resume_or_start(
       config, workdir, manager, shapes, contract, machine, abstract_state, state_sharding,
-      attach, job.train_iter, fresh, task_defaults(config.task))
+      attach, job.train_iter, fresh, full_defaults(config.task))
   writer = MetricWriter(workdir, is_main, start_step, fresh=meta is None)
   writer.drop_after(start_step if meta is not None else None)
   if is_main:

@@ -22,10 +22,10 @@ def main(argv):
   from absl import logging
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # the table only, as textattn.main is quiet
-  from textattn import attention, models  # (lazy: `--help` stays instant)
+  from textattn import attention, models, run  # (lazy: `--help` stays instant)
   with user_errors():
     attention.load_plugins(_PLUGINS.value)
-    config = _CONFIG.value
+    config = run.complete(_CONFIG.value)  # (the opt-in parts the config leaves out, defaulted)
     models.validate_model_config(config)
     model = models.build_model(config, _NUM_CLASSES.value)
     print(models.parameter_table(models.abstract_params(model, config.max_len)))

@@ -29,7 +29,7 @@ Two steps, so the sweep machine needs neither TFDS nor the text, and never sees 
       --paired=base,bigram --seeds=10-29
 
 A variant is NAME[:FIELD=VALUE[,...]] (values parsed as Python literals where they parse).
-`max_len` may be lowered below the exported length (re-truncated as config.truncation says).
+`max_len` may be lowered below the exported length (re-truncated as config.layout.truncation says).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ import numpy as np
 
 from textattn import checkpointing, defaults, platform, run
 from textattn import data as data_lib
+from textattn.config import MOVED_IN_V3
 from textattn.errors import user_errors
 from textattn.models import baselines
 from textattn.recipes import pretrain, word2vec
@@ -56,7 +57,7 @@ from textattn.tasks import classification
 
 
 def load_config(path: str):
-  return defaults.load(path)
+  return run.complete(defaults.load(path))
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -76,6 +77,7 @@ def apply_overrides(config, overrides: dict):
   with their defaults when an override names one and the config lacks them."""
   config = config.copy_and_resolve_references()
   for field, value in overrides.items():
+    field = MOVED_IN_V3.get(field, field)  # (a config-version-2 name: its field's place now)
     recipe = {"pretrain": pretrain, "word2vec": word2vec}.get(field.split(".")[0])
     if recipe is not None and field.split(".")[0] not in config:
       with config.unlocked():
@@ -96,6 +98,17 @@ def apply_overrides(config, overrides: dict):
 # shrink, see run_one).
 DATA_FIELDS = ("dataset", "val_fraction", "data_seed", "tokenizer", "vocab_size", "truncation",
                "text_fields", "label_field", "padding", "ngram_order", "ngram_counts")
+# (recorded under these names; the fields of config version 3's opt-in parts are read at their
+# places: defaults.set_fields and _field take the names)
+
+
+def _field(config, name: str):
+  node = config
+  for part in MOVED_IN_V3.get(name, name).split("."):
+    node = node[part]
+  return node
+
+
 # What an export made before a field existed had (it was not recorded then).
 DATA_FIELD_DEFAULTS = {"padding": "after_masked", "ngram_order": 2, "ngram_counts": False}
 
@@ -103,15 +116,15 @@ DATA_FIELD_DEFAULTS = {"padding": "after_masked", "ngram_order": 2, "ngram_count
 def export(args) -> None:
   config = load_config(args.config)
   if data_lib.pads_before(config):
-    raise SystemExit(f"{args.config}: config.padding={config.padding!r}; the sweep stores and "
+    raise SystemExit(f"{args.config}: config.layout.padding={config.layout.padding!r}; the sweep stores and "
                      "re-truncates left-aligned rows, so it needs padding='after_masked'.")
   with tempfile.TemporaryDirectory() as workdir:
     data = data_lib.load_dataset(config, workdir)
   dtype = np.uint16 if data.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
-  # With model.embedding_init="word2vec" the token table's start is exported too (built from
+  # With embedding.init="word2vec" the token table's start is exported too (built from
   # training + unlabelled text only, as textattn.main builds it), so variants may use it.
   extra = {}
-  if config.model.embedding_init == "word2vec":
+  if config.embedding.init == "word2vec":
     table, found = word2vec.pretrained_token_table(config, data.tokenizer, data.vocab_size)
     extra = {"w2v_table": table, "w2v_found": found,
              "w2v_settings": json.dumps(word2vec_settings(config))}
@@ -126,8 +139,8 @@ def export(args) -> None:
       args.out, train_inputs=data.train.inputs.astype(dtype), train_labels=data.train.labels,
       val_inputs=data.validation.inputs.astype(dtype), val_labels=data.validation.labels,
       vocab_size=data.vocab_size, class_names=np.array(data.class_names),
-      max_len=config.max_len, truncation=config.truncation, config=args.config,
-      data_fields=json.dumps({f: config[f] for f in DATA_FIELDS}), **extra)
+      max_len=config.max_len, truncation=config.layout.truncation, config=args.config,
+      data_fields=json.dumps({f: _field(config, f) for f in DATA_FIELDS}), **extra)
   print(f"wrote {args.out}: train {data.train.inputs.shape}, validation "
         f"{data.validation.inputs.shape}, vocab {data.vocab_size} (no test split)"
         + (", word2vec start of the token table" if "w2v_table" in extra else "")
@@ -142,7 +155,7 @@ def export_corpus(args) -> None:
     config.pretrain.unlabeled_split = args.unlabeled_split
     # (MLM pretraining refuses the word2vec start some configs use; the corpus does not depend
     # on it.)
-    config.model.embedding_init = "random"
+    config.embedding.init = "random"
   pretrain.validate_config(config)
   with tempfile.TemporaryDirectory() as workdir:
     data = data_lib.load_dataset(config, workdir)
@@ -152,9 +165,9 @@ def export_corpus(args) -> None:
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   np.savez_compressed(
       args.out, tokens=inputs[inputs != 0].astype(dtype), lengths=lengths,
-      vocab_size=data.vocab_size, max_len=config.max_len, truncation=config.truncation,
+      vocab_size=data.vocab_size, max_len=config.max_len, truncation=config.layout.truncation,
       unlabeled_split=args.unlabeled_split,
-      data_fields=json.dumps({f: config[f] for f in DATA_FIELDS}))
+      data_fields=json.dumps({f: _field(config, f) for f in DATA_FIELDS}))
   print(f"wrote {args.out}: {len(lengths):,} texts, {int(lengths.sum()):,} tokens")
 
 
@@ -170,7 +183,7 @@ def load_corpus(path: str, config) -> tuple[np.ndarray, int]:
   inputs = np.zeros((len(lengths), int(raw["max_len"])), np.int32)
   inputs[np.arange(inputs.shape[1])[None, :] < lengths[:, None]] = raw["tokens"]
   if config.max_len < inputs.shape[1]:
-    inputs = shorten(inputs, config.max_len, config.truncation)
+    inputs = shorten(inputs, config.max_len, config.layout.truncation)
   return inputs, int(raw["vocab_size"])
 
 
@@ -180,7 +193,7 @@ def check_export(raw: dict, config) -> None:
   exported = {**DATA_FIELD_DEFAULTS, **json.loads(str(raw["data_fields"]))}
   if exported.pop("punctuation", "strip") != "strip":  # (an option textattn no longer has)
     raise ValueError("the export was made with punctuation='split', which textattn no longer has.")
-  changed = {f: (config[f], v) for f, v in exported.items() if config[f] != v}
+  changed = {f: (_field(config, f), v) for f, v in exported.items() if _field(config, f) != v}
   if changed:
     raise ValueError(f"these fields differ from the export's (this, exported): {changed}; "
                      f"export again with them instead.")
@@ -197,7 +210,7 @@ def pretrain_encoder(args) -> None:
   params, curve = pretrain.train_encoder(config, inputs, vocab_size)
   seconds = time.perf_counter() - t0
   np.savez(args.out, mlm_settings=json.dumps(pretrain.settings(config)),
-           data_fields=json.dumps({f: config[f] for f in DATA_FIELDS}),
+           data_fields=json.dumps({f: _field(config, f) for f in DATA_FIELDS}),
            curve=json.dumps(curve), seconds=seconds,
            **{f"mlm:{name}": value for name, value in checkpointing.flatten(params).items()})
   import jax
@@ -231,7 +244,7 @@ def _load_export(data_path: str, config) -> tuple[dict, dict]:
   for name in ("train", "val"):
     inputs = raw[f"{name}_inputs"].astype(np.int32)
     if config.max_len < inputs.shape[1]:
-      inputs = shorten(inputs, config.max_len, config.truncation)
+      inputs = shorten(inputs, config.max_len, config.layout.truncation)
     splits[name] = data_lib.Split(inputs, raw[f"{name}_labels"].astype(np.int32))
   return raw, splits
 
@@ -241,9 +254,9 @@ def _pretrained_starts(raw: dict, config, encoder_path: str):
   import jax.numpy as jnp
 
   pretrained_tokens = pretrained_params = None
-  if config.model.embedding_init == "word2vec":
+  if config.embedding.init == "word2vec":
     if "w2v_table" not in raw:
-      raise ValueError("model.embedding_init='word2vec' needs the table in the export; export "
+      raise ValueError("embedding.init='word2vec' needs the table in the export; export "
                        "with a config that sets it.")
     exported_w2v = json.loads(str(raw["w2v_settings"]))
     if exported_w2v != word2vec_settings(config):

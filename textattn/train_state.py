@@ -41,7 +41,7 @@ def init_train_state(model, tx: optax.GradientTransformation, rng: jax.Array, le
   replace the fresh ones (same paths and shapes), the classifier's head keeps its initialisation.
   """
   if optimizer is None:
-    optimizer = optim.defaults()
+    optimizer = optim.full_defaults()
   params_rng, dropout_rng = jax.random.split(rng)
   params = model.init({"params": params_rng}, jnp.ones((1, length), jnp.int32))["params"]
   if pretrained_tokens is not None:

@@ -24,12 +24,12 @@ wired --timeout=300 -m pytest -q -p no:cacheprovider -n 8 -rfEs --timeout=240 \
   > "$OUT/pytest_gpu.log" 2>&1
 echo "pytest exit $?"; tail -30 "$OUT/pytest_gpu.log"
 
-# 2. Run-to-run determinism and exact resume on the GPU, with config.deterministic off and on
+# 2. Run-to-run determinism and exact resume on the GPU, with config.platform.deterministic off and on
 #    (experiments/gpu/determinism.py).
 wired --timeout=240 experiments/gpu/determinism.py 2>&1 | grep -v "^W0000\|^I0000" | tail -12
 
 # 3. The seed model's full train step (forward, backward, Adam) on the GPU, with the default
-#    config.deterministic=True and with it off. float32 matrix products are JAX's GPU default
+#    config.platform.deterministic=True and with it off. float32 matrix products are JAX's GPU default
 #    (TF32).
 bench() {
   wired -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py \
@@ -41,7 +41,7 @@ for batch in ${BATCHES:-32 256}; do
     for deterministic in True False; do
       echo "batch=$batch $attention deterministic=$deterministic"
       bench --batch_size=$batch --config.model.attention=$attention \
-        --config.deterministic=$deterministic
+        --config.platform.deterministic=$deterministic
     done
   done
 done

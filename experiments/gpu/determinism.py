@@ -3,8 +3,8 @@ bit-identical to an uninterrupted one? (On CPU the test suite checks the latter;
 GPU check: `JAX_PLATFORMS=cuda python experiments/gpu/determinism.py`.)
 
 Trains the same small classifier (synthetic sentiment JSONL, vocab 2,000, length 128, embed 64,
-batch 32, 60 steps) with `textattn.main`: twice with `--config.deterministic=False` (XLA's
-default GPU compilation), twice with the default `config.deterministic=True` (on a GPU:
+batch 32, 60 steps) with `textattn.main`: twice with `--config.platform.deterministic=False` (XLA's
+default GPU compilation), twice with the default `config.platform.deterministic=True` (on a GPU:
 --xla_gpu_deterministic_ops), and once with the default killed after its first checkpoint and
 resumed. Prints, for each pair, how many parameter elements differ.
 """
@@ -107,7 +107,7 @@ def main():
 
 def rehearse(argv):
   """The wiring of the commands main() runs (experiments/gpu/rehearse.py): textattn.main takes
-  their flags and config overrides, both settings of config.deterministic."""
+  their flags and config overrides, both settings of config.platform.deterministic."""
   del argv
   import importlib.util
   rehearse_path = pathlib.Path(__file__).with_name("rehearse.py")

@@ -62,7 +62,7 @@ for seed in $SEEDS; do
     config=configs/imdb_minilm.py; [ $variant = additive ] && config=configs/imdb_minilm_additive.py
     run=(wired --timeout=$LIMIT -m textattn.main --config=$config --workdir=$RUNS/${variant}_s$seed
          --config.model.pretrained=$MODEL --config.dataset=$DATA/train.jsonl
-         --config.test_file=$DATA/test.jsonl --config.evals_per_epoch=4 --config.seed=$seed)
+         --config.source.test_file=$DATA/test.jsonl --config.evals_per_epoch=4 --config.seed=$seed)
     if [ "$REHEARSE" = 1 ]; then "${run[@]}"; continue; fi
     timed ${variant}_s$seed "${run[@]}" & pids+=($!)
   done
@@ -71,7 +71,7 @@ nbsvm() {
   for seed in $SEEDS; do
     timed nbsvm_s$seed wired --timeout=150 -m textattn.main --config=configs/imdb_nbsvm.py \
       --workdir=$RUNS/nbsvm_s$seed --config.dataset=$DATA/train.jsonl \
-      --config.test_file=$DATA/test.jsonl --config.seed=$seed
+      --config.source.test_file=$DATA/test.jsonl --config.seed=$seed
   done
 }
 if [ "$REHEARSE" = 1 ]; then nbsvm; else nbsvm & pids+=($!); fi

@@ -10,7 +10,7 @@ set -euo pipefail
 out=${1:?give an output directory}
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 data="${TWEETS:-$here/../shared/data/disaster-tweets/train.csv}"
-common=(--config.dataset="$data" --config.text_fields=text --config.label_field=target)
+common=(--config.dataset="$data" --config.source.text_fields=text --config.source.label_field=target)
 for seed in 0 1 2; do
   python -m textattn.main --config=imdb_nbsvm --workdir="$out/nbsvm_s$seed" "${common[@]}" \
     --config.seed=$seed > "$out.nbsvm_s$seed.log" 2>&1

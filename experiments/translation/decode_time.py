@@ -31,7 +31,7 @@ def main():
   for name, beam in (("greedy", 0), (f"beam{args.beam}", args.beam)):
     started = time.perf_counter()
     out = translation.translate_ids(model.model, model.params, sources, model.target_tokenizer,
-                                    int(config.eval_batch_size), beam,
+                                    int(config.platform.eval_batch_size), beam,
                                     float(config.length_penalty))
     seconds = time.perf_counter() - started
     same = sum(o == r[name] for o, r in zip(out, saved)) if name in saved[0] else None

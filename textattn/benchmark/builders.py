@@ -121,7 +121,7 @@ def _build_train_step(spec, config, model, tokens, labels, key, short):
   def init(rng):
     return train_state.init_train_state(model, tx, rng, short, config.optimizer)
 
-  # As in training: the batch sharded over all devices (config.num_cpu_devices on a CPU), the
+  # As in training: the batch sharded over all devices (config.platform.num_cpu_devices on a CPU), the
   # state replicated.
   mesh = platform.run_mesh()
   data_sharding, replicated = jax.NamedSharding(mesh, jax.P("data")), platform.replicated(mesh)

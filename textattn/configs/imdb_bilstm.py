@@ -14,18 +14,14 @@ from textattn import defaults
 
 
 def get_config():
-  config = defaults.classification()
-  config.vocab_size = 20000
+  config = defaults.classification("layout")
   config.max_len = 600
-  config.truncation = "post"  # TextVectorization(output_sequence_length=600) keeps the start
+  config.layout.truncation = "post"  # TextVectorization(output_sequence_length=600) keeps the start
   config.model.architecture = "bilstm"
   config.model.embed_dim = 256
-  config.model.rnn_dim = 32
   config.model.mlp_dim = 0
   config.model.dropout_rate = 0.5
   config.optimizer.name = "rmsprop"
-  config.optimizer.learning_rate = 1e-3
-  config.batch_size = 32
   config.num_epochs = 10
   config.evals_per_epoch = 1
   return config

@@ -13,6 +13,6 @@ from textattn import defaults
 
 def get_config():
   config = defaults.sibling(__file__, "imdb_bow_unigram.py")
-  config.ngram_order = 2
+  config.ngrams.order = 2
   config.max_len = 1536  # distinct features per review (IMDB's most: ~1,400)
   return config

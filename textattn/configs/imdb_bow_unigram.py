@@ -15,19 +15,14 @@ from textattn import defaults
 
 
 def get_config():
-  config = defaults.classification()
+  config = defaults.classification("ngrams")
   config.tokenizer = "ngram"
-  config.ngram_order = 1
-  config.ngram_counts = False
-  config.vocab_size = 20000
+  config.ngrams.order = 1
   config.max_len = 1024  # distinct words per review (IMDB's most: ~900)
   config.model.architecture = "bag"
-  config.model.bag_weighting = "none"
   config.model.mlp_dim = 16
   config.model.dropout_rate = 0.5
   config.optimizer.name = "rmsprop"
-  config.optimizer.learning_rate = 1e-3
-  config.batch_size = 32
   config.num_epochs = 10
   config.evals_per_epoch = 1
   return config

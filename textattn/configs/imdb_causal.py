@@ -17,12 +17,12 @@ def get_config():
   config = defaults.sibling(__file__, "imdb_softmax.py")
   config.model.attention = "causal"
   config.model.pooling = "last"
+  config.num_epochs = 2
   # As it was run for the result above (imdb_softmax.py has since moved to 3 epochs with word
   # dropout, the word2vec start of the token embeddings and hashed bigram embeddings; bigrams
   # were never tried here).
-  config.num_epochs = 2
-  config.model.token_dropout_rate = 0.0
-  config.model.embedding_init = "random"
+  config.embedding.token_dropout_rate = 0.0
+  config.embedding.init = "random"
   config.word2vec.unlabeled_split = ""
-  config.model.bigram_buckets = 0
+  config.embedding.bigram_buckets = 0
   return config

@@ -18,7 +18,7 @@ def get_config():
   config = defaults.sibling(__file__, "imdb_keras_example.py")
   # The layout and optimizer this recipe was chosen and measured with (textattn's own), not the
   # seed's exact computation that imdb_keras_example.py now uses.
-  config.padding = "after_masked"
+  config.layout.padding = "after_masked"
   config.optimizer.name = "adam"
   config.num_epochs = 1
   config.optimizer.learning_rate = 2e-3

@@ -27,19 +27,16 @@ from textattn import defaults
 
 
 def get_config():
-  config = defaults.classification()
+  config = defaults.classification("platform", "optimizer.adam")
   config.model.pretrained = "hf:sentence-transformers/all-MiniLM-L6-v2"
-  config.model.pooling = "mean"
   config.max_len = 256  # of the model's 512 positions: the budget above
-  config.truncation = "pre"  # the end of a review, where its verdict usually is
-  config.batch_size = 32
-  config.eval_batch_size = 128
+  # (truncation "pre", the default, keeps the end of a review, where its verdict usually is)
+  config.platform.eval_batch_size = 128
   config.num_epochs = 1  # (the budget above; pretrained encoders need few epochs)
-  config.evals_per_epoch = 4  # (the measured runs; a checkpoint at each)
   config.optimizer.name = "adamw"
   config.optimizer.learning_rate = 5e-5
   config.optimizer.weight_decay = 0.01
   config.optimizer.schedule = "linear"
   config.optimizer.warmup_steps = 70  # 10% of an epoch of 703 steps
-  config.optimizer.eps = 1e-8
+  config.optimizer.adam.eps = 1e-8
   return config

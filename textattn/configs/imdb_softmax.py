@@ -17,29 +17,22 @@ from textattn.recipes import word2vec
 
 
 def get_config():
-  config = defaults.classification()
+  config = defaults.classification("embedding")
   config.max_len = 400
-  config.vocab_size = 20000
-  config.truncation = "pre"
-  config.batch_size = 32
   config.num_epochs = 3
-  config.model.attention = "softmax"
   config.model.embed_dim = 64
   config.model.num_heads = 4
   config.model.num_layers = 2
   config.model.ffn_dim = 128
   config.model.mlp_dim = 0
-  config.model.dropout_rate = 0.1
-  config.model.token_dropout_rate = 0.2  # word dropout
-  config.model.pooling = "mean"
+  config.embedding.token_dropout_rate = 0.2  # word dropout
   # Hashed bigram embeddings: +0.25 points mean best validation over 20 paired seeds
   # (experiments/RESULTS.md, "softmax with and without bigrams").
-  config.model.bigram_buckets = 65536
-  config.model.embedding_init = "word2vec"
+  config.embedding.bigram_buckets = 65536
+  config.embedding.init = "word2vec"
   config.word2vec = word2vec.default_config()
   config.word2vec.unlabeled_split = "unsupervised"
   config.optimizer.name = "adamw"
-  config.optimizer.learning_rate = 1e-3
   config.optimizer.weight_decay = 0.01
   config.optimizer.schedule = "cosine"
   config.optimizer.warmup_steps = 200

@@ -14,7 +14,7 @@ from textattn import defaults
 
 def get_config():
   config = defaults.sibling(__file__, "imdb_bow_bigram.py")
-  config.ngram_counts = True
+  config.ngrams.counts = True
   config.max_len = 2048  # feature occurrences per review; the longest reviews drop their rarest
-  config.model.bag_weighting = "tfidf"
+  config.ngrams.weighting = "tfidf"
   return config

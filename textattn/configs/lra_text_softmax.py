@@ -16,16 +16,14 @@ from textattn import defaults
 
 
 def get_config():
-  config = defaults.classification()
+  config = defaults.classification("layout", "platform")
   config.tokenizer = "byte"
   config.max_len = 4000
-  config.truncation = "post"  # the first 4,000 bytes, as LRA
-  config.batch_size = 32
-  config.eval_batch_size = 64
+  config.layout.truncation = "post"  # the first 4,000 bytes, as LRA
+  config.platform.eval_batch_size = 64
   config.num_train_steps = 20000
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000
-  config.model.attention = "softmax"
   config.model.embed_dim = 256
   config.model.num_heads = 4
   config.model.num_layers = 4

@@ -19,14 +19,13 @@ from textattn import defaults
 
 
 def get_config():
-  config = defaults.classification()
+  config = defaults.classification("source", "layout", "embedding")
   config.dataset = "News_Category_Dataset_v2.json"  # JSON lines despite the .json
-  config.text_fields = "headline,short_description"
-  config.label_field = "category"
-  config.val_fraction = 0.1
+  config.source.text_fields = "headline,short_description"
+  config.source.label_field = "category"
   config.vocab_size = 30000
   config.max_len = 64  # a headline and a one-sentence description: ~30 words, rarely 64
-  config.truncation = "post"  # keep the headline (the start) when a text is longer
+  config.layout.truncation = "post"  # keep the headline (the start) when a text is longer
   config.batch_size = 64
   config.num_epochs = 3
   config.model.attention = "additive"
@@ -35,18 +34,12 @@ def get_config():
   config.model.num_layers = 2
   config.model.ffn_dim = 256
   config.model.mlp_dim = 0
-  config.model.dropout_rate = 0.1
-  config.model.token_dropout_rate = 0.1  # word dropout
+  config.embedding.token_dropout_rate = 0.1  # word dropout
   config.model.pooling = "attention"
-  config.model.embedding_init = "random"
   config.optimizer.name = "adamw"
-  config.optimizer.learning_rate = 1e-3
   config.optimizer.weight_decay = 0.01
   config.optimizer.schedule = "cosine"
   config.optimizer.warmup_steps = 500
   # Automatic intervals (0): evals_per_epoch times per epoch of whatever file is given, so a
   # subset or a newer, larger version of the file is evaluated as often per epoch.
-  config.eval_every_steps = 0
-  config.checkpoint_every_steps = 0
-  config.evals_per_epoch = 4
   return config

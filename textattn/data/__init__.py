@@ -43,6 +43,7 @@ from textattn.data.dataset import (
   validate_config,
 )
 from textattn.data.file_source import is_local_file
+from textattn.data.raw import source_config
 from textattn.data.sources import (
   check_unlabeled_split,
   pretraining_texts,
@@ -55,12 +56,13 @@ from textattn.data.splits import (
   DataError,
   Dataset,
   Split,
+  layout_config,
   pad_before,
   pads_before,
 )
 
 __all__ = ["DATA_INFO_FILE", "PADDINGS", "SPLITS", "TOKENIZER_FILE", "DataError", "Dataset",
            "Split", "TrainIterator", "atomic_write", "check_unlabeled_split", "content_digest", "describe",
-           "eval_batches", "is_local_file", "load_dataset", "load_tokenizer", "pad_before",
+           "eval_batches", "is_local_file", "layout_config", "load_dataset", "load_tokenizer", "pad_before",
            "pads_before", "pretraining_texts", "read_cache", "source_cache_path",
-           "validate_config", "word2vec_texts"]
+           "source_config", "validate_config", "word2vec_texts"]

@@ -123,17 +123,17 @@ class Cache:
     parts = {**self.source_key(), "vocab_size": int(self.config.vocab_size)}
     kind = ""
     if self.config.tokenizer == "ngram":
-      parts["ngram"] = [int(self.config.ngram_order), bool(self.config.ngram_counts)]
-      kind = f"ngram{self.config.ngram_order}-"
+      parts["ngram"] = [int(self.config.ngrams.order), bool(self.config.ngrams.counts)]
+      kind = f"ngram{self.config.ngrams.order}-"
     return os.path.join(self.directory, f"{slug(self.config)}-{kind}vocab"
                         f"{self.config.vocab_size}-{key(parts)}.json")
 
   def _arrays_path(self, tokenizer) -> str:
     config = self.config
     arrays_key = key({**self.source_key(), "tokenizer": tokenizer.fingerprint(),
-                      "max_len": int(config.max_len), "truncation": config.truncation})
+                      "max_len": int(config.max_len), "truncation": config.layout.truncation})
     return os.path.join(self.directory, f"{slug(config)}-{tokenizer.kind}-"
-                        f"{config.max_len}{config.truncation}-{arrays_key}.npz")
+                        f"{config.max_len}{config.layout.truncation}-{arrays_key}.npz")
 
   def load_vocab(self):
     if self.identity is None:

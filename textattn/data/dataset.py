@@ -48,7 +48,10 @@ def validate_config(config) -> None:
   """One DataError naming the field, its value and what is allowed, for the first bad field."""
   def check(ok: bool, field: str, allowed: str) -> None:
     if not ok:
-      raise DataConfigError(f"config.{field}={getattr(config, field)!r} is invalid; {allowed}.")
+      value = config
+      for name in field.split("."):  # ("layout.padding": a field of an opt-in part)
+        value = value[name]
+      raise DataConfigError(f"config.{field}={value!r} is invalid; {allowed}.")
 
   def is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
@@ -66,12 +69,12 @@ def validate_config(config) -> None:
   check(config.tokenizer in ("word", "byte", "ngram"), "tokenizer",
         "allowed: 'word', 'byte', 'ngram'")
   if config.tokenizer == "ngram":
-    order = config.ngram_order
-    check(is_int(order) and 1 <= order <= ngrams_lib.MAX_ORDER, "ngram_order",
+    order = config.ngrams.order
+    check(is_int(order) and 1 <= order <= ngrams_lib.MAX_ORDER, "ngrams.order",
           f"it must be an integer from 1 to {ngrams_lib.MAX_ORDER}")
-  check(config.truncation in tokenizer_lib.TRUNCATIONS, "truncation", "allowed: 'pre', 'post'")
+  check(config.layout.truncation in tokenizer_lib.TRUNCATIONS, "layout.truncation", "allowed: 'pre', 'post'")
   check(is_int(config.max_len) and config.max_len >= 1, "max_len", "it must be an integer >= 1")
-  check(config.padding in PADDINGS, "padding",
+  check(config.layout.padding in PADDINGS, "layout.padding",
         "allowed: 'after_masked' (padding after the tokens, masked out), 'before_as_token' "
         "(padding before the tokens and attended and pooled like a token, as the Keras seed)")
   if config.tokenizer in ("word", "ngram"):
@@ -81,9 +84,9 @@ def validate_config(config) -> None:
         "val_fraction", "it must be in [0, 0.5)")
   check(is_int(config.data_seed) and config.data_seed >= 0, "data_seed",
         "it must be an integer >= 0")
-  check(bool(raw_lib.text_fields(config)), "text_fields", "give comma-separated field names")
-  check(isinstance(config.label_field, str) and config.label_field.strip() != "",
-        "label_field", "give the label field's name")
+  check(bool(raw_lib.text_fields(config)), "source.text_fields", "give comma-separated field names")
+  check(isinstance(config.source.label_field, str) and config.source.label_field.strip() != "",
+        "source.label_field", "give the label field's name")
   _check_local_files(config, check)
 
 
@@ -92,7 +95,7 @@ def _check_local_files(config, check) -> None:
   local = is_local_file(config.dataset)
   given = split_files(config)
   for split, path in given.items():
-    field = f"{split}_file"
+    field = f"source.{split}_file"
     if not local:
       raise DataConfigError(f"config.{field}={path!r} is invalid; separate split files need "
                       f"config.dataset to be a local file (a TFDS dataset has its own splits).")
@@ -103,34 +106,34 @@ def _check_local_files(config, check) -> None:
                             f"existing .csv/.tsv/.jsonl file (or '' to carve the {split} split "
                             f"from config.dataset).")
   for split in ("validation", "test"):
-    own = config[f"{split}_text_fields"]
+    own = config.source[f"{split}_text_fields"]
     if not isinstance(own, str):
-      raise DataConfigError(f"config.{split}_text_fields={own!r} is invalid; give "
-                            f"comma-separated field names, or '' for config.text_fields.")
+      raise DataConfigError(f"config.source.{split}_text_fields={own!r} is invalid; give "
+                            f"comma-separated field names, or '' for config.source.text_fields.")
     if own.strip() and split not in given:
-      raise DataConfigError(f"config.{split}_text_fields={own!r} names the text fields of "
-                            f"config.{split}_file, which is not set (a carved {split} split "
+      raise DataConfigError(f"config.source.{split}_text_fields={own!r} names the text fields of "
+                            f"config.source.{split}_file, which is not set (a carved {split} split "
                             f"has the training file's text_fields); set both or neither.")
   carved = [s for s in ("validation", "test") if s not in given]
   check(config.val_fraction > 0 or not local or not carved, "val_fraction",
         f"a local file needs val_fraction > 0 to carve its {' and '.join(carved)} split"
-        f"{'s' if len(carved) > 1 else ''} (or give config.validation_file and "
-        f"config.test_file)")
+        f"{'s' if len(carved) > 1 else ''} (or give config.source.validation_file and "
+        f"config.source.test_file)")
   columns = column_names(config)
   if columns:
     if not local:
-      raise DataConfigError(f"config.columns={config.columns!r} is invalid; it names the columns of "
+      raise DataConfigError(f"config.source.columns={config.source.columns!r} is invalid; it names the columns of "
                       f"headerless .csv/.tsv files, and config.dataset is a TFDS dataset.")
     for path in [config.dataset, *given.values()]:
       if LOCAL_FORMATS.get(os.path.splitext(path)[1].lower()) is None:
-        raise DataConfigError(f"config.columns={config.columns!r} is invalid for {path}: it names "
+        raise DataConfigError(f"config.source.columns={config.source.columns!r} is invalid for {path}: it names "
                         f"the columns of headerless .csv/.tsv files; JSON lines name their "
-                        f"own fields (set config.columns='').")
-    check(len(set(columns)) == len(columns), "columns", "each column name must differ")
+                        f"own fields (set config.source.columns='').")
+    check(len(set(columns)) == len(columns), "source.columns", "each column name must differ")
     named = [f for split in ("train", *given) for f in raw_lib.text_fields(config, split)]
-    missing = [f for f in dict.fromkeys(named + [config.label_field]) if f not in columns]
-    check(not missing, "columns", f"it lacks {missing}, named by config.text_fields / "
-          f"config.label_field")
+    missing = [f for f in dict.fromkeys(named + [config.source.label_field]) if f not in columns]
+    check(not missing, "source.columns", f"it lacks {missing}, named by config.source.text_fields / "
+          f"config.source.label_field")
 
 
 def tokenizer_kind(config) -> str:
@@ -190,7 +193,7 @@ def load_dataset(config, workdir: str | None, *, write: bool = True,
     if tokenizer is None:
       tokenizer = train_tokenizer(config, raw.texts["train"], standardized)
       cache.save_vocab(tokenizer)
-    splits = {s: Split(tokenizer.encode(raw.texts[s], config.max_len, config.truncation,
+    splits = {s: Split(tokenizer.encode(raw.texts[s], config.max_len, config.layout.truncation,
                                         standardized=standardized), raw.labels[s])
               for s in SPLITS}
     class_names, skipped = raw.class_names, raw.skipped
@@ -232,8 +235,8 @@ def describe(config, data: Dataset) -> str:
 def train_tokenizer(config, texts: list[str], standardized: bool):
   """The config's word or n-gram vocabulary, counted on `texts` (the training split)."""
   if config.tokenizer == "ngram":
-    return ngrams_lib.NgramTokenizer.train(texts, config.vocab_size, config.ngram_order,
-                                           config.ngram_counts, standardized=standardized)
+    return ngrams_lib.NgramTokenizer.train(texts, config.vocab_size, config.ngrams.order,
+                                           config.ngrams.counts, standardized=standardized)
   return tokenizer_lib.WordTokenizer.train(texts, config.vocab_size, standardized=standardized)
 
 
@@ -269,7 +272,7 @@ def load_tokenizer(workdir: str, config=None):
   """(tokenizer, class_names) saved in `workdir`, or (None, None) if none is saved yet.
 
   Used on resume and at prediction time: `tokenizer.encode(texts, max_len, truncation)`, then
-  `pad_before(...)` when the run used config.padding="before_as_token".
+  `pad_before(...)` when the run used config.layout.padding="before_as_token".
   With `config`, a tokenizer kind or vocab_size other than the workdir's is a DataError.
   """
   info_path = os.path.join(workdir, DATA_INFO_FILE)
@@ -312,10 +315,10 @@ def load_tokenizer(workdir: str, config=None):
       raise DataError(f"{workdir} was created with tokenizer={kind!r} but {now}; use a new "
                       f"workdir or the original value.")
     if kind == "ngram" and (tokenizer.order, tokenizer.counts) != (
-        config.ngram_order, config.ngram_counts):
-      raise DataError(f"{workdir} was created with ngram_order={tokenizer.order}, ngram_counts="
-                      f"{tokenizer.counts} but the config has {config.ngram_order}, "
-                      f"{config.ngram_counts}; use a new workdir or the original values.")
+        config.ngrams.order, config.ngrams.counts):
+      raise DataError(f"{workdir} was created with ngrams.order={tokenizer.order}, ngrams.counts="
+                      f"{tokenizer.counts} but the config has {config.ngrams.order}, "
+                      f"{config.ngrams.counts}; use a new workdir or the original values.")
     if kind in ("word", "ngram") and info.get("config_vocab_size") != config.vocab_size:
       raise DataError(f"{workdir} was created with vocab_size={info.get('config_vocab_size')} "
                       f"but config.vocab_size={config.vocab_size}; use a new workdir or the "
@@ -336,7 +339,7 @@ def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> No
       # For the record only; not checked on reuse.
       "dataset": config.dataset,
       "max_len": config.max_len,
-      "truncation": config.truncation,
+      "truncation": config.layout.truncation,
   }
   # Written last: its presence marks the workdir's vocabulary as complete.
   atomic_write(os.path.join(workdir, DATA_INFO_FILE),

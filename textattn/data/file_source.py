@@ -37,14 +37,14 @@ def is_local_file(dataset: str) -> bool:
 
 def split_files(config) -> dict[str, str]:
   """{"validation": path, "test": path} for the held-out splits the config gives a file of
-  (config.validation_file / config.test_file; configs older than them have none)."""
-  return {split: str(config[f"{split}_file"] or "") for split in HELD_OUT
-          if str(config[f"{split}_file"] or "").strip()}
+  (config.source.validation_file / config.source.test_file; configs older than them have none)."""
+  return {split: str(config.source[f"{split}_file"] or "") for split in HELD_OUT
+          if str(config.source[f"{split}_file"] or "").strip()}
 
 
 def column_names(config) -> list[str]:
-  """config.columns as a list: the columns of headerless CSV/TSV files; [] = a header row."""
-  return [name.strip() for name in str(config.columns or "").split(",")
+  """config.source.columns as a list: the columns of headerless CSV/TSV files; [] = a header row."""
+  return [name.strip() for name in str(config.source.columns or "").split(",")
           if name.strip()]
 
 
@@ -59,8 +59,8 @@ class FileSource:
     self.text_fields = raw_lib.text_fields(config)
     # Each split file's own text fields where the config names them (else text_fields).
     self.own_fields = {split: raw_lib.text_fields(config, split) for split in self.split_files
-                       if str(config[f"{split}_text_fields"]).strip()}
-    self.label_field = config.label_field
+                       if str(config.source[f"{split}_text_fields"]).strip()}
+    self.label_field = config.source.label_field
     self.description = ", ".join([self.path] + list(self.split_files.values()))
     self.cache_dir = cache_dir(config)
 
@@ -149,22 +149,22 @@ class FileSource:
     csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     try:
-      if self.columns:  # Headerless: config.columns names the columns, line 1 is data.
+      if self.columns:  # Headerless: config.source.columns names the columns, line 1 is data.
         header = self.columns
-        names = f"config.columns names {len(header)} ({','.join(header)})"
+        names = f"config.source.columns names {len(header)} ({','.join(header)})"
       else:
         header = next(reader, None)
         if header is None:
           raise DataError(f"{path}: the file is empty (expected a header row; set "
-                          f"--config.columns=NAME,NAME,... for a file without one).")
+                          f"--config.source.columns=NAME,NAME,... for a file without one).")
         header = [name.strip() for name in header]
         names = f"the header has {len(header)}"
       missing = [f for f in text_fields + [self.label_field] if f not in header]
       if missing:
         raise DataError(f"{path}, line 1: column(s) {missing} not found; "
-                        f"{'config.columns is' if self.columns else 'the header has'} "
+                        f"{'config.source.columns is' if self.columns else 'the header has'} "
                         f"{header} (set --config.{self._fields_option(path)} / "
-                        f"--config.label_field).")
+                        f"--config.source.label_field).")
       text_columns = [header.index(f) for f in text_fields]
       label_column = header.index(self.label_field)
       line = reader.line_num + 1
@@ -177,7 +177,7 @@ class FileSource:
               and record[label_column].strip().lower() == self.label_field.lower()):
             raise DataError(f"{path}, line 1: the label column holds "
                             f"{record[label_column].strip()!r}, its own name: the file has a "
-                            f"header row, so leave config.columns empty.")
+                            f"header row, so leave config.source.columns empty.")
           label = raw_lib.label_string(record[label_column])
           if label is None:
             value = record[label_column].strip()
@@ -192,7 +192,8 @@ class FileSource:
   def _fields_option(self, path: str) -> str:
     """The option that names `path`'s text fields (text_fields, or a split file's own)."""
     splits = [split for split, p in self.split_files.items() if p == path]
-    return f"{splits[0]}_text_fields" if splits and path != self.path else "text_fields"
+    return (f"source.{splits[0]}_text_fields" if splits and path != self.path
+            else "source.text_fields")
 
   def _jsonl_rows(self, path: str, text: str, text_fields: list[str]
                   ) -> Iterator[tuple[int, list[str], str]]:
@@ -202,7 +203,7 @@ class FileSource:
       if missing:
         raise DataError(f"{where}: field(s) {missing} missing; the record has "
                         f"{sorted(record)} (set --config.{self._fields_option(path)} / "
-                        f"--config.label_field).")
+                        f"--config.source.label_field).")
       fields = []
       for field in text_fields:
         value = record[field]

@@ -27,9 +27,20 @@ import hashlib
 import json
 from collections.abc import Sequence
 
+import ml_collections
 import numpy as np
 
 from textattn.data import tokenizer as tokenizer_lib
+
+
+def default_config():
+  """config.ngrams, an opt-in part (config.complete): the n-gram features of tokenizer="ngram"
+  and how the bag baseline (model.architecture="bag") weighs them."""
+  part = ml_collections.ConfigDict()
+  part.order = 2  # the features are the n-grams of 1..order words
+  part.counts = False  # True keeps repeats (counts, TF-IDF), False each once
+  part.weighting = "none"  # none | tfidf (Keras' idf) | nb (NBSVM-style ratios)
+  return part
 
 MAX_ORDER = 3
 _WORD_BITS = 20

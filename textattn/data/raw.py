@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import ml_collections
 import numpy as np
 from absl import logging
 
@@ -30,11 +31,27 @@ class Raw:
   skipped: dict[str, int]
 
 
+def source_config():
+  """config.source, an opt-in part (config.complete): the fields of a data source whose names
+  are not the defaults, and a local file's separate validation and test files."""
+  part = ml_collections.ConfigDict()
+  part.text_fields = "text"  # comma-separated text field(s) (TFDS features, file columns), joined
+  part.label_field = "label"  # the label field
+  part.columns = ""  # headerless .csv/.tsv: the column names ("label,title,text"); "" = header
+  part.validation_file = ""  # local files: the validation split's file; "" = carved from dataset
+  part.test_file = ""  # local files: the test split's file; "" = carved from dataset
+  # The text field(s) of validation_file / test_file where their header names them otherwise
+  # ("content" where the training file has "sentence"); "" = text_fields
+  part.validation_text_fields = ""
+  part.test_text_fields = ""
+  return part
+
+
 def text_fields(config, split: str = "train") -> list[str]:
-  """The text fields of a split's file: config.text_fields, or for a validation or test file
-  its own <split>_text_fields where set."""
-  own = str(config[f"{split}_text_fields"]) if split != "train" else ""
-  return [f.strip() for f in (own or str(config.text_fields)).split(",") if f.strip()]
+  """The text fields of a split's file: config.source.text_fields, or for a validation or test
+  file its own <split>_text_fields where set."""
+  own = str(config.source[f"{split}_text_fields"]) if split != "train" else ""
+  return [f.strip() for f in (own or str(config.source.text_fields)).split(",") if f.strip()]
 
 
 def not_a_file(path: str) -> str | None:
@@ -130,7 +147,7 @@ def check_classes(labels: dict[str, np.ndarray], class_names: list[str],
     only = class_names[int(trained[0])] if len(trained) else None
     raise DataError(
         f"{where_of['train']}: {what} {only!r}{after}; a classifier needs at least two classes "
-        f"in training (check config.label_field"
+        f"in training (check config.source.label_field"
         f"{', or use more data or another config.data_seed' if after else ''}).")
   known = set(trained.tolist())
   for split in ("validation", "test"):

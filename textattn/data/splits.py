@@ -6,23 +6,34 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import ml_collections
 import numpy as np
 
 from textattn.errors import DataError  # noqa: F401 -- re-exported: textattn.data.DataError
 
 SPLITS = ("train", "validation", "test")
 
-# config.padding: "after_masked" (textattn's: tokens first, padding after, masked out of
+# config.layout.padding: "after_masked" (textattn's: tokens first, padding after, masked out of
 # attention and pooling) or "before_as_token" (the Keras seed's: pad_sequences puts padding
 # before the tokens and its model never masks it, so id 0 is embedded, attended to and averaged
 # like any token; the model then takes no padding mask, models.Classifier.mask_padding).
 PADDINGS = ("after_masked", "before_as_token")
 
 
+def layout_config():
+  """config.layout, an opt-in part (config.complete): where an example's tokens sit in its row."""
+  part = ml_collections.ConfigDict()
+  part.truncation = "pre"  # pre drops tokens from the start (Keras' default), post from the end
+  # after_masked: padding after the tokens, masked; before_as_token: the Keras seed's layout
+  # (padding first, attended to and pooled like a token)
+  part.padding = "after_masked"
+  return part
+
+
 @dataclasses.dataclass
 class Split:
   inputs: np.ndarray  # int32 [N, max_len], 0 = padding; tokens left-aligned (right-aligned
-  #                     with config.padding="before_as_token").
+  #                     with config.layout.padding="before_as_token").
   labels: np.ndarray  # int32 [N]
 
   def __len__(self) -> int:
@@ -42,8 +53,8 @@ class Dataset:
 
 
 def pads_before(config) -> bool:
-  """Whether the config asks for the Keras seed's layout (config.padding="before_as_token")."""
-  return config.padding == "before_as_token"
+  """Whether the config asks for the Keras seed's layout (config.layout.padding="before_as_token")."""
+  return config.layout.padding == "before_as_token"
 
 
 def pad_before(inputs: np.ndarray) -> np.ndarray:

@@ -89,7 +89,7 @@ class TfdsSource:
     self.name = config.dataset
     self.data_dir = tfds_data_dir(config)
     self.text_fields = raw_lib.text_fields(config)
-    self.label_field = config.label_field
+    self.label_field = config.source.label_field
     self.description = f"TFDS dataset {self.name!r}"
     self.cache_dir = cache_dir(config)
     self._read_from: str | None = None
@@ -174,8 +174,8 @@ class TfdsSource:
     missing = [f for f in self.text_fields + [self.label_field] if f not in features]
     if missing:
       raise DataError(f"{self.description} has no feature(s) {missing}; it has "
-                      f"{sorted(features.keys())} (set --config.text_fields / "
-                      f"--config.label_field).")
+                      f"{sorted(features.keys())} (set --config.source.text_fields / "
+                      f"--config.source.label_field).")
     class_names = list(getattr(features[self.label_field], "names", None) or [])
     columns = self._read_or_prepare(tfds, builder)
     self._read_from = builder.data_dir

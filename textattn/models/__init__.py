@@ -5,7 +5,7 @@ config's up. The translation model is seq2seq.py.
 
 Token id 0 is padding everywhere: the padding mask is `tokens != 0`, it is handed to every
 attention variant, and no pooling lets a padding position contribute. The one exception is
-`mask_padding=False` (config.padding="before_as_token", the Keras seed's computation): then
+`mask_padding=False` (config.layout.padding="before_as_token", the Keras seed's computation): then
 nothing is masked and id 0 is a token like any other.
 """
 

@@ -45,6 +45,13 @@ from textattn.errors import UsageError
 from textattn.models import registry
 from textattn.models.layers import DTYPES
 
+
+def bilstm_config() -> ml_collections.ConfigDict:
+  """config.bilstm, an opt-in part (config.complete): the BiLSTM baseline's own size."""
+  part = ml_collections.ConfigDict()
+  part.rnn_dim = 32  # LSTM units per direction
+  return part
+
 Array = jax.Array
 
 BAG_WEIGHTINGS = ("none", "tfidf", "nb")
@@ -140,7 +147,7 @@ def is_frozen(path) -> bool:
 
 def has_frozen(config) -> bool:
   m = config.model
-  return m.architecture == "bag" and m.bag_weighting != "none"
+  return m.architecture == "bag" and config.ngrams.weighting != "none"
 
 
 def trainable(config):
@@ -162,7 +169,7 @@ def frozen_parameters(config, train_inputs: np.ndarray, train_labels: np.ndarray
   # Each (example, feature) once: document frequencies and multi-hot sums.
   pairs = np.unique(rows[real] * vocab_size + ids[real])
   example, feature = np.divmod(pairs, vocab_size)
-  if config.model.bag_weighting == "tfidf":
+  if config.ngrams.weighting == "tfidf":
     df = np.bincount(feature, minlength=vocab_size)
     idf = np.log1p(n / (1.0 + df))
     idf[1] = idf[2:].mean() if vocab_size > 2 else idf[1]  # OOV: the mean, as Keras
@@ -182,21 +189,20 @@ def frozen_parameters(config, train_inputs: np.ndarray, train_labels: np.ndarray
 def validate_config(config: ml_collections.ConfigDict) -> None:
   """The bag's and the BiLSTM's fields (UsageError naming the first bad one)."""
   m = config.model
-  check_choice("model.bag_weighting", m.bag_weighting, BAG_WEIGHTINGS)
+  check_choice("ngrams.weighting", config.ngrams.weighting, BAG_WEIGHTINGS)
   check_integer("model.mlp_dim", m.mlp_dim, 0)
   check_integer("vocab_size", config.vocab_size, 1)
   if not 0.0 <= m.dropout_rate < 1.0:
     raise UsageError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
   if m.architecture == "bilstm":
     check_integer("model.embed_dim", m.embed_dim, 1)
-    check_integer("model.rnn_dim", m.rnn_dim, 1)
-  elif m.bag_weighting != "none" and config.tokenizer == "byte":
-    raise UsageError("config.model.bag_weighting needs word or n-gram features, not bytes "
+    check_integer("bilstm.rnn_dim", config.bilstm.rnn_dim, 1)
+  elif config.ngrams.weighting != "none" and config.tokenizer == "byte":
+    raise UsageError("config.ngrams.weighting needs word or n-gram features, not bytes "
                      "(config.tokenizer='byte').")
-  for field, allowed in (("optimizer.name", "adam, adamw or rmsprop"),
-                         ("model.embedding_init", "'random'")):
-    section, name = field.split(".")
-    value = config[section][name]
+  for field, value, allowed in (
+      ("optimizer.name", config.optimizer.name, "adam, adamw or rmsprop"),
+      ("embedding.init", config.embedding.init, "'random'")):
     if value in ("keras_adam", "word2vec") or str(value).startswith("vectors:"):
       raise UsageError(f"config.{field}={value!r} is for the transformer; the "
                        f"{m.architecture} model takes {allowed}.")
@@ -207,7 +213,7 @@ def _build_bag(config, num_classes: int, vocab_size: int | None, pretrained_conf
   m = config.model
   return BagOfNgrams(num_classes=num_classes,
                      vocab_size=vocab_size or tokenizer_lib.vocab_size_for(config),
-                     weighting=m.bag_weighting, mlp_dim=m.mlp_dim, dropout_rate=m.dropout_rate)
+                     weighting=config.ngrams.weighting, mlp_dim=m.mlp_dim, dropout_rate=m.dropout_rate)
 
 
 def _build_bilstm(config, num_classes: int, vocab_size: int | None, pretrained_config, mesh):
@@ -215,19 +221,19 @@ def _build_bilstm(config, num_classes: int, vocab_size: int | None, pretrained_c
   m = config.model
   return BiLSTM(num_classes=num_classes,
                 vocab_size=vocab_size or tokenizer_lib.vocab_size_for(config),
-                embed_dim=m.embed_dim, rnn_dim=m.rnn_dim, mlp_dim=m.mlp_dim,
+                embed_dim=m.embed_dim, rnn_dim=config.bilstm.rnn_dim, mlp_dim=m.mlp_dim,
                 dropout_rate=m.dropout_rate,
                 dtype=DTYPES[m.dtype])
 
 
 def _describe_bag(config) -> str:
   m = config.model
-  features = f"{config.ngram_order}-gram" if config.tokenizer == "ngram" else config.tokenizer
-  return (f"bag of {features} features, weighting {m.bag_weighting}, "
+  features = f"{config.ngrams.order}-gram" if config.tokenizer == "ngram" else config.tokenizer
+  return (f"bag of {features} features, weighting {config.ngrams.weighting}, "
           f"{'hidden layer ' + str(m.mlp_dim) if m.mlp_dim else 'linear'}")
 
 
 registry.register(registry.Architecture("bag", _build_bag, _describe_bag, validate_config))
 registry.register(registry.Architecture(
-    "bilstm", _build_bilstm, lambda config: f"bidirectional LSTM, {config.model.rnn_dim} units "
+    "bilstm", _build_bilstm, lambda config: f"bidirectional LSTM, {config.bilstm.rnn_dim} units "
                                             f"per direction", validate_config))

@@ -177,11 +177,12 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
     raise UsageError(f"config.model.pooling='cls' cannot be used with config.model.attention="
                      f"{m.attention!r}: the CLS token comes first, so the look-ahead mask lets it "
                      f"see no token; use pooling 'last' (or mean, max, attention).")
-  check_integer("model.bigram_buckets", m.bigram_buckets, 0)
+  check_integer("embedding.bigram_buckets", config.embedding.bigram_buckets, 0)
   check_integer("model.mlp_dim", m.mlp_dim, 0)
-  for field in ("dropout_rate", "token_dropout_rate"):
-    if not 0.0 <= m[field] < 1.0:
-      raise UsageError(f"config.model.{field}={m[field]} must be in [0, 1).")
+  for field, value in (("model.dropout_rate", m.dropout_rate),
+                       ("embedding.token_dropout_rate", config.embedding.token_dropout_rate)):
+    if not 0.0 <= value < 1.0:
+      raise UsageError(f"config.{field}={value} must be in [0, 1).")
 
 
 def resolved_kernel(config: ml_collections.ConfigDict, pretrained_config=None) -> str:
@@ -217,11 +218,11 @@ def _build(config: ml_collections.ConfigDict, num_classes: int, vocab_size: int 
       num_classes=num_classes, vocab_size=vocab_size,
       max_len=config.max_len, embed_dim=m.embed_dim, num_heads=m.num_heads,
       num_layers=m.num_layers, ffn_dim=m.ffn_dim, mlp_dim=m.mlp_dim,
-      dropout_rate=m.dropout_rate, token_dropout_rate=m.token_dropout_rate,
+      dropout_rate=m.dropout_rate, token_dropout_rate=config.embedding.token_dropout_rate,
       attention=m.attention, attention_impl=impl, position=m.position, norm=m.norm,
       pooling=m.pooling, dtype=DTYPES[m.dtype],
-      mask_padding=config.padding != "before_as_token",
-      bigram_buckets=m.bigram_buckets,
+      mask_padding=config.layout.padding != "before_as_token",
+      bigram_buckets=config.embedding.bigram_buckets,
       mesh=mesh if sharding.sequence_size(mesh) > 1 else None)
 
 

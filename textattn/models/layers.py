@@ -14,6 +14,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from textattn import attention as attention_lib
@@ -25,6 +26,19 @@ Array = jax.Array
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # config.model.dtype -> the dtype
 LAYER_NORM_EPSILON = 1e-6
+
+
+def embedding_config() -> ml_collections.ConfigDict:
+  """config.embedding, an opt-in part (config.complete): a token table trained from scratch (the
+  attention encoder's, the BiLSTM's): its initialisation and the encoder's input extras."""
+  part = ml_collections.ConfigDict()
+  # random (Keras' uniform) | word2vec (recipe) | vectors:PATH (a word2vec/GloVe file,
+  # textattn/recipes/vectors.py)
+  part.init = "random"
+  part.vectors_scale = "raw"  # vectors:PATH: raw (the file's) | init (the random spread)
+  part.token_dropout_rate = 0.0  # word dropout: a token's embedding zeroed in training
+  part.bigram_buckets = 0  # > 0: hashed (previous, current) token embeddings, this many
+  return part
 
 
 def keras_embedding_init(key, shape, dtype=jnp.float32):

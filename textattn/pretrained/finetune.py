@@ -70,12 +70,12 @@ def validate_config(config) -> None:
                      f"hf:ORG/NAME.")
   check_choice("model.architecture", m.architecture, ("transformer",))
   check_choice("model.pooling", m.pooling, bert.POOLINGS)
-  if m.embedding_init != "random":
-    raise UsageError(f"config.model.embedding_init={m.embedding_init!r} cannot be used with "
+  if config.embedding.init != "random":
+    raise UsageError(f"config.embedding.init={config.embedding.init!r} cannot be used with "
                      f"config.model.pretrained: the pretrained model brings its own token "
                      f"embeddings; use 'random'.")
-  if config.padding != "after_masked":
-    raise UsageError(f"config.padding={config.padding!r} cannot be used with "
+  if config.layout.padding != "after_masked":
+    raise UsageError(f"config.layout.padding={config.layout.padding!r} cannot be used with "
                      f"config.model.pretrained: BERT's positions count from the first token; "
                      f"use 'after_masked'.")
   if config.optimizer.name == "keras_adam":

@@ -81,13 +81,13 @@ def validate_config(config) -> None:
                      f"{', '.join(repr(o) for o in OBJECTIVES)} ('' = no pretraining).")
   if not p.objective:
     return
-  if config.model.bigram_buckets:
+  if config.embedding.bigram_buckets:
     raise UsageError(f"config.pretrain.objective={p.objective!r} cannot be used with "
-                     f"config.model.bigram_buckets={config.model.bigram_buckets}: a masked "
+                     f"config.embedding.bigram_buckets={config.embedding.bigram_buckets}: a masked "
                      "token's bigrams would give it away; set bigram_buckets=0.")
   if data_lib.pads_before(config):
-    raise UsageError(f"config.pretrain.objective={p.objective!r} needs config.padding="
-                     f"'after_masked' (got {config.padding!r}): masked-language-model "
+    raise UsageError(f"config.pretrain.objective={p.objective!r} needs config.layout.padding="
+                     f"'after_masked' (got {config.layout.padding!r}): masked-language-model "
                      "pretraining predicts real tokens only.")
 
   for field, low in (("num_steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0),
@@ -104,9 +104,9 @@ def validate_config(config) -> None:
     raise UsageError(f"config.pretrain.batch_size={p.batch_size} must be a multiple of the "
                      f"device count ({jax.device_count()}) so every device gets an equal share.")
   data_lib.check_unlabeled_split(config, "pretrain.unlabeled_split", "pretrain")
-  if config.model.embedding_init == "word2vec":
+  if config.embedding.init == "word2vec":
     raise UsageError("config.pretrain.objective='mlm' trains the token embeddings itself; use "
-                     "config.model.embedding_init='random' with it (or no pretraining).")
+                     "config.embedding.init='random' with it (or no pretraining).")
 
 
 def settings(config) -> dict:
@@ -116,13 +116,18 @@ def settings(config) -> dict:
       "pretrain": config.pretrain.to_dict(),
       # The classifier head's own settings do not reach the encoder: a sweep over them shares
       # one pretraining. Of the pooling, only whether a CLS token is prepended does.
-      "model": {k: v for k, v in config.model.to_dict().items()
-                if k not in ("mlp_dim", "token_dropout_rate", "pooling", "bigram_buckets")},
+      # (the fields config version 3 moved out of config.model, under their old names: the
+      # cached pretrainings of older versions stay valid)
+      "model": {**{k: v for k, v in config.model.to_dict().items()
+                   if k not in ("mlp_dim", "pooling")},
+                "bag_weighting": config.ngrams.weighting, "rnn_dim": config.bilstm.rnn_dim,
+                "embedding_init": config.embedding.init,
+                "vectors_scale": config.embedding.vectors_scale},
       "cls_token": config.model.pooling == "cls",
-      "xla_flags": config.xla_flags,  # (compiler options can change the numbers)
-      "max_len": int(config.max_len), "truncation": config.truncation,
-      "optimizer": {k: opt[k] for k in ("name", "b1", "b2", "eps", "weight_decay",
-                                        "grad_clip_norm")},
+      "xla_flags": config.platform.xla_flags,  # (compiler options can change the numbers)
+      "max_len": int(config.max_len), "truncation": config.layout.truncation,
+      "optimizer": {**{k: opt[k] for k in ("name", "weight_decay", "grad_clip_norm")},
+                    **{k: opt.adam[k] for k in ("b1", "b2", "eps")}},
       "devices": jax.device_count(), "version": _CACHE_VERSION,
   }
 
@@ -271,7 +276,7 @@ def corpus(config, tokenizer) -> tuple[np.ndarray, bool]:
   p = config.pretrain
   texts, cacheable = data_lib.pretraining_texts(config, p.unlabeled_split,
                                                       "pretrain.unlabeled_split")
-  inputs = tokenizer.encode(texts, config.max_len, config.truncation)
+  inputs = tokenizer.encode(texts, config.max_len, config.layout.truncation)
   return inputs[(inputs != 0).any(axis=1)], cacheable
 
 

@@ -1,6 +1,6 @@
 """Token-embedding initialisation from a file of pretrained word vectors.
 
-`config.model.embedding_init = "vectors:PATH"` starts the token-embedding table from vectors
+`config.embedding.init = "vectors:PATH"` starts the token-embedding table from vectors
 someone else trained (GloVe, as Deep Learning with Python's chapter 11 loads, or word2vec's
 GoogleNews), read with gensim's `KeyedVectors`:
 - word2vec text (a "count dim" header line, then "word v1 v2 ...") or binary (the same header,
@@ -53,14 +53,14 @@ def check(embedding_init: str, tokenizer_kind: str, embed_dim: int | None = None
   `embed_dim`, also vectors of another size (read from the file's first line)."""
   path = path_of(embedding_init)
   if not path:
-    raise UsageError("config.model.embedding_init='vectors:' names no file; give "
+    raise UsageError("config.embedding.init='vectors:' names no file; give "
                      "'vectors:PATH' (a word2vec .txt/.bin or GloVe .txt file).")
   if tokenizer_kind != "word":
-    raise UsageError(f"config.model.embedding_init={embedding_init!r} needs "
+    raise UsageError(f"config.embedding.init={embedding_init!r} needs "
                      f"config.tokenizer='word' (word vectors for a word vocabulary), not "
                      f"{tokenizer_kind!r}.")
   if not os.path.isfile(path):
-    raise DataError(f"config.model.embedding_init={embedding_init!r}: {path} is not a file; "
+    raise DataError(f"config.embedding.init={embedding_init!r}: {path} is not a file; "
                     f"give the path of a word2vec .txt/.bin or GloVe .txt file.")
   dim = file_dim(path) if embed_dim is not None else None
   if dim is not None and dim != embed_dim:
@@ -102,11 +102,11 @@ def _trailing_numbers(line: bytes) -> int:
 
 def validate_config(config) -> None:
   """`check` for a run's config, as its errors: a UsageError (exit 2) naming the field."""
-  if config.model.vectors_scale not in SCALES:
-    raise UsageError(f"config.model.vectors_scale={config.model.vectors_scale!r} is invalid; "
+  if config.embedding.vectors_scale not in SCALES:
+    raise UsageError(f"config.embedding.vectors_scale={config.embedding.vectors_scale!r} is invalid; "
                      f"allowed: {', '.join(SCALES)}.")
   try:
-    check(config.model.embedding_init, config.tokenizer, int(config.model.embed_dim))
+    check(config.embedding.init, config.tokenizer, int(config.model.embed_dim))
   except DataError as e:
     raise DataConfigError(str(e)) from None
   except ValueError as e:
@@ -114,12 +114,12 @@ def validate_config(config) -> None:
 
 
 def token_table(config, tokenizer, vocab_size: int, announce: bool):
-  """(table, found) of config.model.embedding_init = "vectors:PATH" for the run's word
+  """(table, found) of config.embedding.init = "vectors:PATH" for the run's word
   tokenizer, what step.init_train_state(pretrained_tokens=...) takes; `announce`: print the
   coverage line."""
-  table, found, coverage = table_from_file(path_of(config.model.embedding_init), tokenizer,
+  table, found, coverage = table_from_file(path_of(config.embedding.init), tokenizer,
                                            vocab_size, int(config.model.embed_dim),
-                                           config.model.vectors_scale)
+                                           config.embedding.vectors_scale)
   if announce:
     print(coverage.summary(), flush=True)
   return table, found

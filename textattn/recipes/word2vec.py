@@ -1,6 +1,6 @@
 """Token-embedding initialisation from word2vec vectors trained on the run's own text.
 
-`config.model.embedding_init = "word2vec"` starts the token-embedding table from skip-gram
+`config.embedding.init = "word2vec"` starts the token-embedding table from skip-gram
 vectors (Mikolov et al. 2013, trained with gensim) instead of Keras' uniform(-0.05, 0.05):
 
 - **Corpus**: the texts of the training split only (validation carved out exactly as
@@ -48,7 +48,7 @@ PROGRESS_EVERY_S = 10.0
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """The recipe's fields: a config that sets model.embedding_init="word2vec" adds them as
+  """The recipe's fields: a config that sets embedding.init="word2vec" adds them as
   `config.word2vec = word2vec.default_config()` and changes what it needs."""
   w2v = ml_collections.ConfigDict()
   # A TFDS split of unlabelled text added to the corpus ("unsupervised" for imdb_reviews);
@@ -67,23 +67,23 @@ def default_config() -> ml_collections.ConfigDict:
 
 def validate_config(config) -> None:
   """One sentence for a word2vec setting that cannot work, before any data is read."""
-  init = config.model.embedding_init
+  init = config.embedding.init
   if vectors.is_vectors(init):  # a file of vectors, not this recipe (textattn/recipes/vectors.py)
     vectors.validate_config(config)
     return
   if init not in EMBEDDING_INITS:
-    raise UsageError(f"config.model.embedding_init={init!r} is invalid; allowed: "
+    raise UsageError(f"config.embedding.init={init!r} is invalid; allowed: "
                      f"{', '.join(repr(i) for i in EMBEDDING_INITS)}, or 'vectors:PATH' (a "
                      f"word2vec or GloVe file).")
   if init != "word2vec":
     return
   if "word2vec" not in config:
-    raise UsageError("config.model.embedding_init='word2vec' needs the recipe's settings: add "
+    raise UsageError("config.embedding.init='word2vec' needs the recipe's settings: add "
                      "`config.word2vec = word2vec.default_config()` (textattn/recipes/word2vec.py) "
                      "to the config file.")
   w2v = config.word2vec
   if config.tokenizer != "word":
-    raise UsageError(f"config.model.embedding_init='word2vec' needs config.tokenizer='word' "
+    raise UsageError(f"config.embedding.init='word2vec' needs config.tokenizer='word' "
                      f"(word vectors for a word vocabulary), not {config.tokenizer!r}.")
   for field, low in (("epochs", 1), ("window", 1), ("min_count", 1), ("negative", 1),
                      ("seed", 0)):

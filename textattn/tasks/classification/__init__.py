@@ -24,7 +24,7 @@ from textattn.models import baselines
 from textattn.pretrained import finetune
 from textattn.recipes import pretrain, vectors, word2vec
 from textattn.tasks.classification import classifier, kernels, predictions, step
-from textattn.tasks.classification.config import defaults, validate
+from textattn.tasks.classification.config import PARTS, defaults, validate
 
 
 def collapse_warning(sums: dict, class_names, prefix: str) -> str | None:
@@ -136,7 +136,7 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
     nonlocal evaluator
     if evaluator is None:  # (the state's sharding: replicated over the run's mesh)
       evaluator = make_evaluator(jax.tree.map(lambda _: platform.replicated(mesh), state),
-                                 len(data.class_names), config.eval_batch_size,
+                                 len(data.class_names), config.platform.eval_batch_size,
                                  data.class_names, platform.step_compiler_options(config), mesh)
     return evaluator(state, split, prefix)
 
@@ -154,10 +154,10 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
     """A new run's start: word vectors, a pretrained encoder or a baseline's frozen statistics
     if the config asks."""
     tokens = params = None
-    if config.model.embedding_init == "word2vec":
+    if config.embedding.init == "word2vec":
       tokens = word2vec.pretrained_token_table(config, data.tokenizer, data.vocab_size,
                                                write=is_main)
-    if vectors.is_vectors(config.model.embedding_init):
+    if vectors.is_vectors(config.embedding.init):
       tokens = vectors.token_table(config, data.tokenizer, data.vocab_size, announce=is_main)
     if finetune.enabled(config):
       nonlocal source
@@ -196,5 +196,5 @@ def load(workdir: str, checkpoint: str, config):
 
 tasks.register(tasks.Task(
     name="classification", defaults=defaults, validate=validate,
-    prepare=prepare, load=load,
+    prepare=prepare, load=load, parts=PARTS,
     description="text classification (textattn/tasks/classification/)"))

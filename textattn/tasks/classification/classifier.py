@@ -7,7 +7,7 @@ data_info.json) and the checkpoint ("best": the parameters the run's test report
 or a step), verified against the checksums recorded when it was saved. A GPU-trained workdir
 works on a CPU (attention_impl "auto" keeps the kernel the run used where it runs here, else
 resolves to this machine's). Texts are encoded exactly as in training and run in batches of
-config.eval_batch_size, padded to full batches so one compilation serves every call.
+config.platform.eval_batch_size, padded to full batches so one compilation serves every call.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Classifier:
     read_workdir_config; textattn.load passes it, plugins loaded first as in training)."""
     self.workdir = workdir
     self.config = config
-    if "max_len" not in self.config or "label_field" not in self.config:  # (no classifier's)
+    if self.config.task != "classification":
       raise data_lib.DataError(f"{workdir} is a {self.config.task} run, not a classifier's "
                                f"workdir; textattn.load({workdir!r}) gives what its task offers.")
     self.tokenizer, self.class_names = data_lib.load_tokenizer(workdir)
@@ -59,7 +59,7 @@ class Classifier:
                                vocab_size=self.tokenizer.vocab_size, pretrained_config=bert_config)
     self.step, self.params = restore.restore_params(workdir, checkpoint, self.config, model,
                                                     trainable=baselines.trainable(self.config))
-    self.batch_size = int(self.config.eval_batch_size)
+    self.batch_size = int(self.config.platform.eval_batch_size)
     self.model = model
     self._weights_fn = None
 
@@ -81,7 +81,7 @@ class Classifier:
     else:
       lengths = np.array([len(tokenizer_lib.standardize(text).split()) for text in texts],
                          np.int64)
-    inputs = self.tokenizer.encode(texts, config.max_len, config.truncation)
+    inputs = self.tokenizer.encode(texts, config.max_len, config.layout.truncation)
     if data_lib.pads_before(config):
       inputs = data_lib.pad_before(inputs)
     return inputs, lengths
@@ -178,13 +178,13 @@ def read_texts(path: str, config, with_labels: bool = False):
     bad = sum("\ufffd" in line for line in text.splitlines())
     print(f"Warning: {path}: {bad} line(s) are not valid UTF-8; the invalid bytes were "
           f"replaced by U+FFFD.", file=sys.stderr)
-  fields = [f.strip() for f in str(config.text_fields).split(",") if f.strip()]
+  fields = [f.strip() for f in str(config.source.text_fields).split(",") if f.strip()]
   if extension == ".txt":
     if with_labels:
       raise DataError(f"{path}: a .txt file has no labels; evaluate a .csv/.tsv/.jsonl file.")
     return [line.rstrip("\r") for line in text.split("\n")[:-1 if text.endswith("\n") else None]]
-  records = _records(path, text, extension, str(config.columns))
-  wanted = fields + ([config.label_field] if with_labels else [])
+  records = _records(path, text, extension, str(config.source.columns))
+  wanted = fields + ([config.source.label_field] if with_labels else [])
   for number, record in records:
     missing = [f for f in wanted if f not in record]
     if missing:
@@ -193,7 +193,7 @@ def read_texts(path: str, config, with_labels: bool = False):
   texts = [" ".join(str(r[f] or "") for f in fields) for _, r in records]
   if not with_labels:
     return texts
-  return texts, [raw_lib.label_string(r[config.label_field]) or "" for _, r in records]
+  return texts, [raw_lib.label_string(r[config.source.label_field]) or "" for _, r in records]
 
 
 def _records(path: str, text: str, extension: str, columns: str = "") -> list[tuple[int, dict]]:

@@ -12,12 +12,24 @@ import ml_collections
 from textattn import attention, models, optim
 from textattn import data as data_lib
 from textattn.attention import sequence
+from textattn.data import ngrams
+from textattn.models import baselines, layers
 from textattn.checks import check_choice
 from textattn.errors import UsageError
 from textattn.pretrained import finetune
 from textattn.recipes import pretrain, word2vec
 
 EVAL_SPLITS = ("validation", "test")
+
+# The task's opt-in parts (tasks.Task.parts): what only one data source, architecture or recipe
+# uses, each with its defaults where it is read.
+PARTS = {
+    "source": data_lib.source_config,  # field names; a local file's validation/test files
+    "layout": data_lib.layout_config,  # truncation, padding
+    "ngrams": ngrams.default_config,  # tokenizer="ngram", architecture="bag"
+    "embedding": layers.embedding_config,  # init (random | word2vec | vectors:PATH), extras
+    "bilstm": baselines.bilstm_config,  # architecture="bilstm"
+}
 
 
 def defaults() -> ml_collections.ConfigDict:
@@ -28,36 +40,22 @@ def defaults() -> ml_collections.ConfigDict:
   # ---- Data ---------------------------------------------------------------------------------
   config.dataset = "imdb_reviews"  # a TFDS name, or the path of a .csv / .tsv / .jsonl file
   config.data_dir = ""  # TFDS data dir; "" = $TFDS_DATA_DIR, else TFDS's default
-  config.text_fields = "text"  # local files: comma-separated text field(s), joined by a space
-  config.label_field = "label"  # local files: the label field
-  config.columns = ""  # headerless .csv/.tsv: the column names ("label,title,text"); "" = header
-  config.validation_file = ""  # local files: the validation split's file; "" = carved from dataset
-  config.test_file = ""  # local files: the test split's file; "" = carved from dataset
-  # The text field(s) of validation_file / test_file where their header names them otherwise
-  # ("content" where the training file has "sentence"); "" = text_fields
-  config.validation_text_fields = ""
-  config.test_text_fields = ""
   config.val_fraction = 0.1  # fraction of train held out as validation (data_seed decides which)
   config.eval_split = "validation"  # evaluated during training: validation | test
   config.data_seed = 0  # seeds the validation carve-out
   # word (Keras-style standardisation, vocabulary from train) | byte | ngram (textattn/data/ngrams.py)
   config.tokenizer = "word"
   config.vocab_size = 20000  # word / ngram: ids incl. 0 = padding and 1 = out-of-vocabulary
-  config.ngram_order = 2  # ngram: the features are the n-grams of 1..ngram_order words
-  config.ngram_counts = False  # ngram: True keeps repeats (counts, TF-IDF), False each once
   config.max_len = 200  # tokens per example (ngram: features per example)
-  config.truncation = "pre"  # pre drops tokens from the start (Keras' default), post from the end
-  # after_masked: padding after the tokens, masked; before_as_token: the Keras seed's layout
-  # (padding first, attended to and pooled like a token)
-  config.padding = "after_masked"
   config.cache_dir = ""  # tokenised arrays, vocabularies, vectors; "" = paths.cache_root()
+  # Opt-in parts (PARTS below; the runner's: run.PARTS) are left out: a config adds one only
+  # to change it (`config.source = defaults.part("source")`, or on the command line
+  # --config.source.text_fields=review), and the runner fills in the rest.
 
   # ---- Model --------------------------------------------------------------------------------
   config.model = ml_collections.ConfigDict()
   # transformer | bag (n-gram bag, textattn/models/baselines.py) | bilstm (bidirectional LSTM)
   config.model.architecture = "transformer"
-  config.model.bag_weighting = "none"  # bag: none | tfidf (Keras' idf) | nb (NBSVM-style ratios)
-  config.model.rnn_dim = 32  # bilstm: LSTM units per direction
   config.model.attention = "softmax"  # a registered variant: softmax | causal | additive
   # kernel: auto | xla | dot_product | chunked | fused | native | cudnn (GPU, bf16) | splash
   # (TPU) for softmax/causal; auto | xla | native | pallas (GPU) | pallas_tpu (TPU) for additive;
@@ -72,16 +70,10 @@ def defaults() -> ml_collections.ConfigDict:
   config.model.ffn_dim = 32  # feed-forward hidden units per block
   config.model.mlp_dim = 20  # hidden units of the classifier head; 0 = none
   config.model.dropout_rate = 0.1  # after attention, FFN, pooling and the head's hidden layer
-  config.model.token_dropout_rate = 0.0  # word dropout: a token's embedding zeroed in training
-  config.model.bigram_buckets = 0  # > 0: hashed (previous, current) token embeddings, this many
   config.model.position = "learned"  # learned | sinusoidal
   config.model.norm = "post"  # post (as the seeds) | pre
   config.model.pooling = "mean"  # mean | max | attention | cls | last
   config.model.dtype = "float32"  # compute dtype: float32 | bfloat16 (parameters stay float32)
-  # random (Keras' uniform) | word2vec (recipe) | vectors:PATH (a word2vec/GloVe file,
-  # textattn/recipes/vectors.py)
-  config.model.embedding_init = "random"
-  config.model.vectors_scale = "raw"  # vectors:PATH: raw (the file's) | init (the random spread)
   # A BERT-family encoder to fine-tune: a Hugging Face model directory or hf:ORG/NAME. It sets
   # the model (architecture, sizes, dropout from its config.json) and the tokenizer (its
   # tokenizer.json; config.tokenizer and vocab_size are then unused); attention (any variant)

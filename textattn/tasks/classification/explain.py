@@ -180,7 +180,7 @@ def explain_rows(classifier, texts: list[str]) -> list[dict]:
                        length > len(tokens), []))
       continue
     tokens = text_tokens(classifier.tokenizer, text)
-    start, end = seen_span(len(tokens), max_len, config.truncation)
+    start, end = seen_span(len(tokens), max_len, config.layout.truncation)
     seen = end - start
     # Tokens are left-aligned in the model's input, or right-aligned with padding before them.
     offset = max_len - seen if _pads_before(config) else 0

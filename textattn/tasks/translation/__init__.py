@@ -288,7 +288,7 @@ def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
     nonlocal evaluator
     if evaluator is None:
       evaluator = make_evaluator(jax.tree.map(lambda _: platform.replicated(mesh), state),
-                                 config.eval_batch_size, config.source_len, config.target_len,
+                                 config.platform.eval_batch_size, config.source_len, config.target_len,
                                  platform.step_compiler_options(config), mesh)
     return evaluator(state, split, prefix), None
 
@@ -319,7 +319,7 @@ def _test_report(config, state, evaluate, data, model, target_tok, references, w
   for name, beam in [("greedy", 0)] + ([(f"beam{config.beam_size}", config.beam_size)]
                                        if config.beam_size else []):
     started = time.perf_counter()  # (compilation included: what a user waits for)
-    outputs[name] = translate_ids(model, params, sources, target_tok, config.eval_batch_size,
+    outputs[name] = translate_ids(model, params, sources, target_tok, config.platform.eval_batch_size,
                                   beam, config.length_penalty, progress=f"test {name}")
     report[f"test/decode_seconds_{name}"] = time.perf_counter() - started
   for name, hypotheses in outputs.items():
@@ -352,7 +352,7 @@ class Translator:
     sources = self.source_tokenizer.encode([pairs_lib.standardize_source(t) for t in texts],
                                            self.config.source_len, "post", standardized=True)
     return translate_ids(self.model, self.params, sources, self.target_tokenizer,
-                         int(self.config.eval_batch_size), beam, float(self.config.length_penalty))
+                         int(self.config.platform.eval_batch_size), beam, float(self.config.length_penalty))
 
 
 tasks.register(tasks.Task(
