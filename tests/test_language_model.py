@@ -21,6 +21,7 @@ from textattn.errors import UsageError
 from textattn.tasks.language_model import data as data_lib
 from textattn.tasks.language_model import ngram, sampling, tokenizers
 from textattn.tasks.language_model import step as step_lib
+from textattn.tasks.language_model.config import segment_variants
 from textattn.tasks.language_model.model import LanguageModel
 from textattn.train_state import TrainState
 
@@ -87,19 +88,39 @@ def test_causal_softmax_with_segment_ids_equals_each_document_alone(implementati
                 segment_ids=segments)
 
 
-def test_another_document_in_the_row_leaves_a_documents_logits_unchanged():
+def test_every_causal_variant_with_segment_ids_is_offered():
+  assert "causal" in segment_variants()
+  assert all(attention.get(n).causal for n in segment_variants())
+
+
+@pytest.mark.parametrize("variant", segment_variants())
+def test_each_document_alone_in_a_packed_row_and_cached_decoding_is_uncached_argmax(variant):
+  # Another document in the same row leaves a document's logits unchanged; greedy decoding
+  # through the cache draws the uncached model's argmax at every step.
   model = LanguageModel(vocab_size=tokenizers.ByteTokenizer.vocab_size, max_len=16,
-                        embed_dim=16, num_heads=2, ffn_dim=32, num_layers=2)
+                        embed_dim=16, num_heads=2, ffn_dim=32, num_layers=2, attention=variant)
   first = data_lib.pack([np.array([5, 6, 7]), np.array([8, 9, 10, 11])], 16)
   second = data_lib.pack([np.array([20, 21, 22, 23, 24]), np.array([8, 9, 10, 11])], 16)
   params = jax.jit(model.init)(jax.random.key(0), jnp.ones((1, 16), jnp.int32))["params"]
-
+  apply = jax.jit(model.apply)
   fields = data_lib.row_fields(jnp.asarray(np.concatenate([first, second])))
-  logits = np.asarray(jax.jit(model.apply)({"params": params}, fields["inputs"],
-                                           fields["segment_ids"], fields["positions"]))
-  alone = np.asarray(jax.jit(model.apply)({"params": params}, jnp.asarray([[1, 8, 9, 10, 11]])))
-  np.testing.assert_allclose(logits[0, 5:10], alone[0], rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(logits[1, 7:12], alone[0], rtol=1e-5, atol=1e-5)
+  logits = np.asarray(apply({"params": params}, fields["inputs"], fields["segment_ids"],
+                            fields["positions"]))
+  alone = np.zeros((2, 16), np.int32)
+  alone[0, :5] = [1, 8, 9, 10, 11]
+  alone_logits = np.asarray(apply({"params": params}, jnp.asarray(alone)))
+  np.testing.assert_allclose(logits[0, 5:10], alone_logits[0, :5], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(logits[1, 7:12], alone_logits[0, :5], rtol=1e-5, atol=1e-5)
+
+  prompts = [np.array([40, 41, 42]), np.array([50])]
+  drawn = sampling.sample(model, params, prompts, 8, temperature=0.0)
+  batch = np.zeros((2, 16), np.int32)
+  for row, (prompt, tokens) in enumerate(zip(prompts, drawn)):
+    batch[row, :1 + len(prompt) + len(tokens)] = np.concatenate([[1], prompt, tokens])
+  logits = np.array(apply({"params": params}, jnp.asarray(batch)))
+  logits[..., [tokenizers.PAD_ID, tokenizers.START_ID]] = -np.inf
+  for row, (prompt, tokens) in enumerate(zip(prompts, drawn)):
+    np.testing.assert_array_equal(tokens, logits[row].argmax(-1)[len(prompt):][:len(tokens)])
 
 
 _IDENTITY = optax.identity()

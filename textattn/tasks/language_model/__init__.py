@@ -32,7 +32,7 @@ def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
   mesh = platform.config_mesh(config)
   train_iter = TrainIterator(lm.dataset.train, config.batch_size, config.seed,
                              *platform.row_block(mesh))
-  evaluator = step_lib.make_evaluator(eval_batch_size(config), mesh,
+  evaluator = step_lib.make_evaluator(config.platform.eval_batch_size, mesh,
                                       platform.step_compiler_options(config))
 
   def evaluate(state, split, prefix):
@@ -57,11 +57,6 @@ def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
       data=lm.dataset, module=module, init_length=config.max_len, train_iter=train_iter,
       train_step=step_lib.train_step, evaluate=evaluate, report=report, describe=describe,
       metric=metric(lm.tokenizer), higher_is_better=False)
-
-
-def eval_batch_size(config) -> int:
-  """The runner's field (config.platform.eval_batch_size where the config has that part)."""
-  return config.platform.eval_batch_size if "platform" in config else config.eval_batch_size
 
 
 def metric(tokenizer) -> str:
