@@ -68,24 +68,29 @@ def test_causal_softmax_with_segment_ids_equals_each_document_alone(implementati
   module = attention.get("causal").build(num_heads=2, implementation=implementation,
                                          dtype=jnp.float64)
   with jax.enable_x64(True):
-    x = jax.random.normal(jax.random.key(0), (1, 8, 8), jnp.float64)
-    mask = jnp.array([[True] * 7 + [False]])
-    segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]])
+    # Row 0: two documents packed (3 and 4 positions, then padding); rows 1-2: each alone.
+    x = np.array(jax.random.normal(jax.random.key(0), (3, 8, 8), jnp.float64))
+    x[1, :3], x[2, :4] = x[0, :3], x[0, 3:7]
+    lengths = np.array([7, 3, 4])
+    mask = jnp.asarray(np.arange(8)[None] < lengths[:, None])
+    segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0], [1, 1, 1, 0, 0, 0, 0, 0],
+                          [1, 1, 1, 1, 0, 0, 0, 0]])
     params = jax.jit(module.init)(jax.random.key(1), x, mask)
     apply = jax.jit(module.apply)
-    packed = apply(params, x, mask, segment_ids=segments)
-    for begin, end in ((0, 3), (3, 7)):
-      alone = apply(params, x[:, begin:end], mask[:, begin:end])
-      np.testing.assert_allclose(packed[:, begin:end], alone, rtol=1e-12, atol=1e-12)
-    q, k, v = (jax.random.normal(jax.random.key(i), (1, 8, 2, 4), jnp.float64) for i in range(3))
+    packed = np.asarray(apply(params, x, mask, segment_ids=segments))
+    alone = np.asarray(apply(params, x, mask))  # (no segment ids: as before they existed)
+    np.testing.assert_allclose(packed[0, :3], alone[1, :3], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(packed[0, 3:7], alone[2, :4], rtol=1e-12, atol=1e-12)
+    for row in (1, 2):  # one segment a row: the same as no segment ids
+      np.testing.assert_allclose(packed[row, :lengths[row]], alone[row, :lengths[row]],
+                                 rtol=1e-12, atol=1e-12)
+    q, k, v = (jax.random.normal(jax.random.key(i), (3, 8, 2, 4), jnp.float64) for i in range(3))
     core = softmax.KERNELS[implementation](q, k, v, mask, causal=True, segment_ids=segments)
-    assert np.all(np.asarray(core[:, 7]) == 0)  # padding sees no key: exactly 0
-    # Without segment ids: the same results as before segment ids existed.
-    np.testing.assert_array_equal(apply(params, x, mask), apply(params, x, mask, segment_ids=None))
+    assert np.all(np.asarray(core[0, 7]) == 0)  # padding sees no key: exactly 0
   fused = attention.get("causal").build(num_heads=2, implementation="fused")
   with pytest.raises(UsageError, match=r"^attention_impl='fused' takes no segment ids"):
-    fused.apply(fused.init(jax.random.key(1), x.astype(jnp.float32), mask), x, mask,
-                segment_ids=segments)
+    fused.apply(fused.init(jax.random.key(1), x.astype(np.float32), mask),
+                x.astype(np.float32), mask, segment_ids=segments)
 
 
 def test_every_causal_variant_with_segment_ids_is_offered():
@@ -98,7 +103,7 @@ def test_each_document_alone_in_a_packed_row_and_cached_decoding_is_uncached_arg
   # Another document in the same row leaves a document's logits unchanged; greedy decoding
   # through the cache draws the uncached model's argmax at every step.
   model = LanguageModel(vocab_size=tokenizers.ByteTokenizer.vocab_size, max_len=16,
-                        embed_dim=16, num_heads=2, ffn_dim=32, num_layers=2, attention=variant)
+                        embed_dim=16, num_heads=2, ffn_dim=32, num_layers=1, attention=variant)
   first = data_lib.pack([np.array([5, 6, 7]), np.array([8, 9, 10, 11])], 16)
   second = data_lib.pack([np.array([20, 21, 22, 23, 24]), np.array([8, 9, 10, 11])], 16)
   params = jax.jit(model.init)(jax.random.key(0), jnp.ones((1, 16), jnp.int32))["params"]
