@@ -202,8 +202,9 @@ def test_refusals_name_the_variants_that_work(tmp_path):
     with pytest.raises(UsageError, match=rf"^config.model.attention='{variant}' does not keep "
                                          r"packed documents apart .*: causal.*\.$"):
       runner.validate(tiny_config(path, model={"attention": variant}), None)
-  config = tiny_config(path)
-  runner.validate(config, 1)
+  with pytest.raises(UsageError, match=r"^config.mesh.sequence=2: the language model does not "):
+    runner.validate(tiny_config(path, mesh={"sequence": 2}), None)
+  runner.validate(tiny_config(path), 1)
 
 
 @pytest.fixture(scope="module")
