@@ -17,6 +17,7 @@ N-grams are int64 keys (9 bits a symbol, so order <= 7), counted with np.unique.
 
 from __future__ import annotations
 
+import lzma
 from collections.abc import Sequence
 
 import numpy as np
@@ -132,7 +133,6 @@ def bits_per_byte(train: Sequence[str], test: Sequence[str], order: int) -> floa
 def xz_bits_per_byte(test: Sequence[str]) -> float:
   """xz -9e (lzma preset 9 | EXTREME) compressed size of the test documents, one a line, in
   bits per byte of their text (the newlines not counted, as bits per byte counts no [end])."""
-  import lzma
   encoded = [t.encode("utf-8") for t in test]
   compressed = lzma.compress(b"\n".join(encoded), preset=9 | lzma.PRESET_EXTREME)
   return 8.0 * len(compressed) / max(sum(len(e) for e in encoded), 1)

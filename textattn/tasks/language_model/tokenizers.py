@@ -13,6 +13,7 @@ Saved in the workdir as lm_tokenizer.json and read back from it (`from_json`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 
@@ -78,7 +79,6 @@ class BpeTokenizer:
     return self.hf.decode([int(i) - NUM_SPECIAL for i in ids if int(i) >= NUM_SPECIAL])
 
   def fingerprint(self) -> str:
-    import hashlib
     return "lm-bpe-" + hashlib.sha256(self.to_json().encode()).hexdigest()[:24]
 
   def to_json(self) -> str:
@@ -126,7 +126,7 @@ def from_json(text: str):
   if data["kind"] == "bytes":
     return ByteTokenizer()
   if data["kind"] == "bpe":
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # (as in BpeTokenizer.train: only a BPE workdir needs it)
     return BpeTokenizer(Tokenizer.from_str(json.dumps(data["hf"])))
   if data["kind"] == "word":
     return WordTokenizer(word_lib.WordTokenizer.from_json(json.dumps(data["hf"])))
