@@ -257,3 +257,24 @@ def test_generation_is_deterministic_for_a_seed_and_greedy_is_the_argmax(trained
     assert len(tokens) == 10 or logits[len(sequence) - 1].argmax() == tokenizers.END_ID
   with pytest.raises(UsageError, match=r"does not fit the model's context of max_len=32"):
     generator.generate(["x" * 30], max_tokens=10)
+
+
+def test_tfds_trains_on_its_train_split_and_draws_held_out_documents_from_another(tmp_path):
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
+  sizes = {"unsupervised": 12, "test": 9}
+
+  def as_dataset(self, split, *args, **kwargs):
+    texts = [f"{split} review {i}" for i in range(sizes[str(split)])]
+    return tf.data.Dataset.from_tensor_slices({"text": texts, "label": [0] * len(texts)})
+
+  config = defaults.for_task("language_model")
+  config.update(val_documents=3, test_documents=4, data_dir=str(tmp_path / "tfds"),
+                cache_dir=str(tmp_path / "cache"))
+  with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+    documents = data_lib.read_documents(config)
+  assert documents["train"] == [f"unsupervised review {i}" for i in range(12)]
+  held_out = documents["validation"] + documents["test"]
+  assert (len(documents["validation"]), len(documents["test"])) == (3, 4)
+  assert len(set(held_out)) == 7 and all(t.startswith("test review ") for t in held_out)
+  assert not list((tmp_path / "cache").glob("*documents*"))  # mocked data is never cached
