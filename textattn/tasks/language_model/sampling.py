@@ -72,6 +72,8 @@ def sample(model, params, prompts: list[np.ndarray], max_tokens: int, temperatur
     raise UsageError(f"--temperature={temperature} must be >= 0 (0: greedy).")
   if top_k < 0:
     raise UsageError(f"--top_k={top_k} must be >= 0 (0: all tokens).")
+  if not prompts:
+    return []
   longest = max(len(p) for p in prompts)
   total = longest + 1 + max_tokens
   if total > model.max_len:
