@@ -747,7 +747,7 @@ def test_xla_flags_reach_the_step_compilation_and_bad_ones_are_refused():
   assert typed == {"xla_gpu_deterministic_ops": True, "xla_cpu_enable_fast_math": False}
   jax.jit(lambda a: a + 1, compiler_options=typed).lower(jnp.ones(3)).compile()
   bad = defaults.complete(defaults.classification())
-  bad.xla_flags = "ynn_off"
+  bad.platform.xla_flags = "ynn_off"
   with pytest.raises(ValueError, match=r"config.platform.xla_flags='ynn_off' must be a space-separated"):
     platform.request_cpu_devices(bad)
   hlo = lambda **kw: jax.jit(lambda a: jnp.tanh(a @ a) + 1, **kw).lower(

@@ -121,13 +121,15 @@ def restore_for_report(manager, report_step, abstract_state, state_sharding):
 
 
 def restore_params(workdir: str, checkpoint: str, config, model, length: int | None = None,
-                   trainable=None):
+                   trainable=None, metric: str = "val/accuracy", higher_is_better: bool = True):
   """(step, parameters) of a workdir's chosen checkpoint ("best", "last" or a step), laid out
   on this machine's first device and verified against the checksums recorded when it was
   saved; `model` and `length` (default config.max_len) rebuild the state's structure,
-  `trainable` as the run's optimizer had it (optim.make_optimizer). What every task's `load`
-  restores with."""
-  manager = checkpointing.open_manager(workdir, int(config.keep_checkpoints))
+  `trainable` as the run's optimizer had it (optim.make_optimizer); `metric` and
+  `higher_is_better`: what "best" is chosen by (the task's Job.metric). What every task's
+  `load` restores with."""
+  manager = checkpointing.open_manager(workdir, int(config.keep_checkpoints), metric,
+                                       higher_is_better)
   try:
     steps = sorted(manager.all_steps())
     if not steps:

@@ -28,6 +28,13 @@ Two steps, so the sweep machine needs neither TFDS nor the text, and never sees 
   python -m textattn.sweep summarize experiments/sweeps/softmax_bigram_cpu.jsonl \
       --paired=base,bigram --seeds=10-29
 
+Any task (translation, the language model, a plugin's): `sweep` without --data trains each run
+on the task's own data through the task registry and reports its selection metric (the Job's:
+val/accuracy, val/bits_per_byte, ...; best = highest or lowest as the Job says):
+
+  python -m textattn.sweep sweep --config=configs/imdb_lm_bytes.py --seeds=0,1,2 \
+      --variant='softmax' --variant='linear:model.attention=causal_linear' --out=lm.jsonl
+
 A variant is NAME[:FIELD=VALUE[,...]] (values parsed as Python literals where they parse).
 `max_len` may be lowered below the exported length (re-truncated as config.layout.truncation says).
 """
@@ -46,7 +53,7 @@ import time
 
 import numpy as np
 
-from textattn import checkpointing, defaults, platform, run
+from textattn import attention, checkpointing, defaults, platform, run, tasks
 from textattn import data as data_lib
 from textattn.config import MOVED_IN_V3
 from textattn.errors import user_errors
@@ -318,6 +325,27 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
           "compiler_options": platform.step_compiler_options(config)}
 
 
+def run_task(config_path: str, overrides: dict, seed: int) -> dict:
+  """Trains one (config + overrides, seed) of any registered task (translation, the language
+  model, a plugin's) on its own data through the task registry, with no workdir kept,
+  evaluating the validation split at the run's interval; returns the curve of the task's
+  selection metric (Job.metric) and its best by Job.higher_is_better."""
+  import jax
+
+  config = apply_overrides(load_config(config_path), {**overrides, "seed": seed})
+  run.validate(config, jax.device_count())
+  with tempfile.TemporaryDirectory() as workdir:  # (what prepare writes: vocabularies)
+    job = tasks.get(config.task).prepare(config, workdir, True)
+    t0 = time.perf_counter()
+    curve = [(done, float(metrics[job.metric])) for done, metrics in run.train_only(config, job)]
+  pick = max if job.higher_is_better else min
+  best_step, best = pick(curve, key=lambda c: c[1])  # the first best, as the checkpoint manager
+  return {"metric": job.metric, "higher_is_better": job.higher_is_better, "val_best": best,
+          "val_best_step": best_step, "val_last": curve[-1][1], "curve": curve,
+          "seconds": time.perf_counter() - t0, "device": str(jax.devices()[0]),
+          "backend": jax.default_backend(), "jax": jax.__version__}
+
+
 def sweep(args) -> None:
   variants = [parse_variant(v) for v in args.variant] or [("base", {})]
   seeds = [int(s) for s in args.seeds.split(",")]
@@ -326,9 +354,10 @@ def sweep(args) -> None:
 
   def launch(job):
     name, overrides, seed = job
-    command = [sys.executable, "-m", "textattn.sweep", "one", f"--data={args.data}", f"--config={args.config}",
-               f"--overrides={json.dumps(overrides)}", f"--seed={seed}",
-               f"--encoder={args.encoder}"]
+    command = [sys.executable, "-m", "textattn.sweep", "one", f"--data={args.data}",
+               f"--config={args.config}", f"--overrides={json.dumps(overrides)}",
+               f"--seed={seed}", f"--encoder={args.encoder}",
+               *(f"--plugin={plugin}" for plugin in args.plugin)]
     # Several processes share one GPU: no process may grab most of its memory up front.
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
@@ -361,19 +390,23 @@ def main() -> None:
   p.add_argument("--config", required=True)
   p.add_argument("--out", required=True)
   p = sub.add_parser("sweep")
-  p.add_argument("--data", required=True)
+  p.add_argument("--data", default="", help="a classification export (export's --out); none: "
+                 "each run reads its task's own data through the task registry")
   p.add_argument("--config", required=True)
   p.add_argument("--variant", action="append", default=[])
   p.add_argument("--seeds", default="0")
   p.add_argument("--jobs", type=int, default=1)
   p.add_argument("--out", default="")
   p.add_argument("--encoder", default="", help="pretrained encoder (pretrain's --out)")
+  p.add_argument("--plugin", action="append", default=[], help="a module registering a task "
+                 "or attention variant, as textattn.main's --plugin")
   p = sub.add_parser("summarize")
   p.add_argument("files", nargs="+")
   p.add_argument("--paired", default="", help="BASE,OTHER: paired difference over shared seeds")
   p.add_argument("--seeds", default="", help="LO-HI: the seeds the comparison wants")
   p = sub.add_parser("one")
-  p.add_argument("--data", required=True)
+  p.add_argument("--data", default="")
+  p.add_argument("--plugin", action="append", default=[])
   p.add_argument("--config", required=True)
   p.add_argument("--overrides", default="{}")
   p.add_argument("--seed", type=int, default=0)
@@ -404,8 +437,10 @@ def _dispatch(args) -> None:
   elif args.command == "summarize":
     summarize(args)
   else:
-    print(json.dumps(run_one(args.data, args.config, json.loads(args.overrides), args.seed,
-                             args.encoder)))
+    attention.load_plugins(args.plugin)
+    overrides = json.loads(args.overrides)
+    print(json.dumps(run_one(args.data, args.config, overrides, args.seed, args.encoder)
+                     if args.data else run_task(args.config, overrides, args.seed)))
 
 
 if __name__ == "__main__":

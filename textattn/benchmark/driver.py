@@ -69,7 +69,8 @@ def main(flag: dict, argv: list[str]) -> None:
     with open(flag["point_spec"]) as f:
       measure.run_point(json.load(f), flag["point_result"])
     return
-  config = flag["config"] if flag["config"] is not None else defaults.classification()
+  config = defaults.complete(flag["config"] if flag["config"] is not None
+                             else defaults.classification())  # (with every opt-in part)
   mode = flag["mode"]
   out_dir = flag["out_dir"] or os.path.join(
       "runs", "benchmark", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))

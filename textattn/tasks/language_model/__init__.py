@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from textattn import checkpointing, platform, restore, tasks
+from textattn import platform, restore, tasks
 from textattn.data import TrainIterator
 from textattn.tasks.language_model import data as data_lib
 from textattn.tasks.language_model import model as model_lib
@@ -74,15 +74,9 @@ class Generator:
       raise data_lib.DataError(f"{workdir} has no {data_lib.tokenizers.FILE}: its run never "
                                f"started training.")
     self.model = model_lib.build(config, self.tokenizer.vocab_size)
-    if checkpoint == "best" and config.final_params == "best":
-      # (restore_params ranks checkpoints by val/accuracy: the step of the lowest metric here)
-      manager = checkpointing.open_manager(workdir, int(config.keep_checkpoints),
-                                           metric(self.tokenizer), higher_is_better=False)
-      best = manager.best_step()
-      manager.close()
-      checkpoint = "last" if best is None else str(best)
-    self.step, self.params = restore.restore_params(workdir, checkpoint, config, self.model,
-                                                    config.max_len)
+    self.step, self.params = restore.restore_params(
+        workdir, checkpoint, config, self.model, config.max_len,
+        metric=metric(self.tokenizer), higher_is_better=False)
 
   def generate(self, prompts: list[str], max_tokens: int = 200, temperature: float = 1.0,
                top_k: int = 0, seed: int = 0) -> list[str]:

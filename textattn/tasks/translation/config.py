@@ -52,8 +52,10 @@ def defaults() -> ml_collections.ConfigDict:
   config.model.tie_output = False  # output layer = the target token table, transposed, + bias
   config.model.dtype = "float32"
   config.optimizer = optim.defaults()
-  config.optimizer.update(name="adam", learning_rate=1e-3, b2=0.98, schedule="cosine",
+  config.optimizer.update(name="adam", learning_rate=1e-3, schedule="cosine",
                           warmup_steps=1000)  # (the chapter: RMSprop 1e-3, constant)
+  config.optimizer.adam = optim.adam_config()
+  config.optimizer.adam.b2 = 0.98
   config.batch_size = 64  # (the runner's default: 32)
   config.evals_per_epoch = 1  # (the runner's default: 4)
   # ---- Test report --------------------------------------------------------------------------
