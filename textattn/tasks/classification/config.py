@@ -56,7 +56,7 @@ def defaults() -> ml_collections.ConfigDict:
   config.model = ml_collections.ConfigDict()
   # transformer | bag (n-gram bag, textattn/models/baselines.py) | bilstm (bidirectional LSTM)
   config.model.architecture = "transformer"
-  config.model.attention = "softmax"  # a registered variant: softmax | causal | additive
+  config.model.attention = "softmax"  # a registered variant (textattn/attention/: softmax, additive, linear, ...)
   # kernel: auto | xla | dot_product | chunked | fused | native | cudnn (GPU, bf16) | splash
   # (TPU) for softmax/causal; auto | xla | native | pallas (GPU) | pallas_tpu (TPU) for additive;
   # auto | xla (scan) | chunked | pallas (GPU) for causal_additive_recurrent. auto = on a
