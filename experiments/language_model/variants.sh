@@ -15,6 +15,8 @@ common="num_train_steps=${STEPS},eval_every_steps=$((STEPS / 2)),checkpoint_ever
   --variant="softmax:model.attention=causal,${common}" \
   --variant="linear:model.attention=causal_linear,${common}" \
   --variant="window:model.attention=sliding_window,${common}" \
+  --variant="performer:model.attention=causal_performer,${common}" \
   --out="$OUT"
 "$PYTHON" -m textattn.sweep summarize "$OUT" --paired=softmax,linear
 "$PYTHON" -m textattn.sweep summarize "$OUT" --paired=softmax,window
+"$PYTHON" -m textattn.sweep summarize "$OUT" --paired=softmax,performer
