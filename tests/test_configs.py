@@ -138,7 +138,7 @@ def test_a_shipped_config_sets_only_what_differs_from_its_base(name):
   for field, value in fields:
     node = base
     for part in field.split("."):
-      node = node[part] if part in node else None
+      node = node.get(part)
       if node is None:
         break
     if node is not None and not hasattr(node, "items") and node == value:

@@ -12,10 +12,10 @@ import ml_collections
 from textattn import attention, models, optim
 from textattn import data as data_lib
 from textattn.attention import sequence
-from textattn.data import ngrams
-from textattn.models import baselines, layers
 from textattn.checks import check_choice
+from textattn.data import ngrams
 from textattn.errors import UsageError
+from textattn.models import baselines, layers
 from textattn.pretrained import finetune
 from textattn.recipes import pretrain, word2vec
 
