@@ -572,7 +572,7 @@ def test_an_unreadable_latest_checkpoint_is_one_sentence_naming_the_older_one(tm
   for path in metrics_files:
     path.write_bytes(b"\0garbage")
   with pytest.raises(errors.RunError, match=r"checkpoints in .* cannot be read .*if a step's "
-                                           r"files are damaged, move that step directory out"):
+                                           r"files are damaged, move that step directory aside"):
     runner.train_and_evaluate(config, str(run))
 
 

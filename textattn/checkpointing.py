@@ -309,7 +309,7 @@ def open_manager(workdir: str, keep: int, metric: str = "val/accuracy",
     directory = os.path.join(workdir, "checkpoints")
     logging.debug("Opening the checkpoints in %s failed: %s", directory, e)
     raise RunError(f"The checkpoints in {directory} cannot be read ({type(e).__name__}); if a "
-                   f"step's files are damaged, move that step directory out of the way to resume "
+                   f"step's files are damaged, move that step directory aside to resume "
                    f"from an older one (or use a new --workdir), else fix the cause (permissions, "
                    f"disk).") from e
 
