@@ -15,7 +15,7 @@ import optax
 import pytest
 
 from textattn import attention
-from textattn.attention import linear, performer, sliding_window
+from textattn.attention import common, linear, performer, sliding_window
 
 B, L, H, D = 2, 11, 2, 4
 CHUNK = 4  # chunks [0, 4) [4, 8) [8, 11): row 0's segment boundary at 6 is inside one
@@ -128,7 +128,7 @@ def causal_linear_vjp(name):
 
 
 def run_causal_linear(name, fq, fk, v, mask, segments, cotangent=None):
-  real, runs = linear.segment_runs(jnp.asarray(mask), None if segments is None
+  real, runs = common.segment_runs(jnp.asarray(mask), None if segments is None
                                    else jnp.asarray(segments))
   cotangent = np.zeros_like(v) if cotangent is None else cotangent
   return [np.asarray(x) for x in causal_linear_vjp(name)(fq, fk, v, real, runs, cotangent)]
@@ -217,7 +217,7 @@ def sliding_vjp(impl, causal, window):
 
 
 def run_sliding(key, q, k, v, mask, segments, cotangent=None):
-  real, runs = linear.segment_runs(jnp.asarray(mask), jnp.asarray(segments))
+  real, runs = common.segment_runs(jnp.asarray(mask), jnp.asarray(segments))
   cotangent = np.zeros_like(v) if cotangent is None else cotangent
   return [np.asarray(x) for x in sliding_vjp(*key)(q, k, v, real, runs, cotangent)]
 

@@ -198,7 +198,7 @@ def test_bpe_is_lossless():
 def test_refusals_name_the_variants_that_work(tmp_path):
   path = tmp_path / "docs.txt"
   write_documents(path)
-  for variant in ("softmax", "causal_additive"):
+  for variant in ("softmax", "linear"):
     with pytest.raises(UsageError, match=rf"^config.model.attention='{variant}' does not keep "
                                          r"packed documents apart .*: causal.*\.$"):
       runner.validate(tiny_config(path, model={"attention": variant}), None)

@@ -18,7 +18,10 @@ causal, position t may use positions <= t only, and there are two honest ways to
   `recurrent_step`). It is not the same function as the direct form: an early key keeps the
   score it got from an early, less informed global query.
 
-Both output u_t = g_k(t) * q_t, then (as the bidirectional module) W_o u + q. Padding keys get no
+Both output u_t = g_k(t) * q_t, then (as the bidirectional module) W_o u + q. Segments (packed
+documents, `segment_ids`): both running sums restart at each segment start (a segmented scan; in
+the chunked form a masked chunk and a carry kept only within its segment), and the direct form
+pools only its own segment's keys. Padding keys get no
 weight; a position whose prefix has no real token outputs u = 0. Running sums are kept
 stable as (max, sum of exp(score - max) * value, sum of exp(score - max)). Scores and sums are
 float32 whatever the activations' dtype.
@@ -58,30 +61,49 @@ def _combine(a, b):
   return m, v_a * scale_a[..., None] + v_b * scale_b[..., None], w_a * scale_a + w_b * scale_b
 
 
-def prefix_softmax_sum(scores: Array, values: Array, mask: Array) -> Array:
+def _combine_runs(a, b):
+  """`_combine` within a segment: an interval's sums cover only its last run's positions, so
+  an earlier interval whose last run is not the later one's is dropped (a segmented scan)."""
+  run_a, *sums_a = a
+  run_b, *sums_b = b
+  m, v, w = _combine(sums_a, sums_b)
+  same = run_a == run_b  # [b, l, 1]
+  m_b, v_b, w_b = sums_b
+  return (run_b, jnp.where(same, m, m_b), jnp.where(same[..., None], v, v_b),
+          jnp.where(same, w, w_b))
+
+
+def prefix_softmax_sum(scores: Array, values: Array, mask: Array,
+                       runs: Array | None = None) -> Array:
   """out[:, t] = sum_{i<=t, mask_i} softmax_{i<=t, mask_i}(scores)_i values_i, per head.
 
   scores float32 [batch, length, heads]; values [batch, length, heads, dim]; mask bool
   [batch, length]. A prefix without a real position gives 0. O(length) (associative scan).
+  runs int32 [batch, length] (`common.segment_runs`): only positions i of t's own run count.
   """
   real = mask[:, :, None]
   m = jnp.where(real, scores, MASK_VALUE)
   w = jnp.broadcast_to(real, scores.shape).astype(jnp.float32)
   v = values.astype(jnp.float32) * w[..., None]
-  _, total_v, total_w = jax.lax.associative_scan(_combine, (m, v, w), axis=1)
+  if runs is None:
+    _, total_v, total_w = jax.lax.associative_scan(_combine, (m, v, w), axis=1)
+  else:
+    _, _, total_v, total_w = jax.lax.associative_scan(_combine_runs, (runs[:, :, None], m, v, w),
+                                                      axis=1)
   return jnp.where(total_w[..., None] > 0, total_v / jnp.maximum(total_w, 1e-30)[..., None], 0.0)
 
 
 def recurrent_causal_additive(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
-                              beta_kernel: Array) -> Array:
-  """The recurrent form's u [batch, length, heads, dim] (module docstring), O(length)."""
-  global_query = prefix_softmax_sum(_scores(query, alpha_kernel), query, padding_mask)
+                              beta_kernel: Array, runs: Array | None = None) -> Array:
+  """The recurrent form's u [batch, length, heads, dim] (module docstring), O(length); runs:
+  `prefix_softmax_sum`'s (segments)."""
+  global_query = prefix_softmax_sum(_scores(query, alpha_kernel), query, padding_mask, runs)
   mixed = key.astype(jnp.float32) * global_query  # p_i = g_q(i) * k_i
-  global_key = prefix_softmax_sum(_scores(mixed, beta_kernel), mixed, padding_mask)
+  global_key = prefix_softmax_sum(_scores(mixed, beta_kernel), mixed, padding_mask, runs)
   return (query.astype(jnp.float32) * global_key).astype(query.dtype)
 
 
-def _chunk_prefix_softmax_sum(carry, scores, values, real):
+def _chunk_prefix_softmax_sum(carry, scores, values, real, runs=None):
   """One chunk of `prefix_softmax_sum`, as matrix products: carry (max [b, h], weighted values
   [b, h, d], weights [b, h]) of the positions before the chunk; scores float32 [b, c, h], values
   float32 [b, c, h, d], real bool [b, c]. Returns (the carry after the chunk, out [b, c, h, d]).
@@ -94,6 +116,8 @@ def _chunk_prefix_softmax_sum(carry, scores, values, real):
   exp(M - m_t). The maxima only stabilise (the result does not depend on them), so no gradient
   flows through them.
   """
+  if runs is not None:
+    return _chunk_prefix_softmax_sum_in_runs(carry, scores, values, real, runs)
   carried_max, carried_values, carried_weights = carry
   chunk = scores.shape[1]
   scores = jnp.where(real[:, :, None], scores, MASK_VALUE)
@@ -113,8 +137,32 @@ def _chunk_prefix_softmax_sum(carry, scores, values, real):
   return (row_max[:, -1], out_values[:, -1], out_weights[:, -1]), mean
 
 
+def _chunk_prefix_softmax_sum_in_runs(carry, scores, values, real, runs):
+  """`_chunk_prefix_softmax_sum` where a position sees only its own run (segment): carry also
+  holds the run of the chunk's last position [b]; the carried sums count for a row only if it is
+  in that run, W[t, i] also needs i in t's run, and m_t is the max over what row t sees (a
+  cumulative max across a boundary could sit far above a later segment's scores)."""
+  carried_max, carried_values, carried_weights, carried_run = carry
+  chunk = scores.shape[1]
+  visible = (jnp.tril(jnp.ones((chunk, chunk), bool))[None]
+             & real[:, None, :] & (runs[:, :, None] == runs[:, None, :]))[..., None]
+  exponent = jnp.where(visible, scores[:, None, :, :], MASK_VALUE)  # s_i seen by t [b, t, i, h]
+  continues = (runs == carried_run[:, None])[:, :, None]  # row t is in the carried run [b, t, 1]
+  row_max = jax.lax.stop_gradient(jnp.maximum(
+      jnp.max(exponent, axis=2), jnp.where(continues, carried_max[:, None], MASK_VALUE)))
+  weights = jnp.exp(jnp.where(visible, exponent - row_max[:, :, None, :], MASK_VALUE))
+  # (exp of a masked exponent, not a masked exp: exp(M - m_t) of another run can overflow.)
+  carried_scale = jnp.exp(jnp.where(continues, carried_max[:, None] - row_max, MASK_VALUE))
+  out_values = (jnp.einsum("btih,bihd->bthd", weights, values)
+                + carried_scale[..., None] * carried_values[:, None])
+  out_weights = jnp.sum(weights, axis=2) + carried_scale * carried_weights[:, None]
+  return ((row_max[:, -1], out_values[:, -1], out_weights[:, -1], runs[:, -1]),
+          common.merged_mean(out_values, out_weights))
+
+
 def chunked_recurrent_causal_additive(query: Array, key: Array, padding_mask: Array,
-                                      alpha_kernel: Array, beta_kernel: Array, *,
+                                      alpha_kernel: Array, beta_kernel: Array,
+                                      runs: Array | None = None, *,
                                       chunk_size: int = 64) -> Array:
   """The recurrent form (`recurrent_causal_additive`) computed chunk by chunk, the layout
   causal linear attention uses on tensor cores (GLA / flash-linear-attention's "chunk" mode).
@@ -132,40 +180,51 @@ def chunked_recurrent_causal_additive(query: Array, key: Array, padding_mask: Ar
   extra = num_chunks * chunk - length
   f32 = jnp.float32
 
-  def split(x):  # [b, L, ...] -> [chunks, b, chunk, ...]
-    x = jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2))
+  def split(x, fill=0):  # [b, L, ...] -> [chunks, b, chunk, ...]
+    x = jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2), constant_values=fill)
     return x.reshape((batch, num_chunks, chunk) + x.shape[2:]).swapaxes(0, 1)
 
   @jax.checkpoint
   def one_chunk(carry, inputs):
     alpha_carry, beta_carry = carry
-    q, k, real = inputs
+    q, k, real, chunk_runs = inputs
+    chunk_runs = None if runs is None else chunk_runs
     alpha_carry, global_query = _chunk_prefix_softmax_sum(
-        alpha_carry, _scores(q, alpha_kernel), q.astype(f32), real)
+        alpha_carry, _scores(q, alpha_kernel), q.astype(f32), real, chunk_runs)
     mixed = k.astype(f32) * global_query  # p_i = g_q(i) * k_i
     beta_carry, global_key = _chunk_prefix_softmax_sum(
-        beta_carry, _scores(mixed, beta_kernel), mixed, real)
+        beta_carry, _scores(mixed, beta_kernel), mixed, real, chunk_runs)
     u = (q.astype(f32) * global_key).astype(query.dtype)
     return (alpha_carry, beta_carry), u
 
   state = init_state(batch, heads, head_dim)
-  carry = ((state.alpha_max, state.alpha_values, state.alpha_weights),
-           (state.beta_max, state.beta_values, state.beta_weights))
-  _, u = jax.lax.scan(one_chunk, carry, (split(query), split(key), split(padding_mask)))
+  alpha = (state.alpha_max, state.alpha_values, state.alpha_weights)
+  beta = (state.beta_max, state.beta_values, state.beta_weights)
+  if runs is not None:  # (the first chunk's rows continue run -1: none)
+    alpha, beta = (alpha + (jnp.full((batch,), -1, jnp.int32),),
+                   beta + (jnp.full((batch,), -1, jnp.int32),))
+  # (Padding positions past the end get run -2: a run of their own, after every real one.)
+  chunk_runs = (split(jnp.zeros(padding_mask.shape, jnp.int32)) if runs is None
+                else split(runs, fill=-2))
+  _, u = jax.lax.scan(one_chunk, (alpha, beta),
+                      (split(query), split(key), split(padding_mask), chunk_runs))
   return u.swapaxes(0, 1).reshape(batch, num_chunks * chunk, heads, head_dim)[:, :length]
 
 
 def direct_causal_additive(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
-                           beta_kernel: Array) -> Array:
-  """The direct form's u [batch, length, heads, dim] (module docstring), O(length^2)."""
+                           beta_kernel: Array, runs: Array | None = None) -> Array:
+  """The direct form's u [batch, length, heads, dim] (module docstring), O(length^2); runs:
+  `prefix_softmax_sum`'s (segments)."""
   batch, length, heads, head_dim = query.shape
-  global_query = prefix_softmax_sum(_scores(query, alpha_kernel), query, padding_mask)
+  global_query = prefix_softmax_sum(_scores(query, alpha_kernel), query, padding_mask, runs)
   k = key.astype(jnp.float32).reshape(batch, length, heads * head_dim)
   g = global_query.reshape(batch, length, heads * head_dim)
   # score_beta(g_q(t) * k_i) = sum_f k_i[f] g_q(t)[f] W[f, h], for every (t, i): [b, t, i, h].
   scores = jnp.einsum("bif,btf,fh->btih", k, g, beta_kernel.astype(jnp.float32))
   scores = scores * head_dim ** -0.5
   visible = (padding_mask[:, None, :] & jnp.tril(jnp.ones((length, length), bool))[None])
+  if runs is not None:
+    visible = visible & (runs[:, :, None] == runs[:, None, :])
   scores = jnp.where(visible[..., None], scores, MASK_VALUE)
   beta = jax.nn.softmax(scores, axis=2) * visible[..., None]
   # g_k(t) = sum_i beta_ti p_i(t) = g_q(t) * sum_i beta_ti k_i   (per head)
@@ -249,10 +308,16 @@ class CausalAdditiveAttention(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x: Array, padding_mask: Array, decode: bool = False) -> Array:
+  def __call__(self, x: Array, padding_mask: Array, decode: bool = False,
+               segment_ids: Array | None = None) -> Array:
     """decode=True as softmax's SelfAttention: a first whole-length call allocates the
     "cache" (recurrent: the running sums only, O(1) in length; direct: those plus every key so
-    far), then one position [batch, 1, embed] per call."""
+    far), then one position [batch, 1, embed] per call. segment_ids (int32 [batch, length],
+    0 = padding, each segment one contiguous run): a position pools only the earlier positions
+    of its own segment; not taken while decoding (decode one document a row)."""
+    if segment_ids is not None and decode and self.has_variable("cache", "state"):
+      raise ValueError("causal additive decoding takes no segment ids: decode one document a "
+                       "row.")
     query, key, alpha_kernel, beta_kernel = fastformer_projections(self, x, self.num_heads,
                                                                    self.dtype)
     heads, head_dim = query.shape[-2:]
@@ -267,14 +332,25 @@ class CausalAdditiveAttention(nn.Module):
                         jnp.float32)
           self.variable("cache", "mask", jnp.zeros, (batch, length), bool)
           self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
-      u = self._kernel()(query, key, padding_mask, alpha_kernel, beta_kernel)
+      if segment_ids is None:
+        u = self._kernel(False)(query, key, padding_mask, alpha_kernel, beta_kernel)
+      else:
+        real, runs = common.segment_runs(padding_mask, segment_ids)
+        u = self._kernel(True)(query, key, real, alpha_kernel, beta_kernel, runs)
     return fastformer_output(u, query, self.dtype)
 
-  def _kernel(self):
-    """The whole-sequence kernel; decoding steps are the same for every implementation."""
+  def _kernel(self, segments: bool):
+    """The whole-sequence kernel; decoding steps are the same for every implementation. The
+    Pallas kernel takes no segments: 'auto' then uses the chunked XLA form, 'pallas' refuses."""
     if self.form == "direct":
       return direct_causal_additive
-    return RECURRENT_KERNELS[resolve(self.implementation, form=self.form)]
+    implementation = resolve(self.implementation, form=self.form)
+    if segments and implementation == "pallas":
+      if self.implementation != "auto":
+        raise UsageError("config.model.attention_impl='pallas' takes no segment ids (packed "
+                         "documents); use 'auto', 'xla' or 'chunked'.")
+      implementation = "chunked"
+    return RECURRENT_KERNELS[implementation]
 
   def _decode_step(self, query, key, padding_mask, alpha_kernel, beta_kernel):
     cache = self.variable("cache", "state")
@@ -325,6 +401,7 @@ registry.register(registry.Variant(
     resolve=functools.partial(resolve, form="direct"),
     check=_checker("direct"),
     causal=True,
+    segment_ids=True,
     kernels=(("xla", "direct causal (XLA)"),),
     description="causal Fastformer, direct form: exact prefix semantics, O(length^2)"))
 
@@ -335,5 +412,6 @@ registry.register(registry.Variant(
     resolve=resolve,
     check=_checker("recurrent"),
     causal=True,
+    segment_ids=True,
     kernels=(("xla", "scan"), ("chunked", "chunked"), ("pallas", "pallas")),
     description="causal Fastformer, recurrent form: keys scored once, O(length), O(1) decoding"))

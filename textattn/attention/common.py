@@ -96,3 +96,18 @@ def merged_mean(total_values: Array, total_weights: Array) -> Array:
   seen = total_weights > 0
   safe = jnp.where(seen, total_weights, 1.0)
   return jnp.where(seen[..., None], total_values / safe[..., None], 0.0)
+
+
+def segment_runs(padding_mask: Array, segment_ids: Array | None) -> tuple[Array, Array]:
+  """(real bool [batch, length], runs int32 [batch, length]): real = not padding (and segment
+  id != 0); runs number the contiguous runs of equal segment ids (all 0 without segment ids),
+  so "same segment" is "same run" and a run starts wherever the id changes."""
+  real = padding_mask.astype(bool)
+  if segment_ids is None:
+    return real, jnp.zeros(real.shape, jnp.int32)
+  segment_ids = segment_ids.astype(jnp.int32)
+  real = real & (segment_ids != 0)
+  starts = segment_ids[:, 1:] != segment_ids[:, :-1]
+  runs = jnp.concatenate([jnp.zeros_like(segment_ids[:, :1]),
+                          jnp.cumsum(starts.astype(jnp.int32), axis=1)], axis=1)
+  return real, runs

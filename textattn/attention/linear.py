@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 
 from textattn.attention import registry
-from textattn.attention.common import Array, dense_init, merged_mean
+from textattn.attention.common import Array, dense_init, merged_mean, segment_runs
 
 F32 = jnp.float32
 
@@ -89,24 +89,6 @@ def build_feature_map(name: str, *, num_heads: int, head_dim: int,
                      f"{', '.join(FEATURE_MAPS)}.")
   return FEATURE_MAPS[name](num_heads=num_heads, head_dim=head_dim, name="feature_map",
                             **dict(options))
-
-
-# ---------------------------------------------------------------------------------------------
-# Masks.
-
-def segment_runs(padding_mask: Array, segment_ids: Array | None) -> tuple[Array, Array]:
-  """(real bool [batch, length], runs int32 [batch, length]): real = not padding (and segment
-  id != 0); runs number the contiguous runs of equal segment ids (all 0 without segment ids),
-  so "same segment" is "same run" and a run starts wherever the id changes."""
-  real = padding_mask.astype(bool)
-  if segment_ids is None:
-    return real, jnp.zeros(real.shape, jnp.int32)
-  segment_ids = segment_ids.astype(jnp.int32)
-  real = real & (segment_ids != 0)
-  starts = segment_ids[:, 1:] != segment_ids[:, :-1]
-  runs = jnp.concatenate([jnp.zeros_like(segment_ids[:, :1]),
-                          jnp.cumsum(starts.astype(jnp.int32), axis=1)], axis=1)
-  return real, runs
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,8 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from textattn.attention import registry
-from textattn.attention.common import MASK_VALUE, Array, dense_init
-from textattn.attention.linear import segment_runs
+from textattn.attention.common import MASK_VALUE, Array, dense_init, segment_runs
 
 WINDOW = 64
 

@@ -119,6 +119,7 @@ class DecoderBlock(nn.Module):
   dtype: Any = jnp.float32
   head_dim: int | None = None  # None: embed // num_heads
   mesh: Any = None  # sequence parallelism of the self-attention (EncoderBlock.mesh)
+  implementation: str = "xla"  # the self-attention's kernel (config.model.attention_impl)
 
   @nn.compact
   def __call__(self, x, padding_mask, memory, memory_mask, *, deterministic: bool,
@@ -129,7 +130,8 @@ class DecoderBlock(nn.Module):
     norm = lambda name: nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
     attend = sequence.build(
         attention_lib.get(self.attention), None if decode else self.mesh,
-        num_heads=self.num_heads, implementation="xla", dtype=self.dtype, name="self_attention",
+        num_heads=self.num_heads, implementation=self.implementation, dtype=self.dtype,
+        name="self_attention",
         **head_dim_argument(self.head_dim))
     # (decode and segment ids are passed only when asked: a plugin's variant need not take them)
     extra = {"decode": True} if decode else {}

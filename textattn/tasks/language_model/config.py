@@ -37,6 +37,7 @@ def defaults() -> ml_collections.ConfigDict:
   # ---- Model (textattn/tasks/language_model/model.py) ----------------------------------------
   config.model = ml_collections.ConfigDict()
   config.model.attention = "causal"  # a causal variant that declares segment ids
+  config.model.attention_impl = "auto"  # its kernel (chunked / recurrent forms; 'auto' picks)
   config.model.embed_dim = 128
   config.model.num_heads = 4
   config.model.head_dim = 0  # 0: embed_dim / num_heads
@@ -89,6 +90,10 @@ def validate(config, device_count: int | None) -> None:
   for field in ("embed_dim", "num_heads", "ffn_dim", "num_layers"):
     check_integer(f"model.{field}", m[field], 1)
   check_integer("model.head_dim", m.head_dim, 0)
+  if m.head_dim:  # (the variant's own check assumes embed_dim / num_heads)
+    check_choice("model.attention_impl", m.attention_impl, variant.implementations)
+  else:
+    variant.validate(m.attention_impl, m.embed_dim, m.num_heads, m.dtype)
   if m.head_dim and not accepts_head_dim(m.attention):
     raise UsageError(f"config.model.head_dim={m.head_dim}: config.model.attention="
                      f"{m.attention!r} has no head size option (use head_dim=0).")

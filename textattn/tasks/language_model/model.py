@@ -31,6 +31,7 @@ class LanguageModel(nn.Module):
   ffn_dim: int = 512
   num_layers: int = 2
   attention: str = "causal"
+  attention_impl: str = "auto"  # the variant's kernel ("auto": its choice for packed rows)
   dropout_rate: float = 0.0
   dtype: Any = jnp.float32
   head_dim: int | None = None  # None: embed // num_heads
@@ -41,7 +42,8 @@ class LanguageModel(nn.Module):
     self.token_table = table
     self.embed = Embed(self.vocab_size, self.max_len, self.embed_dim, self.dtype, table)
     self.blocks = [DecoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate,
-                                self.dtype, self.head_dim) for _ in range(self.num_layers)]
+                                self.dtype, self.head_dim, implementation=self.attention_impl)
+                   for _ in range(self.num_layers)]
     if self.tie_output:
       self.logits_bias = self.param("logits_bias", nn.initializers.zeros, (self.vocab_size,))
     else:
@@ -67,5 +69,6 @@ def build(config, vocab_size: int) -> LanguageModel:
   m = config.model
   return LanguageModel(vocab_size=vocab_size, max_len=config.max_len, embed_dim=m.embed_dim,
                        num_heads=m.num_heads, ffn_dim=m.ffn_dim, num_layers=m.num_layers,
-                       attention=m.attention, dropout_rate=m.dropout_rate, dtype=DTYPES[m.dtype],
+                       attention=m.attention, attention_impl=m.attention_impl,
+                       dropout_rate=m.dropout_rate, dtype=DTYPES[m.dtype],
                        head_dim=m.head_dim or None, tie_output=m.tie_output)
