@@ -23,14 +23,20 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 if [ "$REHEARSE" = 1 ]; then
   # float32 runs the same commands as bfloat16 with another --dtype: rehearsed once, not twice
   # (each benchmark point is a process of its own, several seconds on a CPU).
+  # Only the Pallas-vs-reference group (4.) measures for real; the others are planned with
+  # --dry_run (flags, variant names, kernels checked; no point run: the suite's time).
   LENS=16; LONG=32; SIZES=(--batch_size=2 --embed_dim=16 --num_heads=2); LIMIT=120; F32=""
+  DRY=(--dry_run)
 else
   LENS=1024,4096,8192,16384; LONG=16384; SIZES=(--batch_size=4 --embed_dim=256 --num_heads=4)
-  LIMIT=90; F32=float32
+  LIMIT=90; F32=float32; DRY=()
 fi
 BENCH=("$PYTHON" -m textattn.benchmark --overwrite --mode=attention+backward --lengths=full
        --warmup=2 --repeats=10 --point_timeout_s=$LIMIT "${SIZES[@]}")
-show() { grep -A4 "^| variant | L | kernel" "$1/results.md" | cut -c1-200; }
+show() {  # (a dry run writes no table: its plan is in the log)
+  if [ -f "$1/results.md" ]; then grep -A4 "^| variant | L | kernel" "$1/results.md" | cut -c1-200
+  else tail -1 "$1.log"; fi
+}
 
 # 0. Lowering first (~15 s; issue 53): every GPU Pallas kernel exported for CUDA with this
 #    machine's JAX, so a kernel that cannot lower stops the script in seconds, not minutes.
@@ -48,7 +54,7 @@ tail -4 "$OUT/pytest_numerics.log"
 
 # 2. (8a) Flash vs additive in bfloat16 at 1K-16K (~2 min): softmax_auto is cuDNN flash here
 #    (target >= 300 TFLOP/s at 8K), additive_auto the XLA function (the allow-list is empty).
-timeout 180 "${BENCH[@]}" --variants=softmax_auto,additive_auto --dtype=bfloat16 \
+timeout 180 "${BENCH[@]}" "${DRY[@]}" --variants=softmax_auto,additive_auto --dtype=bfloat16 \
   --seq_lens=$LENS --out_dir="$OUT/flash_bfloat16" > "$OUT/flash_bfloat16.log" 2>&1
 show "$OUT/flash_bfloat16"
 
@@ -57,7 +63,8 @@ show "$OUT/flash_bfloat16"
 #    causal additive form, XLA and Pallas, against the scan (target >= 3x; the Pallas forward
 #    and backward kernels run one program per example).
 for dtype in bfloat16 $F32; do
-  timeout 100 "${BENCH[@]}" --variants=additive,additive_pallas --dtype=$dtype --seq_lens=$LONG \
+  timeout 100 "${BENCH[@]}" "${DRY[@]}" --variants=additive,additive_pallas --dtype=$dtype \
+    --seq_lens=$LONG \
     --check_against_reference --out_dir="$OUT/pallas_$dtype" > "$OUT/pallas_$dtype.log" 2>&1
   show "$OUT/pallas_$dtype"
 done
@@ -73,4 +80,12 @@ for dtype in $F32; do
     --seq_lens=$LENS --out_dir="$OUT/flash_$dtype" > "$OUT/flash_$dtype.log" 2>&1
   show "$OUT/flash_$dtype"
 done
+
+# 5. (issue 54) The new families at 16K in bfloat16, forward and backward (~2 min): linear
+#    attention (chunked, recurrent), sliding window (banded XLA, chunked), Performer, against
+#    the flash rows of 2.
+timeout 180 "${BENCH[@]}" "${DRY[@]}" --dtype=bfloat16 --seq_lens=$LONG \
+  --variants=causal_linear_chunked,causal_linear_recurrent,sliding_window,sliding_window_chunked,causal_performer_chunked,linear,performer,local \
+  --out_dir="$OUT/families" > "$OUT/families.log" 2>&1
+show "$OUT/families"
 echo "done in ${SECONDS} s"

@@ -103,6 +103,9 @@ _MESH = flags.DEFINE_string(
     "process gets D x S CPU devices). Rows add per-device memory, bytes communicated per "
     "attention layer (compiled HLO and formula) and the causal ring's blocks per device. "
     "Default: no mesh (one device's modules).")
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run", False, "Check every flag and plan the points, print one line per point (variant, "
+    "length, implementation) and stop without running any.")
 _POINT_SPEC = flags.DEFINE_string(
     "point_spec", None, "Internal: run the one point described in this JSON file (the sweep "
     "starts one such subprocess per point).")

@@ -81,6 +81,12 @@ def main(flag: dict, argv: list[str]) -> None:
                       num_classes=flag["num_classes"])
     _check_out_dir(out_dir, flag["overwrite"])
     specs = _plan(flag, config, mode)
+  if flag["dry_run"]:
+    for spec in specs:
+      print(f"point: {spec['variant']} L={spec['seq_len']} implementation="
+            f"{spec['implementation']} dtype={spec['dtype']}")
+    print(f"--dry_run: {len(specs)} points planned, none run.")
+    return
 
   command = "python -m textattn.benchmark " + " ".join(argv[1:])
   rows = sweep.run_sweep(specs, timeout_s=flag["point_timeout_s"], out_dir=out_dir,
