@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import pathlib
 import shutil
 
 import jax
@@ -257,6 +258,22 @@ def test_generation_is_deterministic_for_a_seed_and_greedy_is_the_argmax(trained
     assert len(tokens) == 10 or logits[len(sequence) - 1].argmax() == tokenizers.END_ID
   with pytest.raises(UsageError, match=r"does not fit the model's context of max_len=32"):
     generator.generate(["x" * 30], max_tokens=10)
+
+  # The command line draws what the library draws, one JSON line per prompt; bad input: one line.
+  import subprocess
+  import sys
+  command = [sys.executable, "-m", "textattn.generate", f"--workdir={root / 'straight'}",
+             "--text=the movie", "--text=a", "--max_tokens=10", "--temperature=1.0", "--top_k=5",
+             "--seed=3", "--json"]
+  repo = str(pathlib.Path(__file__).resolve().parents[1])
+  done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300,
+                        cwd=repo)
+  assert done.returncode == 0, done.stderr[-2000:]
+  lines = [json.loads(line) for line in done.stdout.splitlines()]
+  assert lines == [{"text": p, "continuation": d} for p, d in zip(prompts, drawn)]
+  refused = subprocess.run(command[:4], capture_output=True, text=True, check=False, timeout=60,
+                           cwd=repo)
+  assert refused.returncode == 2 and refused.stderr.startswith("error: give the prompts with ")
 
 
 def test_tfds_trains_on_its_train_split_and_draws_held_out_documents_from_another(tmp_path):

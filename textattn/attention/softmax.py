@@ -414,12 +414,10 @@ class SelfAttention(nn.Module):
         self.variable("cache", "values", jnp.zeros, value.shape, value.dtype)
         self.variable("cache", "mask", jnp.zeros, padding_mask.shape, bool)
         self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
-      if segment_ids is not None and self.implementation == "auto":
-        name = "xla"  # ('auto' with packed documents: a kernel that takes segment ids)
-      else:
-        name = resolve(self.implementation, head_dim, jnp.dtype(self.dtype).name,
-                       "causal" if self.causal else "softmax", length=x.shape[1],
-                       num_heads=self.num_heads)
+      # ('auto' with packed documents: "xla", a kernel that takes segment ids)
+      name = "xla" if segment_ids is not None and self.implementation == "auto" else resolve(
+          self.implementation, head_dim, jnp.dtype(self.dtype).name,
+          "causal" if self.causal else "softmax", length=x.shape[1], num_heads=self.num_heads)
       if segment_ids is not None and name not in SEGMENT_KERNELS:
         raise UsageError(f"attention_impl={name!r} takes no segment ids (packed documents); "
                          f"use one of {', '.join(SEGMENT_KERNELS)}.")

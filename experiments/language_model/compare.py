@@ -1,0 +1,152 @@
+"""Issue 54's comparison: every causal variant as a byte-level language model of IMDB reviews at
+one budget, judged on test bits per byte, paired with causal softmax by seed.
+
+Each run is `python -m textattn.main --config=configs/imdb_lm_<variant>.py` (imdb_lm_bytes.py for
+causal softmax: 2 layers, embed 128, 4 heads, 256-byte packed rows, batch 32) shortened to
+--steps (evaluation and a checkpoint at half and at the end, warm-up a tenth), without the
+Kneser-Ney reference (the references are computed once: the test bytes are the same for every
+run). A finished run is recorded once in --out and skipped when the study is run again, so an
+interrupted study resumes where it stopped.
+
+    TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/language_model/compare.py \
+        --steps=300 --seeds=0,1,2 --out=experiments/language_model/compare_300.jsonl
+    python experiments/language_model/compare.py --summarize experiments/language_model/compare_300.jsonl
+
+Recorded per run: test and last validation bits per byte, training tokens/s (the median of the
+logged windows after the first, which holds the compilation), wall time, commit, CPU, date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+VARIANTS = ("causal", "causal_additive", "causal_additive_recurrent", "causal_linear",
+            "sliding_window", "causal_performer")
+BASE = "causal"
+
+
+def config_path(variant: str) -> str:
+  return "configs/imdb_lm_bytes.py" if variant == BASE else f"configs/imdb_lm_{variant}.py"
+
+
+def cpu_name() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
+def commit() -> str:
+  return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                        text=True, check=False).stdout.strip()
+
+
+def read_lines(path: str) -> list[dict]:
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def run_one(variant: str, seed: int, steps: int, runs: str) -> dict:
+  workdir = os.path.join(runs, f"{variant}_s{seed}_{steps}")
+  half = max(steps // 2, 1)
+  command = [sys.executable, "-m", "textattn.main", f"--config={config_path(variant)}",
+             f"--workdir={workdir}", f"--config.seed={seed}",
+             f"--config.num_train_steps={steps}", f"--config.eval_every_steps={half}",
+             f"--config.checkpoint_every_steps={half}",
+             f"--config.optimizer.warmup_steps={max(steps // 10, 1)}", "--config.kn_order=0"]
+  started = time.perf_counter()
+  done = subprocess.run(command, cwd=REPO, check=False)
+  wall = time.perf_counter() - started
+  if done.returncode:
+    raise SystemExit(f"{variant} seed {seed}: textattn.main exited {done.returncode} "
+                     f"(workdir {workdir}); fix it and run the study again.")
+  with open(os.path.join(workdir, "lm_report.json")) as f:
+    report = json.load(f)
+  rows = read_lines(os.path.join(workdir, "metrics.jsonl"))
+  train = [r["train/examples_per_sec"] for r in rows if "train/examples_per_sec" in r]
+  val = [r["val/bits_per_byte"] for r in rows if "val/bits_per_byte" in r]
+  with open(os.path.join(workdir, "config.json")) as f:
+    max_len = json.load(f)["max_len"]
+  return {"variant": variant, "seed": seed, "steps": steps,
+          "test_bits_per_byte": report["rows"][0]["bits_per_byte"],
+          "val_bits_per_byte": val[-1] if val else None,
+          "xz_bits_per_byte": report["rows"][1]["bits_per_byte"],
+          "tokens_per_s": statistics.median(train[1:] or train) * max_len if train else None,
+          "wall_s": round(wall, 1), "commit": commit(), "cpu": cpu_name(),
+          "date": datetime.date.today().isoformat(), "workdir": workdir}
+
+
+def summarize(path: str) -> str:
+  from textattn.sweep_summary import paired_summary
+  records = read_lines(path)
+  table: dict[str, dict[int, float]] = {}
+  for r in records:
+    table.setdefault(r["variant"], {})[r["seed"]] = r["test_bits_per_byte"]
+  header = ("| variant | seeds | test bits/byte (mean +- sd) | - causal softmax, paired (95% CI) "
+            "| tokens/s | wall s |")
+  lines = [header, "|---|---|---|---|---|---|"]
+  for variant in [v for v in VARIANTS if v in table]:
+    mine = [r for r in records if r["variant"] == variant]
+    values = [r["test_bits_per_byte"] for r in mine]
+    sd = statistics.stdev(values) if len(values) > 1 else float("nan")
+    paired = ""
+    if variant != BASE and BASE in table:
+      p = paired_summary(table, BASE, variant)
+      if p["ci95"]:
+        paired = f"{p['mean_diff']:+.3f} [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}] (n={p['n']})"
+    speed = statistics.mean(r["tokens_per_s"] for r in mine)
+    wall = statistics.mean(r["wall_s"] for r in mine)
+    lines.append(f"| {variant} | {','.join(str(r['seed']) for r in mine)} | "
+                 f"{statistics.mean(values):.3f} +- {sd:.3f} | {paired} | {speed:,.0f} | "
+                 f"{wall:.0f} |")
+  return "\n".join(lines)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--steps", type=int, default=300)
+  parser.add_argument("--seeds", default="0,1,2")
+  parser.add_argument("--variants", default=",".join(VARIANTS))
+  parser.add_argument("--runs", default="runs/lm_compare", help="where the workdirs go")
+  parser.add_argument("--out", default="")
+  parser.add_argument("--summarize", metavar="JSONL", help="print the table of a study and stop")
+  args = parser.parse_args()
+  if args.summarize:
+    print(summarize(args.summarize))
+    return
+  out = args.out or f"experiments/language_model/compare_{args.steps}.jsonl"
+  variants = args.variants.split(",")
+  unknown = sorted(set(variants) - set(VARIANTS))
+  if unknown:
+    raise SystemExit(f"--variants: {', '.join(unknown)} unknown; allowed: {', '.join(VARIANTS)}.")
+  done = set()
+  if os.path.exists(out):
+    done = {(r["variant"], r["seed"], r["steps"]) for r in read_lines(out)}
+  for seed in (int(s) for s in args.seeds.split(",")):  # seed-major: pairs complete early
+    for variant in variants:
+      if (variant, seed, args.steps) in done:
+        continue
+      record = run_one(variant, seed, args.steps, args.runs)
+      with open(out, "a") as f:
+        f.write(json.dumps(record) + "\n")
+      print(json.dumps(record), flush=True)
+  print(summarize(out))
+
+
+if __name__ == "__main__":
+  main()
