@@ -187,8 +187,7 @@ def chunked_recurrent_causal_additive(query: Array, key: Array, padding_mask: Ar
   @jax.checkpoint
   def one_chunk(carry, inputs):
     alpha_carry, beta_carry = carry
-    q, k, real, chunk_runs = inputs
-    chunk_runs = None if runs is None else chunk_runs
+    q, k, real, chunk_runs = inputs  # (chunk_runs: None without segments)
     alpha_carry, global_query = _chunk_prefix_softmax_sum(
         alpha_carry, _scores(q, alpha_kernel), q.astype(f32), real, chunk_runs)
     mixed = k.astype(f32) * global_query  # p_i = g_q(i) * k_i
@@ -204,8 +203,7 @@ def chunked_recurrent_causal_additive(query: Array, key: Array, padding_mask: Ar
     alpha, beta = (alpha + (jnp.full((batch,), -1, jnp.int32),),
                    beta + (jnp.full((batch,), -1, jnp.int32),))
   # (Padding positions past the end get run -2: a run of their own, after every real one.)
-  chunk_runs = (split(jnp.zeros(padding_mask.shape, jnp.int32)) if runs is None
-                else split(runs, fill=-2))
+  chunk_runs = None if runs is None else split(runs, fill=-2)
   _, u = jax.lax.scan(one_chunk, (alpha, beta),
                       (split(query), split(key), split(padding_mask), chunk_runs))
   return u.swapaxes(0, 1).reshape(batch, num_chunks * chunk, heads, head_dim)[:, :length]
