@@ -14,6 +14,13 @@ interrupted study resumes where it stopped.
 
 Recorded per run: test and last validation bits per byte, training tokens/s (the median of the
 logged windows after the first, which holds the compilation), wall time, commit, CPU, date.
+
+`--study=imdb_classification`: the bidirectional families as IMDB classifiers at
+configs/imdb_softmax.py's recipe (full 3 epochs, `--steps` ignored), `--config.model.attention=`
+each variant, test accuracy paired with softmax by seed (RESULTS section 30):
+
+    TFDS_DATA_DIR=../shared/tensorflow_datasets python experiments/language_model/compare.py \
+        --study=imdb_classification --seeds=0,1,2
 """
 
 from __future__ import annotations
@@ -34,10 +41,32 @@ sys.path.insert(0, REPO)
 VARIANTS = ("causal", "causal_additive", "causal_additive_recurrent", "causal_linear",
             "sliding_window", "causal_performer")
 BASE = "causal"
+CLASSIFIERS = ("softmax", "linear", "local", "performer")
 
 
 def config_path(variant: str) -> str:
   return "configs/imdb_lm_bytes.py" if variant == BASE else f"configs/imdb_lm_{variant}.py"
+
+
+def run_classifier(variant: str, seed: int, runs: str) -> dict:
+  """One IMDB classifier at imdb_softmax.py's recipe with only the attention changed."""
+  workdir = os.path.join(runs, f"imdb_{variant}_s{seed}")
+  command = [sys.executable, "-m", "textattn.main", "--config=configs/imdb_softmax.py",
+             f"--workdir={workdir}", f"--config.seed={seed}", f"--config.model.attention={variant}"]
+  started = time.perf_counter()
+  done = subprocess.run(command, cwd=REPO, check=False)
+  wall = time.perf_counter() - started
+  if done.returncode:
+    raise SystemExit(f"{variant} seed {seed}: textattn.main exited {done.returncode} "
+                     f"(workdir {workdir}); fix it and run the study again.")
+  rows = read_lines(os.path.join(workdir, "metrics.jsonl"))
+  train = [r["train/examples_per_sec"] for r in rows if "train/examples_per_sec" in r]
+  val = [r["val/accuracy"] for r in rows if "val/accuracy" in r]
+  return {"variant": variant, "seed": seed, "steps": 0, "test_accuracy": rows[-1]["test/accuracy"],
+          "val_best": max(val) if val else None,
+          "examples_per_s": statistics.median(train[1:] or train) if train else None,
+          "wall_s": round(wall, 1), "commit": commit(), "cpu": cpu_name(),
+          "date": datetime.date.today().isoformat(), "workdir": workdir}
 
 
 def cpu_name() -> str:
@@ -94,22 +123,26 @@ def run_one(variant: str, seed: int, steps: int, runs: str) -> dict:
 def summarize(path: str) -> str:
   from textattn.sweep_summary import paired_summary
   records = read_lines(path)
+  lm = "test_bits_per_byte" in records[0]
+  metric, speed_key = (("test_bits_per_byte", "tokens_per_s") if lm
+                       else ("test_accuracy", "examples_per_s"))
+  variants, base = (VARIANTS, BASE) if lm else (CLASSIFIERS, "softmax")
   table: dict[str, dict[int, float]] = {}
   for r in records:
-    table.setdefault(r["variant"], {})[r["seed"]] = r["test_bits_per_byte"]
-  header = ("| variant | seeds | test bits/byte (mean +- sd) | - causal softmax, paired (95% CI) "
-            "| tokens/s | wall s |")
+    table.setdefault(r["variant"], {})[r["seed"]] = r[metric]
+  header = (f"| variant | seeds | {metric} (mean +- sd) | - {base}, paired (95% CI) "
+            f"| {speed_key} | wall s |")
   lines = [header, "|---|---|---|---|---|---|"]
-  for variant in [v for v in VARIANTS if v in table]:
+  for variant in [v for v in variants if v in table]:
     mine = [r for r in records if r["variant"] == variant]
-    values = [r["test_bits_per_byte"] for r in mine]
+    values = [r[metric] for r in mine]
     sd = statistics.stdev(values) if len(values) > 1 else float("nan")
     paired = ""
-    if variant != BASE and BASE in table:
-      p = paired_summary(table, BASE, variant)
+    if variant != base and base in table:
+      p = paired_summary(table, base, variant)
       if p["ci95"]:
-        paired = f"{p['mean_diff']:+.3f} [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}] (n={p['n']})"
-    speed = statistics.mean(r["tokens_per_s"] for r in mine)
+        paired = f"{p['mean_diff']:+.4f} [{p['ci95'][0]:+.4f}, {p['ci95'][1]:+.4f}] (n={p['n']})"
+    speed = statistics.mean(r[speed_key] for r in mine)
     wall = statistics.mean(r["wall_s"] for r in mine)
     lines.append(f"| {variant} | {','.join(str(r['seed']) for r in mine)} | "
                  f"{statistics.mean(values):.3f} +- {sd:.3f} | {paired} | {speed:,.0f} | "
@@ -119,9 +152,10 @@ def summarize(path: str) -> str:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--study", default="lm", choices=("lm", "imdb_classification"))
   parser.add_argument("--steps", type=int, default=300)
   parser.add_argument("--seeds", default="0,1,2")
-  parser.add_argument("--variants", default=",".join(VARIANTS))
+  parser.add_argument("--variants", default="", help="default: all of the study's")
   parser.add_argument("--runs", default="runs/lm_compare", help="where the workdirs go")
   parser.add_argument("--out", default="")
   parser.add_argument("--summarize", metavar="JSONL", help="print the table of a study and stop")
@@ -129,19 +163,24 @@ def main() -> None:
   if args.summarize:
     print(summarize(args.summarize))
     return
-  out = args.out or f"experiments/language_model/compare_{args.steps}.jsonl"
-  variants = args.variants.split(",")
-  unknown = sorted(set(variants) - set(VARIANTS))
+  lm = args.study == "lm"
+  allowed = VARIANTS if lm else CLASSIFIERS
+  steps = args.steps if lm else 0
+  out = args.out or (f"experiments/language_model/compare_{steps}.jsonl" if lm
+                     else "experiments/language_model/imdb_classification.jsonl")
+  variants = args.variants.split(",") if args.variants else list(allowed)
+  unknown = sorted(set(variants) - set(allowed))
   if unknown:
-    raise SystemExit(f"--variants: {', '.join(unknown)} unknown; allowed: {', '.join(VARIANTS)}.")
+    raise SystemExit(f"--variants: {', '.join(unknown)} unknown; allowed: {', '.join(allowed)}.")
   done = set()
   if os.path.exists(out):
     done = {(r["variant"], r["seed"], r["steps"]) for r in read_lines(out)}
   for seed in (int(s) for s in args.seeds.split(",")):  # seed-major: pairs complete early
     for variant in variants:
-      if (variant, seed, args.steps) in done:
+      if (variant, seed, steps) in done:
         continue
-      record = run_one(variant, seed, args.steps, args.runs)
+      record = (run_one(variant, seed, steps, args.runs) if lm
+                else run_classifier(variant, seed, args.runs))
       with open(out, "a") as f:
         f.write(json.dumps(record) + "\n")
       print(json.dumps(record), flush=True)

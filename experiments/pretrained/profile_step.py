@@ -10,6 +10,13 @@ time none ran; "summed" adds the durations.
 
     XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true \
         python experiments/pretrained/profile_step.py --model DIR/all-MiniLM-L6-v2
+
+Any benchmarked step (e.g. the seed model's, issue 56): trace it with the benchmark's
+--profile_dir, then split the trace the same way (per step: the benchmark traces several):
+
+    XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true python -m textattn.benchmark --mode=train_step \
+        --config=configs/imdb_keras_example.py --repeats=20 --profile_dir=/tmp/seed_profile
+    python experiments/pretrained/profile_step.py --trace=/tmp/seed_profile
     PYTHONPATH=<torch, transformers> python experiments/pretrained/profile_step.py \
         --model DIR/all-MiniLM-L6-v2 --framework transformers
 """
@@ -58,6 +65,42 @@ def wall_shares(operations: list[tuple[float, float, str]]) -> collections.Count
   return share
 
 
+def summarize_trace(directory: str, wall: float | None = None, rows: int = 14) -> None:
+  """Print the operations of the perfetto trace under `directory` by kind, per traced step
+  (steps: the benchmark's 'benchmark_step' annotations, else one)."""
+  [trace] = glob.glob(os.path.join(directory, "**", "perfetto_trace.json.gz"), recursive=True)
+  with gzip.open(trace) as f:
+    events = json.load(f)
+  events = events["traceEvents"] if isinstance(events, dict) else events
+  steps = [e for e in events if e.get("ph") == "X" and e["name"].startswith("benchmark_step")]
+  operations = [(e["ts"], e["ts"] + e["dur"], re.sub(r"[.\d]+$", "", e["name"]))
+                for e in events
+                if e.get("ph") == "X" and not e["name"].startswith(NOT_OPERATIONS)
+                and not e["name"].startswith("benchmark_step")]
+  if not operations:
+    sys.exit("no XLA operations in the trace: set XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true")
+  n = max(len(steps), 1)
+  if steps:
+    wall = sum(e["dur"] for e in steps) / 1e6
+  total, count = collections.Counter(), collections.Counter()
+  for start, end, kind in operations:
+    total[kind] += (end - start) / 1e3 / n
+    count[kind] += 1
+  # Wall shares step by step (the gaps between steps are not a step's).
+  share = collections.Counter()
+  for e in steps or [None]:
+    inside = (operations if e is None else
+              [op for op in operations if e["ts"] <= op[0] < e["ts"] + e["dur"]])
+    share.update({k: v / n for k, v in wall_shares(inside).items()})
+  if steps:  # the time inside a step before its first operation and after its last
+    share["(no operation)"] += wall * 1e3 / n - sum(share.values())
+  head = f"step: {wall * 1e3 / n:.2f} ms wall, mean of {n}; " if wall is not None else ""
+  print(f"{head}operations: {sum(total.values()):.2f} ms summed")
+  print("    wall    summed  calls  kind")
+  for kind, ms in share.most_common(rows):
+    print(f"{ms:8.2f} {total[kind]:9.2f} {count[kind] / n:6.0f}  {kind}")
+
+
 def profile_textattn(args, tokens, labels) -> None:
   step, params, opt_state = training_step(args.model, args.attention_impl, args.max_len)
   for i in range(2):  # compilation and warm-up
@@ -70,25 +113,7 @@ def profile_textattn(args, tokens, labels) -> None:
   loss.block_until_ready()
   wall = time.perf_counter() - start
   jax.profiler.stop_trace()
-  [trace] = glob.glob(os.path.join(directory, "**", "perfetto_trace.json.gz"), recursive=True)
-  with gzip.open(trace) as f:
-    events = json.load(f)
-  events = events["traceEvents"] if isinstance(events, dict) else events
-  operations = [(e["ts"], e["ts"] + e["dur"], re.sub(r"[.\d]+$", "", e["name"]))
-                for e in events
-                if e.get("ph") == "X" and not e["name"].startswith(NOT_OPERATIONS)]
-  if not operations:
-    sys.exit("no XLA operations in the trace: set XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true")
-  total, count = collections.Counter(), collections.Counter()
-  for start, end, kind in operations:
-    total[kind] += (end - start) / 1e3
-    count[kind] += 1
-  share = wall_shares(operations)
-  print(f"step: {wall * 1e3:.0f} ms wall; operations: {sum(share.values()):.0f} ms from the first "
-        f"start to the last end, {sum(total.values()):.0f} ms summed")
-  print("    wall    summed  calls  kind")
-  for kind, ms in share.most_common(14):
-    print(f"{ms:8.1f} {total[kind]:9.1f} {count[kind]:6d}  {kind}")
+  summarize_trace(directory, wall)
 
 
 def profile_transformers(args, tokens, labels) -> None:
@@ -108,13 +133,20 @@ def profile_transformers(args, tokens, labels) -> None:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--model", required=True)
+  parser.add_argument("--model", help="the MiniLM directory (or --trace)")
+  parser.add_argument("--trace", help="summarise this directory's perfetto trace and stop")
+  parser.add_argument("--rows", type=int, default=14)
   parser.add_argument("--batch", type=int, default=32)
   parser.add_argument("--max_len", type=int, default=256)
   parser.add_argument("--attention_impl", default="auto")
   parser.add_argument("--framework", choices=("textattn", "transformers"), default="textattn")
   parser.add_argument("--hf_attention_dropout", type=float, default=0.0)
   args = parser.parse_args()
+  if args.trace:
+    summarize_trace(args.trace, rows=args.rows)
+    return
+  if not args.model:
+    sys.exit("--model (the MiniLM directory) or --trace is needed.")
   from textattn.pretrained import hf
   vocab_size = hf.read_config(hf.resolve(args.model)).vocab_size
   tokens, labels = batches(vocab_size, args.batch, args.max_len, 3)

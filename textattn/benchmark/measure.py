@@ -293,14 +293,14 @@ def _time_calls(spec: dict, compiled, args, device, result: dict, save):
   return args
 
 
-PROFILED_STEPS = 3
+PROFILED_STEPS = 10
 
 
 def _profile_calls(spec: dict, compiled, args):
   """PROFILED_STEPS more calls under jax.profiler.trace, each a step named 'benchmark_step' (so
   the profile viewer splits them), after the timed ones (tracing slows the calls it sees).
   Returns the arguments of the next call."""
-  with jax.profiler.trace(spec["profile_dir"]):
+  with jax.profiler.trace(spec["profile_dir"], create_perfetto_trace=True):
     for step in range(PROFILED_STEPS):
       with jax.profiler.StepTraceAnnotation("benchmark_step", step_num=step):
         out = jax.block_until_ready(compiled(*args))
