@@ -7,6 +7,7 @@ it (compiling is nearly all of the file's time: 28 s on a 2-core CPU where
 tests/test_causal_additive.py takes 104 s)."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -14,8 +15,9 @@ import numpy as np
 import optax
 import pytest
 
-from textattn import attention
+from textattn import attention, models
 from textattn.attention import common, linear, performer, sliding_window
+from textattn.errors import UsageError
 
 B, L, H, D = 2, 11, 2, 4
 CHUNK = 4  # chunks [0, 4) [4, 8) [8, 11): row 0's segment boundary at 6 is inside one
@@ -446,3 +448,50 @@ def test_registry_entries():
   with pytest.raises(ValueError, match="feature_map='nope' is not a registered feature map"):
     jax.eval_shape(attention.get("linear").build(num_heads=H, feature_map="nope").init,
                    jax.random.key(0), module_inputs(), jnp.ones((B, L), bool))
+
+
+# ---------------------------------------------------------------------------------------------
+# The families' options from the config (config.model.window / linear / performer).
+
+def test_config_options_reach_the_attention_and_bad_ones_are_refused():
+  """config.model.window.size builds the classifier's local attention with that window: with a
+  window covering the row it equals softmax (same parameters), with a small one it does not;
+  an unknown field or a bad value is refused in one sentence naming it."""
+  from tests.test_models import small_config
+  tokens = jnp.asarray(np.random.default_rng(0).integers(1, 50, (2, 16)))
+  outputs = {}
+  for name, size in (("softmax", None), ("local", 16), ("local", 2)):
+    config = small_config(name, "xla")
+    if size:
+      config.model.window = attention.default_options("local")
+      config.model.window.size = size
+    model = models.build_model(config, num_classes=2)
+    if name == "softmax":
+      params = model.init(jax.random.key(0), tokens)
+    outputs[size] = np.asarray(model.apply(params, tokens))
+  np.testing.assert_allclose(outputs[16], outputs[None], atol=1e-5)
+  assert np.abs(outputs[2] - outputs[None]).max() > 1e-3
+  bad = [("window", "sizes", 4, "config.model.window.sizes is not an option"),
+         ("window", "size", 0, "config.model.window.size=0 must be a positive"),
+         ("linear", "feature_map", "tanh", "config.model.linear.feature_map='tanh' is not"),
+         ("performer", "features", -1, "config.model.performer.features=-1 must be")]
+  for sub, field, value, message in bad:
+    name = {"window": "local", "linear": "linear", "performer": "performer"}[sub]
+    config = small_config(name, "xla")
+    config.model[sub] = attention.default_options(name)
+    with config.model[sub].unlocked():
+      config.model[sub][field] = value
+    with pytest.raises(UsageError, match=re.escape(message)):
+      models.build_model(config, num_classes=2)
+
+
+def test_performer_feature_count_from_the_config():
+  from tests.test_models import small_config
+  config = small_config("performer", "xla")
+  config.model.performer = attention.default_options("performer")
+  config.model.performer.features = 24
+  model = models.build_model(config, num_classes=2)
+  variables = model.init(jax.random.key(0), jnp.ones((1, 16), jnp.int32))
+  shapes = {jax.tree_util.keystr(p): x.shape for p, x in
+            jax.tree_util.tree_leaves_with_path(variables.get("constants", {}))}
+  assert shapes and all(s == (24, 4) for s in shapes.values()), shapes

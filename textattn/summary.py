@@ -9,7 +9,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from textattn import command_line
-from textattn.errors import user_errors
+from textattn.errors import UsageError, user_errors
 
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 2, "Number of output classes (IMDB: 2).")
 _PLUGINS = flags.DEFINE_multi_string("plugin", [], "Module that registers attention variants.")
@@ -26,6 +26,10 @@ def main(argv):
   with user_errors():
     attention.load_plugins(_PLUGINS.value)
     config = run.complete(_CONFIG.value)  # (the opt-in parts the config leaves out, defaulted)
+    if config.get("task", "classification") != "classification":
+      raise UsageError(f"textattn.summary prints a classifier's parameter table; config.task="
+                       f"{config.task!r} builds its model from its data (its vocabulary), so "
+                       f"its table is the one textattn.main prints when the run starts.")
     models.validate_model_config(config)
     model = models.build_model(config, _NUM_CLASSES.value)
     print(models.parameter_table(models.abstract_params(model, config.max_len)))

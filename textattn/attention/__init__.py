@@ -24,7 +24,8 @@ from textattn.attention import sliding_window  # noqa: F401
 from textattn.attention import performer  # noqa: F401
 from textattn.attention import sequence  # noqa: F401 -- declares the built-ins' sharding
 from textattn.attention.common import usable_cores
-from textattn.attention.registry import (Variant, get, load_plugins, names, register,
-                                         unregister)
+from textattn.attention.registry import (Variant, build_options, default_options, get,
+                                         load_plugins, names, register, unregister)
 
-__all__ = ["Variant", "get", "load_plugins", "names", "register", "unregister", "usable_cores"]
+__all__ = ["Variant", "build_options", "default_options", "get", "load_plugins", "names",
+           "register", "unregister", "usable_cores"]

@@ -49,6 +49,7 @@ import jax.numpy as jnp
 
 from textattn.attention import registry
 from textattn.attention.common import Array, dense_init, merged_mean, segment_runs
+from textattn.errors import UsageError
 
 F32 = jnp.float32
 
@@ -302,6 +303,21 @@ def forward_flops(batch: int, length: int, heads: int, head_dim: int,
   return 4.0 * batch * heads * length * (features or head_dim) * head_dim
 
 
+def check_chunk_size(chunk_size: int, sub_config: str) -> None:
+  if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+    raise UsageError(f"config.model.{sub_config}.chunk_size={chunk_size!r} must be a positive "
+                     f"number of positions.")
+
+
+def linear_keywords(feature_map: str, chunk_size: int) -> dict:
+  """config.model.linear.{feature_map, chunk_size} -> the build keywords of the same names."""
+  if feature_map not in FEATURE_MAPS:
+    raise UsageError(f"config.model.linear.feature_map={feature_map!r} is not a feature map; "
+                     f"allowed: {', '.join(FEATURE_MAPS)}.")
+  check_chunk_size(chunk_size, "linear")
+  return {"feature_map": feature_map, "chunk_size": chunk_size}
+
+
 def variant(name: str, causal: bool, description: str) -> registry.Variant:
   return registry.Variant(
       name=name,
@@ -310,6 +326,9 @@ def variant(name: str, causal: bool, description: str) -> registry.Variant:
       resolve=functools.partial(resolve, causal=causal),
       causal=causal,
       segment_ids=causal,
+      options="linear",
+      option_defaults=(("feature_map", "elu1"), ("chunk_size", 64)),
+      option_keywords=linear_keywords,
       forward_flops=forward_flops,
       kernels=KERNEL_LABELS[causal],
       description=description)

@@ -35,6 +35,7 @@ import numpy as np
 
 from textattn.attention import linear, registry
 from textattn.attention.common import Array
+from textattn.errors import UsageError
 
 COLLECTION = "constants"
 
@@ -121,6 +122,21 @@ def forward_flops(batch: int, length: int, heads: int, head_dim: int) -> float:
           + linear.forward_flops(batch, length, heads, head_dim, features))
 
 
+def performer_keywords(features: int, orthogonal: bool, seed: int, chunk_size: int) -> dict:
+  """config.model.performer.{features (0: 2 * head_dim), orthogonal, seed, chunk_size} -> the
+  build keywords num_features, orthogonal, seed, chunk_size."""
+  if not isinstance(features, int) or isinstance(features, bool) or features < 0:
+    raise UsageError(f"config.model.performer.features={features!r} must be a number of random "
+                     f"features >= 1 (0: twice the head size).")
+  if not isinstance(orthogonal, bool):
+    raise UsageError(f"config.model.performer.orthogonal={orthogonal!r} must be True or False.")
+  if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+    raise UsageError(f"config.model.performer.seed={seed!r} must be an integer >= 0.")
+  linear.check_chunk_size(chunk_size, "performer")
+  return {"num_features": features or None, "orthogonal": orthogonal, "seed": seed,
+          "chunk_size": chunk_size}
+
+
 def variant(name: str, causal: bool, description: str) -> registry.Variant:
   return registry.Variant(
       name=name,
@@ -129,6 +145,9 @@ def variant(name: str, causal: bool, description: str) -> registry.Variant:
       resolve=functools.partial(linear.resolve, causal=causal),
       causal=causal,
       segment_ids=causal,
+      options="performer",
+      option_defaults=(("features", 0), ("orthogonal", True), ("seed", 0), ("chunk_size", 64)),
+      option_keywords=performer_keywords,
       forward_flops=forward_flops,
       kernels=linear.KERNEL_LABELS[causal],
       description=description)

@@ -12,8 +12,10 @@ import dataclasses
 import importlib
 import inspect
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import flax.linen as nn
+import ml_collections
 
 from textattn.checks import check_choice
 from textattn.errors import UsageError
@@ -58,6 +60,12 @@ class Variant:
   # parameters whose core runs split over the mesh's "sequence" axis (None: it cannot be split;
   # textattn/attention/sequence.py declares the built-ins' with `declare_shard`).
   shard: Callable[..., nn.Module] | None = None
+  # Options: the variant's opt-in sub-config under config.model (e.g. "window" for
+  # config.model.window.size), its fields and defaults, and `option_keywords(**fields)` -> the
+  # build keywords they mean (raising UsageError on a bad value); identity when None.
+  options: str = ""
+  option_defaults: tuple[tuple[str, Any], ...] = ()
+  option_keywords: Callable[..., dict] | None = None
 
   def __post_init__(self):
     if self.reference not in self.implementations:
@@ -78,6 +86,30 @@ class Variant:
     else:
       check_choice("model.attention_impl", implementation, self.implementations)
       check_heads(embed_dim, num_heads)
+
+
+def default_options(name: str) -> ml_collections.ConfigDict:
+  """The opt-in sub-config of variant `name` with its defaults (config.model.<options>)."""
+  return ml_collections.ConfigDict(dict(get(name).option_defaults))
+
+
+def build_options(variant: Variant, model_config) -> tuple[tuple[str, Any], ...]:
+  """The build keywords config.model's sub-config of `variant` asks for (its defaults where
+  config.model has no such sub-config), as a sorted tuple (a module field: hashable). A field
+  the variant does not know is refused in one sentence."""
+  if not variant.options:
+    return ()
+  fields = dict(variant.option_defaults)
+  given = model_config.get(variant.options) if model_config is not None else None
+  if given is not None:
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+      raise UsageError(f"config.model.{variant.options}.{unknown[0]} is not an option of "
+                       f"attention {variant.name!r}; its options: "
+                       f"{', '.join(sorted(fields))}.")
+    fields.update(dict(given))
+  keywords = variant.option_keywords(**fields) if variant.option_keywords else fields
+  return tuple(sorted(keywords.items()))
 
 
 def _takes_shape(resolve: Callable[..., str]) -> bool:

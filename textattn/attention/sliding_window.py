@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from textattn.attention import registry
 from textattn.attention.common import MASK_VALUE, Array, dense_init, segment_runs
+from textattn.errors import UsageError
 
 WINDOW = 64
 
@@ -204,6 +205,13 @@ def forward_flops(batch: int, length: int, heads: int, head_dim: int, window: in
   return 4.0 * batch * heads * length * keys * head_dim
 
 
+def window_keywords(size: int) -> dict:
+  """config.model.window.size -> the build keyword `window`."""
+  if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+    raise UsageError(f"config.model.window.size={size!r} must be a positive number of positions.")
+  return {"window": size}
+
+
 def variant(name: str, causal: bool, description: str) -> registry.Variant:
   return registry.Variant(
       name=name,
@@ -212,6 +220,9 @@ def variant(name: str, causal: bool, description: str) -> registry.Variant:
       resolve=resolve,
       causal=causal,
       segment_ids=True,
+      options="window",
+      option_defaults=(("size", WINDOW),),
+      option_keywords=window_keywords,
       forward_flops=functools.partial(forward_flops, causal=causal),
       kernels=KERNEL_LABELS,
       description=description)

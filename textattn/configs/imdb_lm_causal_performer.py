@@ -10,10 +10,12 @@ Result: experiments/RESULTS.md section 29 (the comparison, 300 steps, seeds 0-2,
 paired with causal softmax); not measured at this config's 2,000 steps.
 """
 
-from textattn import defaults
+from textattn import attention, defaults
 
 
 def get_config():
   config = defaults.sibling(__file__, "imdb_lm_bytes.py")
   config.model.attention = "causal_performer"
+  # Its options, at their defaults (e.g. --config.model.performer.FIELD=VALUE):
+  config.model.performer = attention.default_options("causal_performer")
   return config

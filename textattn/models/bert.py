@@ -128,13 +128,14 @@ class BertBlock(nn.Module):
   attention: str = "softmax"
   attention_impl: str = "auto"
   dtype: Any = jnp.float32
+  attention_options: tuple = ()  # EncoderBlock.attention_options
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, *, deterministic: bool) -> Array:
     c = self.config
     attend = attention_lib.get(self.attention).build(
         num_heads=c.num_heads, implementation=self.attention_impl, dtype=self.dtype,
-        name="attention")
+        name="attention", **dict(self.attention_options))
     dropout = functools.partial(Dropout(c.hidden_dropout), deterministic=deterministic)
     dense = functools.partial(nn.Dense, dtype=self.dtype, kernel_init=bert_init())
     x = _layer_norm(c, self.dtype, "norm_attention")(x + dropout(attend(x, padding_mask)))
@@ -155,6 +156,7 @@ class BertEncoder(nn.Module):
   attention: str = "softmax"
   attention_impl: str = "auto"
   dtype: Any = jnp.float32
+  attention_options: tuple = ()
 
   @nn.compact
   def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
@@ -169,7 +171,8 @@ class BertEncoder(nn.Module):
     x = BertEmbeddings(c, self.dtype, name="embeddings")(tokens, token_types, token_embeddings,
                                                          deterministic=not train)
     for i in range(c.num_layers):
-      x = BertBlock(c, self.attention, self.attention_impl, self.dtype, name=f"block_{i}")(
+      x = BertBlock(c, self.attention, self.attention_impl, self.dtype, self.attention_options,
+                    name=f"block_{i}")(
           x, padding_mask, deterministic=not train)
     pooled = jnp.tanh(nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=bert_init(),
                                name="pooler")(x[:, 0]))
@@ -188,6 +191,7 @@ class BertClassifier(nn.Module):
   attention: str = "softmax"
   attention_impl: str = "auto"
   dtype: Any = jnp.float32
+  attention_options: tuple = ()
 
   @nn.compact
   def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
@@ -198,7 +202,7 @@ class BertClassifier(nn.Module):
     if padding_mask is None:
       padding_mask = tokens != 0
     hidden, pooled = BertEncoder(self.config, self.attention, self.attention_impl, self.dtype,
-                                 name="encoder")(tokens, train=train, padding_mask=padding_mask,
+                                 self.attention_options, name="encoder")(tokens, train=train, padding_mask=padding_mask,
                                                 token_embeddings=token_embeddings)
     x = pooled if self.pooling == "cls" else masked_mean(hidden, padding_mask)
     rate = self.config.hidden_dropout if self.dropout_rate is None else self.dropout_rate

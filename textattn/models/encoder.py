@@ -64,6 +64,7 @@ class Classifier(nn.Module):
   mask_padding: bool = True
   bigram_buckets: int = 0
   mesh: Any = None  # sequence parallelism (EncoderBlock.mesh); the length is padded to split
+  attention_options: tuple = ()  # EncoderBlock.attention_options
 
   @nn.compact
   def __call__(self, tokens: Array, *, train: bool = False, padding_mask: Array | None = None,
@@ -101,7 +102,8 @@ class Classifier(nn.Module):
                                    attention_lib.get(self.attention).causal)
     for i in range(self.num_layers):
       x = EncoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate, self.norm,
-                       self.attention_impl, self.dtype, mesh=mesh, name=f"block_{i}")(
+                       self.attention_impl, self.dtype, mesh=mesh,
+                       attention_options=self.attention_options, name=f"block_{i}")(
                            x, padding_mask, deterministic=not train, length=length)
     if self.norm == "pre":
       x = nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name="final_norm")(x)
@@ -172,6 +174,7 @@ def validate_model_config(config: ml_collections.ConfigDict) -> None:
   for field, value in positive.items():
     check_integer(field, value, 1)
   variant.validate(m.attention_impl, m.embed_dim, m.num_heads, m.dtype)
+  attention_lib.build_options(variant, m)
   sequence.check_declared(variant, shards)
   if variant.causal and m.pooling == "cls":
     raise UsageError(f"config.model.pooling='cls' cannot be used with config.model.attention="
@@ -223,7 +226,8 @@ def _build(config: ml_collections.ConfigDict, num_classes: int, vocab_size: int 
       pooling=m.pooling, dtype=DTYPES[m.dtype],
       mask_padding=config.layout.padding != "before_as_token",
       bigram_buckets=config.embedding.bigram_buckets,
-      mesh=mesh if sharding.sequence_size(mesh) > 1 else None)
+      mesh=mesh if sharding.sequence_size(mesh) > 1 else None,
+      attention_options=attention_lib.build_options(attention_lib.get(m.attention), m))
 
 
 def _describe(config: ml_collections.ConfigDict) -> str:

@@ -189,6 +189,8 @@ class EncoderBlock(nn.Module):
   # A mesh with a "sequence" axis of S > 1 devices: attention is the variant's sequence-sharded
   # module (textattn/attention/sequence.py), x's length split over S; None: one device's.
   mesh: Any = None
+  # The variant's options (registry.build_options of config.model: config.model.window.size...)
+  attention_options: tuple = ()
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, *, deterministic: bool,
@@ -198,7 +200,7 @@ class EncoderBlock(nn.Module):
     attend = sequence.build(
         attention_lib.get(self.attention), self.mesh, num_heads=self.num_heads,
         implementation=self.attention_impl, dtype=self.dtype, name="attention",
-        **head_dim_argument(self.head_dim))
+        **head_dim_argument(self.head_dim), **dict(self.attention_options))
     layer_norm = lambda name: nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
     dropout = functools.partial(Dropout(self.dropout_rate), deterministic=deterministic,
                                 length=length)

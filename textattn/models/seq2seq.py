@@ -120,6 +120,7 @@ class DecoderBlock(nn.Module):
   head_dim: int | None = None  # None: embed // num_heads
   mesh: Any = None  # sequence parallelism of the self-attention (EncoderBlock.mesh)
   implementation: str = "xla"  # the self-attention's kernel (config.model.attention_impl)
+  attention_options: tuple = ()  # EncoderBlock.attention_options
 
   @nn.compact
   def __call__(self, x, padding_mask, memory, memory_mask, *, deterministic: bool,
@@ -132,7 +133,7 @@ class DecoderBlock(nn.Module):
         attention_lib.get(self.attention), None if decode else self.mesh,
         num_heads=self.num_heads, implementation=self.implementation, dtype=self.dtype,
         name="self_attention",
-        **head_dim_argument(self.head_dim))
+        **head_dim_argument(self.head_dim), **dict(self.attention_options))
     # (decode and segment ids are passed only when asked: a plugin's variant need not take them)
     extra = {"decode": True} if decode else {}
     if segment_ids is not None:

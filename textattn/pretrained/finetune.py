@@ -194,7 +194,8 @@ def _build(config, num_classes: int, vocab_size, bert_config, mesh):
   variant.validate(m.attention_impl, bert_config.hidden_size, bert_config.num_heads, m.dtype)
   impl = encoder.resolved_kernel(config, bert_config)
   return bert.BertClassifier(bert_config, num_classes, pooling=m.pooling, attention=m.attention,
-                             attention_impl=impl, dtype=encoder.DTYPES[m.dtype])
+                             attention_impl=impl, dtype=encoder.DTYPES[m.dtype],
+                             attention_options=attention.build_options(variant, m))
 
 
 def _describe(config) -> str:

@@ -94,6 +94,7 @@ def validate(config, device_count: int | None) -> None:
     check_choice("model.attention_impl", m.attention_impl, variant.implementations)
   else:
     variant.validate(m.attention_impl, m.embed_dim, m.num_heads, m.dtype)
+  attention.build_options(variant, m)
   if m.head_dim and not accepts_head_dim(m.attention):
     raise UsageError(f"config.model.head_dim={m.head_dim}: config.model.attention="
                      f"{m.attention!r} has no head size option (use head_dim=0).")

@@ -18,6 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from textattn import attention as attention_lib
 from textattn.attention.common import dense_init
 from textattn.models.layers import DTYPES
 from textattn.models.seq2seq import DecoderBlock, Embed, token_table
@@ -36,13 +37,15 @@ class LanguageModel(nn.Module):
   dtype: Any = jnp.float32
   head_dim: int | None = None  # None: embed // num_heads
   tie_output: bool = False  # logits = x @ token table^T + bias
+  attention_options: tuple = ()  # EncoderBlock.attention_options
 
   def setup(self):
     table = token_table(self.vocab_size, self.embed_dim, self.dtype) if self.tie_output else None
     self.token_table = table
     self.embed = Embed(self.vocab_size, self.max_len, self.embed_dim, self.dtype, table)
     self.blocks = [DecoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate,
-                                self.dtype, self.head_dim, implementation=self.attention_impl)
+                                self.dtype, self.head_dim, implementation=self.attention_impl,
+                                attention_options=self.attention_options)
                    for _ in range(self.num_layers)]
     if self.tie_output:
       self.logits_bias = self.param("logits_bias", nn.initializers.zeros, (self.vocab_size,))
@@ -71,4 +74,6 @@ def build(config, vocab_size: int) -> LanguageModel:
                        num_heads=m.num_heads, ffn_dim=m.ffn_dim, num_layers=m.num_layers,
                        attention=m.attention, attention_impl=m.attention_impl,
                        dropout_rate=m.dropout_rate, dtype=DTYPES[m.dtype],
-                       head_dim=m.head_dim or None, tie_output=m.tie_output)
+                       head_dim=m.head_dim or None, tie_output=m.tie_output,
+                       attention_options=attention_lib.build_options(
+                           attention_lib.get(m.attention), m))
