@@ -89,6 +89,12 @@ ENCODER_PATHS = [
     ("causal", "auto", CUDA, "float32", 2, 24, None),
     ("additive", "pallas_tpu", TPU, "float32", 2, 24, lowering.TPU_CALL),
     ("softmax", "splash", TPU, "bfloat16", 2, 256, lowering.TPU_CALL),
+    # The newer families' accelerator path is XLA's (einsums, scans): it must lower, and with
+    # no kernel call.
+    ("linear", "auto", CUDA, "bfloat16", 2, 24, None),
+    ("local", "auto", CUDA, "bfloat16", 2, 24, None),
+    ("performer", "auto", CUDA, "bfloat16", 2, 24, None),
+    ("local", "chunked", TPU, "bfloat16", 2, 24, None),
 ]
 
 
@@ -130,6 +136,28 @@ def test_the_translation_models_train_step_lowers_with_the_pallas_encoder(pallas
   # (models/seq2seq.py DecoderBlock: implementation "xla", the form its cached decoding steps
   # share), so it adds no kernel call.
   assert calls == {lowering.TRITON_CALL: 6}, calls
+
+
+CAUSAL_FAMILIES = [("causal_linear", "chunked"), ("causal_linear", "recurrent"),
+                   ("sliding_window", "chunked"), ("causal_performer", "chunked"),
+                   ("causal_additive", "chunked"), ("causal_additive_recurrent", "auto")]
+
+
+@pytest.mark.parametrize("attention,impl", CAUSAL_FAMILIES, ids=["-".join(c) for c in CAUSAL_FAMILIES])
+def test_the_language_models_train_step_lowers_for_cuda_with_each_causal_form(attention, impl):
+  """Packed rows with segment ids, bfloat16: each causal variant's form lowers for a GPU."""
+  from textattn.tasks.language_model import config as lm_config
+  from textattn.tasks.language_model import model as lm_model
+  from textattn.tasks.language_model import step as lm_step
+  config = lm_config.defaults()
+  m = config.model
+  m.attention, m.attention_impl, m.dtype = attention, impl, "bfloat16"
+  m.embed_dim, m.num_heads, m.ffn_dim, m.num_layers = 24, 2, 32, 1
+  config.max_len = 40
+  with common.traced_for(CUDA):
+    model = lm_model.build(config, 258)
+  batch = {"inputs": _tokens(4, 41)}
+  assert not _train_step_calls(model, lm_step.train_step, batch, 40, CUDA)
 
 
 def test_a_pretrained_encoders_train_step_lowers_with_the_pallas_kernel():
