@@ -203,8 +203,13 @@ def test_refusals_name_the_variants_that_work(tmp_path):
     with pytest.raises(UsageError, match=rf"^config.model.attention='{variant}' does not keep "
                                          r"packed documents apart .*: causal.*\.$"):
       runner.validate(tiny_config(path, model={"attention": variant}), None)
-  with pytest.raises(UsageError, match=r"^config.mesh.sequence=2: the language model does not "):
-    runner.validate(tiny_config(path, mesh={"sequence": 2}), None)
+  # On a sequence mesh: the variants whose sharded forms take segment ids (ring, prefix).
+  with pytest.raises(UsageError, match=r"^config.model.attention='sliding_window' declares no "
+                                       r"sequence sharding, so it cannot run with "
+                                       r"mesh.sequence=2; use mesh.sequence=1 or"):
+    runner.validate(tiny_config(path, mesh={"sequence": 2},
+                                model={"attention": "sliding_window"}), None)
+  runner.validate(tiny_config(path, mesh={"sequence": 2}), None)
   runner.validate(tiny_config(path), 1)
 
 

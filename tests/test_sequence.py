@@ -42,6 +42,25 @@ def test_sharded_outputs_and_gradients_equal_one_device(variant):
   for mesh, errors in result["errors"].items():
     assert errors["output"] <= TOLERANCE, (mesh, errors)
     assert errors["gradient"] <= TOLERANCE, (mesh, errors)
+  # Variants that take segment ids: packed rows (documents crossing shard boundaries) too.
+  from textattn import attention
+  assert bool(result["segment_errors"]) == attention.get(variant).segment_ids, result
+  for mesh, errors in result["segment_errors"].items():
+    assert errors["output"] <= TOLERANCE, (mesh, errors)
+    assert errors["gradient"] <= TOLERANCE, (mesh, errors)
+
+
+@pytest.mark.cpu_only
+def test_a_language_model_on_a_sequence_mesh_keeps_documents_apart_and_equals_one_device():
+  """Causal softmax (the ring) and causal additive (recurrent prefix over shards) as 2-layer
+  language models on a 1 x 2 and a 2 x 2 mesh: the logits equal one device's, and changing one
+  document of a packed row (one that crosses the shard boundary) leaves the others' unchanged."""
+  for variant in ("causal", "causal_additive_recurrent"):
+    result = run_on_eight_devices("lm_segments", variant)
+    for mesh, errors in result.items():
+      assert errors["against_one_device"] <= TOLERANCE, (variant, mesh, errors)
+      assert errors["other_documents"] <= TOLERANCE, (variant, mesh, errors)
+      assert errors["changed_document"] > 1e-3, (variant, mesh, errors)
 
 
 @pytest.mark.cpu_only
@@ -128,7 +147,27 @@ def _inputs(batch=2, length=32, embed=8):
   return x, jnp.asarray(mask), cotangent
 
 
+def _segment_ids():
+  """Packed rows for _inputs' masks: documents that cross shard boundaries, id 0 at the
+  padding."""
+  import jax.numpy as jnp
+  import numpy as np
+  ids = np.zeros((2, 32), np.int32)
+  ids[0, :11], ids[0, 11:20] = 1, 2
+  ids[1, :9], ids[1, 9:18], ids[1, 18:30] = 1, 2, 3
+  return jnp.asarray(ids)
+
+
 def _exactness(name: str) -> dict:
+  result = _exactness_of(name, None)
+  result["segment_errors"] = {}
+  from textattn import attention
+  if attention.get(name).segment_ids:
+    result["segment_errors"] = _exactness_of(name, _segment_ids())["errors"]
+  return result
+
+
+def _exactness_of(name: str, segment_ids) -> dict:
   import jax
   import jax.numpy as jnp
 
@@ -138,12 +177,15 @@ def _exactness(name: str) -> dict:
   x, mask, cotangent = _inputs()
   variant = attention.get(name)
   kwargs = {"num_heads": 2, "implementation": "xla", "dtype": jnp.float32, "name": "attention"}
+  extra = {} if segment_ids is None else {"segment_ids": segment_ids}
   one = variant.build(**kwargs)
   params = one.init(jax.random.key(0), x, mask)
 
   def outputs_and_gradients(module):
     def loss(params, x):
-      out = module.apply(params, x, mask)
+      out = module.apply(params, x, mask, **extra)
+      if segment_ids is not None:  # (a padding position's output is not compared)
+        out = jnp.where((segment_ids != 0)[..., None], out, 0.0)
       return jnp.sum(out * cotangent), out
     return jax.jit(jax.grad(loss, argnums=(0, 1), has_aux=True))(params, x)
 
@@ -213,8 +255,50 @@ def _refusals() -> dict:
   return messages
 
 
+def _lm_segments(name: str) -> dict:
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from textattn import sharding
+  from textattn.tasks.language_model import config as lm_config
+  from textattn.tasks.language_model import model as lm_model
+
+  config = lm_config.defaults()
+  m = config.model
+  m.attention, m.attention_impl = name, "xla"
+  m.embed_dim, m.num_heads, m.ffn_dim, m.num_layers = 16, 2, 32, 2
+  config.max_len = 30  # padded to 32 on the mesh (2 x 2 x 8 zig-zag chunks)
+  rng = np.random.default_rng(0)
+  # Two packed rows: row 0 holds documents of 9, 12 (crossing the middle) and 9 positions,
+  # row 1 one of 30.
+  inputs = jnp.asarray(rng.integers(3, 200, (2, config.max_len)), jnp.int32)
+  ids = np.ones((2, config.max_len), np.int32)
+  ids[0, 9:21], ids[0, 21:] = 2, 3
+  positions = np.concatenate([np.arange(9), np.arange(12), np.arange(9)])
+  ids, positions = jnp.asarray(ids), jnp.asarray(np.stack([positions, np.arange(30)]))
+  changed = inputs.at[0, 12:18].set((inputs[0, 12:18] + 7) % 200 + 3)  # inside document 2
+  one = lm_model.build(config, 258)
+  params = one.init(jax.random.key(0), inputs)
+  reference = one.apply(params, inputs, ids, positions)
+  result = {}
+  for data, shards in ((1, 2), (2, 2)):
+    mesh = sharding.make_mesh(data, shards)
+    model = lm_model.build(config, 258, mesh)
+    run = jax.jit(lambda t, model=model: model.apply(params, t, ids, positions))
+    a, b = run(inputs), run(changed)
+    others = jnp.concatenate([jnp.arange(9), jnp.arange(21, 30)])
+    scale = float(jnp.max(jnp.abs(reference)))
+    result[f"{data}x{shards}"] = {
+        "against_one_device": float(jnp.max(jnp.abs(a - reference))) / scale,
+        "other_documents": float(jnp.max(jnp.abs(a[0, others] - b[0, others]))) / scale,
+        "changed_document": float(jnp.max(jnp.abs(a[0, 12:21] - b[0, 12:21]))) / scale}
+  return result
+
+
 if __name__ == "__main__":
   check, variant = sys.argv[1:3]
   result = {"exactness": lambda: _exactness(variant), "balance": _balance,
+            "lm_segments": lambda: _lm_segments(variant),
             "refusals": _refusals, "communication": _communication}[check]()
   print(json.dumps(result))

@@ -213,6 +213,34 @@ def test_translation_trains_with_its_encoder_and_decoder_split_over_two_devices(
     assert f.read() == g.read()
 
 
+def test_a_language_model_trains_split_over_two_devices_like_one_device(tmp_path):
+  """Packed documents, causal softmax, mesh.sequence=2: every logged loss and the test bits per
+  byte equal one device's (a variant with no sequence sharding: test_language_model.py's
+  refusals)."""
+  from tests.test_language_model import write_documents
+  from tests.test_train import REPO, read_metrics, run_main
+  write_documents(tmp_path / "docs.txt")
+  args = [f"--config={REPO / 'configs' / 'imdb_lm_bytes.py'}",
+          f"--config.dataset={tmp_path / 'docs.txt'}", "--config.val_documents=8",
+          "--config.test_documents=8", "--config.max_len=31", "--config.batch_size=8",
+          "--config.num_train_steps=6", "--config.eval_every_steps=6",
+          "--config.checkpoint_every_steps=6", "--config.log_every_steps=2", "--config.kn_order=0",
+          "--config.intervals_dataset=", "--config.model.embed_dim=16",
+          "--config.model.num_heads=2", "--config.model.ffn_dim=32", "--config.model.num_layers=1",
+          f"--config.cache_dir={tmp_path / 'cache'}"]
+  mesh = ["--config.platform.num_cpu_devices=2", "--config.mesh.sequence=2"]
+  one = run_main(args, tmp_path / "one", wait=False)
+  split = run_main(args + mesh, tmp_path / "split", wait=False)
+  _finish(one), _finish(split)
+  rows = [read_metrics(tmp_path / run) for run in ("one", "split")]
+  losses = [[r["train/loss"] for r in run if "train/loss" in r] for run in rows]
+  assert len(losses[0]) == len(losses[1]) == 3
+  for a, b in zip(*losses, strict=True):
+    assert abs(a - b) <= TOLERANCE * a, losses
+  a, b = (run[-1]["test/bits_per_byte"] for run in rows)
+  assert abs(a - b) <= TOLERANCE * a, (a, b)
+
+
 def test_a_variant_that_declares_no_sharding_is_refused_before_the_workdir_is_touched(tmp_path,
                                                                                         toy):
   # (toy: registers "toy_mean", which declares no sharding)

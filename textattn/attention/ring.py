@@ -66,9 +66,10 @@ def _schedule(layout: str | None, first: bool, me, owner, n: int, apply: Callabl
                       carry), computed
 
 
-def _visible(key_mask, q_pos, k_pos, causal: bool) -> Array:
-  """bool [batch, 1, q, k]."""
-  visible = key_mask[:, None, None, :]
+def _visible(key_ids, query_ids, q_pos, k_pos, causal: bool) -> Array:
+  """bool [batch, 1, q, k]: the key is real (id != 0) and of the query's segment (same id)."""
+  visible = (key_ids[:, None, None, :] != 0) & (key_ids[:, None, None, :]
+                                                 == query_ids[:, None, :, None])
   if causal:
     visible = visible & (q_pos[:, None] >= k_pos[None, :])[None, None]
   return visible
@@ -81,7 +82,17 @@ def _visible(key_mask, q_pos, k_pos, causal: bool) -> Array:
 # (L/S)^2 per device at the longest lengths); in a loop, only one step's temporaries are live
 # (experiments/seq_parallel/README.md has the compiled memory before and after).
 
-def _ring_forward(query, key, value, padding_mask, layout):
+def _ids(padding_mask: Array, query_ids: Array | None) -> tuple[Array, Array]:
+  """(key ids, query ids) int32 [batch, n]: without segments, real keys 1 and padding 0, every
+  query 1; with them (`query_ids`: the run number + 1 of every position), the key's own id
+  where it is real, else 0."""
+  if query_ids is None:
+    return padding_mask.astype(jnp.int32), jnp.ones(padding_mask.shape, jnp.int32)
+  query_ids = query_ids.astype(jnp.int32)
+  return jnp.where(padding_mask, query_ids, 0), query_ids
+
+
+def _ring_forward(query, key, value, padding_mask, query_ids, layout):
   """Forward ring on one shard: (out [b, n, h, d], logsumexp [b, h, n], chunk-blocks)."""
   shards = jax.lax.axis_size(SEQUENCE)
   me = jax.lax.axis_index(SEQUENCE)
@@ -90,13 +101,14 @@ def _ring_forward(query, key, value, padding_mask, layout):
   causal = layout is not None
   q = query.astype(f32) * head_dim ** -0.5
   q_pos = _positions(me, n, shards, layout)
+  key_ids, q_ids = _ids(padding_mask, query_ids)
 
   def apply(running, blocks, kv, k_pos):
-    k_all, v_all, k_mask = kv
+    k_all, v_all, k_ids = kv
     m_run, l_run, o_run = running
     for qs, ks in blocks:
       s = jnp.einsum("bqhd,bkhd->bhqk", q[:, qs], k_all[:, ks].astype(f32))
-      visible = _visible(k_mask[:, ks], q_pos[qs], k_pos[ks], causal)
+      visible = _visible(k_ids[:, ks], q_ids[:, qs], q_pos[qs], k_pos[ks], causal)
       m_blk = jnp.max(jnp.where(visible, s, MASK_VALUE), axis=-1)
       p = jnp.where(visible, jnp.exp(s - m_blk[..., None]), 0.0)
       m_old = m_run[..., qs]
@@ -116,7 +128,7 @@ def _ring_forward(query, key, value, padding_mask, layout):
 
   running = (jnp.full((batch, heads, n), MASK_VALUE, f32), jnp.zeros((batch, heads, n), f32),
              jnp.zeros((batch, heads, n, head_dim), f32))
-  kv = (key, value, padding_mask)
+  kv = (key, value, key_ids)
   running, computed = step(True, 0, running, kv)
 
   def later(t, state):  # step t >= 1: the keys of device me - t, received from me - 1
@@ -134,26 +146,28 @@ def _ring_forward(query, key, value, padding_mask, layout):
   return out.transpose(0, 2, 1, 3).astype(query.dtype), logsumexp, computed
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def ring_attention_shard(query: Array, key: Array, value: Array, padding_mask: Array,
-                         layout: str | None = None) -> Array:
+                         query_ids: Array | None = None, layout: str | None = None) -> Array:
   """One shard of exact softmax attention by a ring (inside shard_map over "sequence").
 
   layout None: bidirectional, contiguous shards. "zigzag": causal, shard i holding chunks i and
   2S-1-i of the sequence (`to_zigzag`). "contiguous": causal on contiguous shards (unbalanced:
-  the last device computes S times the blocks of the first; kept to show the difference)."""
-  return _ring_forward(query, key, value, padding_mask, layout)[0]
+  the last device computes S times the blocks of the first; kept to show the difference).
+  query_ids int32 [batch, n] (None: no segments): each position's segment run + 1
+  (`common.segment_runs`); a query sees only the real keys of its own run."""
+  return _ring_forward(query, key, value, padding_mask, query_ids, layout)[0]
 
 
-def _ring_fwd(query, key, value, padding_mask, layout):
-  out, logsumexp, _ = _ring_forward(query, key, value, padding_mask, layout)
-  return out, (query, key, value, padding_mask, out, logsumexp)
+def _ring_fwd(query, key, value, padding_mask, query_ids, layout):
+  out, logsumexp, _ = _ring_forward(query, key, value, padding_mask, query_ids, layout)
+  return out, (query, key, value, padding_mask, query_ids, out, logsumexp)
 
 
 def _ring_bwd(layout, residuals, d_out):
   """Flash attention's backward, ring by ring: the key/value blocks travel round again with their
   gradient accumulators, which a last pass brings home."""
-  query, key, value, padding_mask, out, logsumexp = residuals
+  query, key, value, padding_mask, query_ids, out, logsumexp = residuals
   shards = jax.lax.axis_size(SEQUENCE)
   me = jax.lax.axis_index(SEQUENCE)
   n, head_dim = query.shape[1], query.shape[-1]
@@ -162,16 +176,17 @@ def _ring_bwd(layout, residuals, d_out):
   scale = head_dim ** -0.5
   q = query.astype(f32) * scale
   q_pos = _positions(me, n, shards, layout)
+  key_ids, q_ids = _ids(padding_mask, query_ids)
   d_o = d_out.astype(f32).transpose(0, 2, 1, 3)  # [b, h, n, d]
   delta = jnp.sum(d_o * out.astype(f32).transpose(0, 2, 1, 3), axis=-1)  # [b, h, n]
 
   def apply(grads, blocks, kv, k_pos):
-    k_all, v_all, k_mask = kv
+    k_all, v_all, k_ids = kv
     d_q, d_k, d_v = grads
     for qs, ks in blocks:
       k_blk, v_blk = k_all[:, ks].astype(f32), v_all[:, ks].astype(f32)
       s = jnp.einsum("bqhd,bkhd->bhqk", q[:, qs], k_blk)
-      visible = _visible(k_mask[:, ks], q_pos[qs], k_pos[ks], causal)
+      visible = _visible(k_ids[:, ks], q_ids[:, qs], q_pos[qs], k_pos[ks], causal)
       p = jnp.where(visible, jnp.exp(s - logsumexp[..., qs, None]), 0.0)
       d_v = d_v.at[:, ks].add(jnp.einsum("bhqk,bhqd->bkhd", p, d_o[..., qs, :]))
       d_p = jnp.einsum("bhqd,bkhd->bhqk", d_o[..., qs, :], v_blk)
@@ -185,14 +200,14 @@ def _ring_bwd(layout, residuals, d_out):
     block = functools.partial(apply, kv=kv, k_pos=_positions(owner, n, shards, layout))
     return _schedule(layout, first, me, owner, n, block, grads)[0]
 
-  kv = (key, value, padding_mask)
+  kv = (key, value, key_ids)
   grads = step(True, 0, (jnp.zeros(q.shape, f32), jnp.zeros(key.shape, f32),
                          jnp.zeros(value.shape, f32)), kv)
 
   def later(t, state):  # step t >= 1: blocks and their gradients so far arrive from me - 1
-    (d_q, d_k, d_v), (k_all, v_all, k_mask) = state
-    # Keys, values and their gradients travel as one array (one collective a step), the mask
-    # as int8. (Unrolled, the backward's ppermutes once repeated the forward's exactly and XLA's
+    (d_q, d_k, d_v), (k_all, v_all, k_ids) = state
+    # Keys, values and their gradients travel as one array (one collective a step), the key
+    # ids (int32) beside them. (Unrolled, the backward's ppermutes once repeated the forward's exactly and XLA's
     # CSE reused the forward's results, keeping every received block alive until the backward;
     # in a loop they sit in another body than the forward's, but at S = 2 XLA inlines both
     # one-trip loops, and the packing, which differs from what the forward sends, still keeps
@@ -201,7 +216,7 @@ def _ring_bwd(layout, residuals, d_out):
                     shards)
     kv = (packed[..., :head_dim].astype(key.dtype),
           packed[..., head_dim:2 * head_dim].astype(value.dtype),
-          _shift(k_mask.astype(jnp.int8), shards).astype(bool))
+          _shift(k_ids, shards))
     d_kv = (packed[..., 2 * head_dim:3 * head_dim], packed[..., 3 * head_dim:])
     return step(False, t, (d_q, *d_kv), kv), kv
 
@@ -209,7 +224,7 @@ def _ring_bwd(layout, residuals, d_out):
   packed = _shift(jnp.concatenate([d_k, d_v], -1), shards)  # home to the keys' owner
   d_k, d_v = packed[..., :head_dim], packed[..., head_dim:]
   return ((d_q * scale).astype(query.dtype), d_k.astype(key.dtype), d_v.astype(value.dtype),
-          None)
+          None, None)
 
 
 ring_attention_shard.defvjp(_ring_fwd, _ring_bwd)
@@ -265,7 +280,7 @@ def ring_block_counts(mesh: jax.sharding.Mesh, layout: str | None, batch: int, l
   shape = (batch, length, heads, head_dim)
 
   def count(q, k, v, mask):
-    return jnp.reshape(_ring_forward(q, k, v, mask, layout)[2], (1,))
+    return jnp.reshape(_ring_forward(q, k, v, mask, None, layout)[2], (1,))
 
   spec = jax.P(None, SEQUENCE)
   counted = jax.shard_map(count, mesh=mesh, in_specs=(spec, spec, spec, spec),

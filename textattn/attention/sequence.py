@@ -40,8 +40,8 @@ import jax.numpy as jnp
 from textattn import sharding
 from textattn.attention import registry
 from textattn.attention.additive import fastformer_output, fastformer_projections
-from textattn.attention.causal_additive import _combine, _scores
-from textattn.attention.common import MASK_VALUE, Array, dense_init, merged_mean
+from textattn.attention.causal_additive import _combine_runs, _scores
+from textattn.attention.common import MASK_VALUE, Array, dense_init, merged_mean, segment_runs
 from textattn.attention.ring import from_zigzag, ring_attention_shard, to_zigzag
 from textattn.errors import UsageError
 
@@ -78,33 +78,34 @@ def additive_shard(query: Array, key: Array, padding_mask: Array, alpha_kernel: 
 # ---------------------------------------------------------------------------------------------
 # Causal additive, recurrent form: local scan + exclusive prefix of the shards' totals.
 
-def _prefix_over_shards(scores: Array, values: Array, padding_mask: Array) -> Array:
-  """`causal_additive.prefix_softmax_sum` of the whole sequence, for this shard's positions."""
+def _prefix_over_shards(scores: Array, values: Array, padding_mask: Array,
+                        runs: Array) -> Array:
+  """`causal_additive.prefix_softmax_sum` of the whole sequence, for this shard's positions,
+  each position pooling only its own run (`runs` int32 [batch, n], global run numbers)."""
   real = padding_mask[:, :, None]
   m = jnp.where(real, scores, MASK_VALUE)
   w = jnp.broadcast_to(real, scores.shape).astype(jnp.float32)
   v = values.astype(jnp.float32) * w[..., None]
-  run_m, run_v, run_w = jax.lax.associative_scan(_combine, (m, v, w), axis=1)
-  # Every shard's total (its last running sum); those of the shards before this one are merged.
-  totals = jax.lax.all_gather((run_m[:, -1], run_v[:, -1], run_w[:, -1]), SEQUENCE)
-  shards = totals[0].shape[0]
-  before = jnp.arange(shards) < jax.lax.axis_index(SEQUENCE)
-  m_all = jnp.where(before[:, None, None], totals[0], MASK_VALUE)  # [S, batch, heads]
-  top = jax.lax.stop_gradient(jnp.max(m_all, axis=0))
-  scale = jnp.where(before[:, None, None], jnp.exp(m_all - top), 0.0)
-  prefix_v = jnp.sum(totals[1] * scale[..., None], axis=0)
-  prefix_w = jnp.sum(totals[2] * scale, axis=0)
-  _, total_v, total_w = _combine((top[:, None], prefix_v[:, None], prefix_w[:, None]),
-                                 (run_m, run_v, run_w))
+  local = jax.lax.associative_scan(_combine_runs, (runs[:, :, None], m, v, w), axis=1)
+  # Every shard's total (its last run's running sums); those of the shards before this one are
+  # merged in order, each dropping what came before its last run (a segmented scan of S).
+  totals = jax.lax.all_gather(tuple(x[:, -1] for x in local), SEQUENCE)
+  me = jax.lax.axis_index(SEQUENCE)
+  prefix = (jnp.full_like(totals[0][0], -1), jnp.full_like(totals[1][0], MASK_VALUE),
+            jnp.zeros_like(totals[2][0]), jnp.zeros_like(totals[3][0]))
+  for j in range(totals[0].shape[0]):
+    merged = _combine_runs(prefix, tuple(t[j] for t in totals))
+    prefix = tuple(jnp.where(j < me, new, old) for new, old in zip(merged, prefix, strict=True))
+  _, _, total_v, total_w = _combine_runs(tuple(x[:, None] for x in prefix), local)
   return merged_mean(total_v, total_w)
 
 
-def recurrent_causal_additive_shard(query: Array, key: Array, padding_mask: Array,
+def recurrent_causal_additive_shard(query: Array, key: Array, padding_mask: Array, runs: Array,
                                     alpha_kernel: Array, beta_kernel: Array) -> Array:
   """One shard's `causal_additive.recurrent_causal_additive` (inside shard_map)."""
-  global_query = _prefix_over_shards(_scores(query, alpha_kernel), query, padding_mask)
+  global_query = _prefix_over_shards(_scores(query, alpha_kernel), query, padding_mask, runs)
   mixed = key.astype(jnp.float32) * global_query  # p_i = g_q(i) * k_i needs the corrected g_q
-  global_key = _prefix_over_shards(_scores(mixed, beta_kernel), mixed, padding_mask)
+  global_key = _prefix_over_shards(_scores(mixed, beta_kernel), mixed, padding_mask, runs)
   return (query.astype(jnp.float32) * global_key).astype(query.dtype)
 
 
@@ -142,31 +143,38 @@ def sharded_additive(query, key, padding_mask, alpha_kernel, beta_kernel, *, mes
 
 
 def sharded_recurrent_causal_additive(query, key, padding_mask, alpha_kernel, beta_kernel, *,
-                                      mesh) -> Array:
-  """`causal_additive.recurrent_causal_additive`, length split over "sequence"."""
+                                      mesh, segment_ids: Array | None = None) -> Array:
+  """`causal_additive.recurrent_causal_additive`, length split over "sequence"; segment_ids
+  (0 = padding) as there: each position pools only its own segment."""
   _check_shards(mesh, query.shape[1])
-  return _sharded(recurrent_causal_additive_shard, mesh, 3, 2)(
-      query, key, padding_mask, alpha_kernel, beta_kernel)
+  real, runs = segment_runs(padding_mask, segment_ids)
+  return _sharded(recurrent_causal_additive_shard, mesh, 4, 2)(
+      query, key, real, runs, alpha_kernel, beta_kernel)
 
 
 def sharded_softmax(query, key, value, padding_mask, *, mesh, causal: bool = False,
-                    layout: str = "zigzag", zigzag_input: bool = False) -> Array:
+                    layout: str = "zigzag", zigzag_input: bool = False,
+                    segment_ids: Array | None = None) -> Array:
   """Exact softmax attention (causal: look-ahead masked) by ring over "sequence".
 
   Arguments in the model's (contiguous) order unless zigzag_input (then already in zig-zag order
   along each shard pair, as `to_zigzag` leaves them). Causal layouts: "zigzag" (balanced) or
-  "contiguous" (for comparison)."""
+  "contiguous" (for comparison). segment_ids int32 [batch, length] (0 = padding): a position
+  attends only to its own segment (`common.segment_runs`, computed over the whole row)."""
   multiple = 2 if causal and layout == "zigzag" else 1
   _check_shards(mesh, query.shape[1], multiple)
   ring_layout = layout if causal else None
   reorder = ring_layout == "zigzag" and not zigzag_input
 
-  def core(q, k, v, mask):
+  def core(q, k, v, mask, *ids):
     if reorder:
-      q, k, v, mask = (to_zigzag(a) for a in (q, k, v, mask))
-    out = ring_attention_shard(q, k, v, mask, ring_layout)
+      q, k, v, mask, *ids = (to_zigzag(a) for a in (q, k, v, mask, *ids))
+    out = ring_attention_shard(q, k, v, mask, ids[0] if ids else None, ring_layout)
     return from_zigzag(out) if reorder else out
-  return _sharded(core, mesh, 4, 0)(query, key, value, padding_mask)
+  if segment_ids is None:
+    return _sharded(core, mesh, 4, 0)(query, key, value, padding_mask)
+  real, runs = segment_runs(padding_mask, segment_ids)
+  return _sharded(core, mesh, 5, 0)(query, key, value, real, runs + 1)
 
 
 class ShardedAdditiveAttention(nn.Module):
@@ -193,11 +201,12 @@ class ShardedCausalAdditiveAttention(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x: Array, padding_mask: Array) -> Array:
+  def __call__(self, x: Array, padding_mask: Array, *,
+               segment_ids: Array | None = None) -> Array:
     query, key, alpha_kernel, beta_kernel = fastformer_projections(self, x, self.num_heads,
                                                                    self.dtype)
     u = sharded_recurrent_causal_additive(query, key, padding_mask, alpha_kernel, beta_kernel,
-                                          mesh=self.mesh)
+                                          mesh=self.mesh, segment_ids=segment_ids)
     return fastformer_output(u, query, self.dtype)
 
 
@@ -212,14 +221,15 @@ class ShardedSelfAttention(nn.Module):
   layout: str = "zigzag"  # causal only: "zigzag" (balanced) or "contiguous"
 
   @nn.compact
-  def __call__(self, x: Array, padding_mask: Array) -> Array:
+  def __call__(self, x: Array, padding_mask: Array, *,
+               segment_ids: Array | None = None) -> Array:
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
     dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     query, key, value = (dense(name=name)(x) for name in ("query", "key", "value"))
     out = sharded_softmax(query, key, value, padding_mask, mesh=self.mesh, causal=self.causal,
-                          layout=self.layout)
+                          layout=self.layout, segment_ids=segment_ids)
     return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
                            name="out")(out)
 

@@ -6,12 +6,14 @@ HLO runs (all-reduce and collective-permute: the result's size; all-gather: the 
 reduce-scatter: the result x S), one in a while loop's body (the ring's steps) once per iteration
 (`collective_bytes`). The formulas, with B the batch per device (the batch / data shards),
 H heads, D head_dim, n = length / S per shard, f = 4 bytes (float32), P parameters, KV = B n H D f
-(one shard's keys or values) and MK = B n (its padding mask, 1 byte a token):
+(one shard's keys or values), MK = B n (its padding mask, 1 byte a token) and ID = 4 B n (its
+key ids, int32: 0 for padding, else the segment's run + 1, 1 without segments):
   additive:      2 rounds x (pmax B H + psum B H (D + 1)) f forward, 2 x psum B H D f backward
                  (the cotangents of the global query and key) = (4 B H D + 4 B H) f
   recurrent:     2 rounds x all_gather of the shard totals B H (D + 2) f forward; backward the
-                 transposes, reduce-scatters of S x that = 2 (1 + S) B H (D + 2) f
-  softmax ring:  forward (S - 1)(2 KV + MK); backward (S - 1)(2 KV + MK) for the blocks and
+                 transposes, reduce-scatters of S x that = 2 (1 + S) B H (D + 2) f; plus the
+                 shards' last run numbers (int32, gathered once for both rounds) 4 B
+  softmax ring:  forward (S - 1)(2 KV + ID); backward (S - 1)(2 KV + ID) for the blocks and
                  S x 2 KV for their gradients (the last pass brings them home)
   causal ring:   the softmax ring's, plus the zig-zag reorder of q, k, v, mask and out and, in
                  the backward pass, of their gradients: 8 KV + MK
@@ -141,12 +143,13 @@ def formula(name: str, batch: int, length: int, heads: int, head_dim: int, shard
   f = 4
   n = length // shards
   kv, mk = batch * n * heads * head_dim * f, batch * n
+  ids = 4 * mk
   bh = batch * heads
   core = {
       "additive": (4 * bh * head_dim + 4 * bh) * f,
-      "causal_additive_recurrent": 2 * (1 + shards) * bh * (head_dim + 2) * f,
-      "softmax": 2 * (shards - 1) * (2 * kv + mk) + shards * 2 * kv,
-      "causal": 2 * (shards - 1) * (2 * kv + mk) + shards * 2 * kv + 8 * kv + mk,
+      "causal_additive_recurrent": 2 * (1 + shards) * bh * (head_dim + 2) * f + 4 * batch,
+      "softmax": 2 * (shards - 1) * (2 * kv + ids) + shards * 2 * kv,
+      "causal": 2 * (shards - 1) * (2 * kv + ids) + shards * 2 * kv + 8 * kv + mk,
   }[name]
   core_params = 2 * heads * head_dim * heads if "additive" in name else 0
   axes = 2 if data > 1 else 1

@@ -28,8 +28,8 @@ from textattn.tasks.language_model.config import defaults, validate
 
 def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
   lm = data_lib.load_data(config, workdir, write=is_main)
-  module = model_lib.build(config, lm.tokenizer.vocab_size)
   mesh = platform.config_mesh(config)
+  module = model_lib.build(config, lm.tokenizer.vocab_size, mesh)
   train_iter = TrainIterator(lm.dataset.train, config.batch_size, config.seed,
                              *platform.row_block(mesh))
   evaluator = step_lib.make_evaluator(config.platform.eval_batch_size, mesh,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ml_collections
 
 from textattn import attention, optim
+from textattn.attention import sequence
 from textattn.checks import check_choice, check_integer
 from textattn.data import tfds_source
 from textattn.data.raw import not_a_file
@@ -83,10 +84,7 @@ def validate(config, device_count: int | None) -> None:
     raise UsageError(f"config.model.attention={m.attention!r} does not keep packed documents "
                      f"apart (no segment ids); a language model needs one that does: "
                      f"{', '.join(segment_variants()) or 'none is registered'}.")
-  if config.mesh.sequence > 1:
-    raise UsageError(f"config.mesh.sequence={config.mesh.sequence}: the language model does not "
-                     f"split a row over devices yet (its segment ids have no ring form); use "
-                     f"mesh.sequence=1.")
+  sequence.check_declared(variant, config.mesh.sequence)
   for field in ("embed_dim", "num_heads", "ffn_dim", "num_layers"):
     check_integer(f"model.{field}", m[field], 1)
   check_integer("model.head_dim", m.head_dim, 0)

@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 
 from textattn import attention as attention_lib
+from textattn import sharding
 from textattn.attention.common import dense_init
-from textattn.models.layers import DTYPES
+from textattn.models.layers import DTYPES, pad_for_mesh
 from textattn.models.seq2seq import DecoderBlock, Embed, token_table
 
 
@@ -38,14 +39,19 @@ class LanguageModel(nn.Module):
   head_dim: int | None = None  # None: embed // num_heads
   tie_output: bool = False  # logits = x @ token table^T + bias
   attention_options: tuple = ()  # EncoderBlock.attention_options
+  # A mesh whose "sequence" axis (S > 1 devices) splits each row's attention (training and
+  # evaluation; decoding stays on one device): the row is padded to 2S-divisible length.
+  mesh: Any = None
 
   def setup(self):
+    # (Initialised without the mesh: the same parameters, from a dummy batch of one row.)
+    self._mesh = None if self.is_initializing() else self.mesh
     table = token_table(self.vocab_size, self.embed_dim, self.dtype) if self.tie_output else None
     self.token_table = table
     self.embed = Embed(self.vocab_size, self.max_len, self.embed_dim, self.dtype, table)
     self.blocks = [DecoderBlock(self.attention, self.num_heads, self.ffn_dim, self.dropout_rate,
                                 self.dtype, self.head_dim, implementation=self.attention_impl,
-                                attention_options=self.attention_options)
+                                attention_options=self.attention_options, mesh=self._mesh)
                    for _ in range(self.num_layers)]
     if self.tie_output:
       self.logits_bias = self.param("logits_bias", nn.initializers.zeros, (self.vocab_size,))
@@ -59,16 +65,24 @@ class LanguageModel(nn.Module):
     data.row_fields): packed documents; None: each row one document from position 0."""
     mask = jnp.ones(tokens.shape, bool) if decode else tokens != 0
     x = self.embed(tokens, decode=decode, positions=None if decode else positions)
+    length = x.shape[1]
+    if not decode:
+      x, mask = pad_for_mesh(x, mask, self._mesh, causal=True)
+      if segment_ids is not None and x.shape[1] > length:  # (the padding: id 0, no segment)
+        segment_ids = jnp.pad(segment_ids, ((0, 0), (0, x.shape[1] - length)))
     for block in self.blocks:
-      x = block(x, mask, None, None, deterministic=not train, decode=decode,
+      x = block(x, mask, None, None, deterministic=not train, decode=decode, length=length,
                 segment_ids=None if decode else segment_ids)
+    x = x[:, :length]  # (the mesh's padding dropped)
     if self.tie_output:
       table = self.token_table.embedding.astype(jnp.float32)
       return jnp.einsum("...d,vd->...v", x.astype(jnp.float32), table) + self.logits_bias
     return self.logits(x)
 
 
-def build(config, vocab_size: int) -> LanguageModel:
+def build(config, vocab_size: int, mesh=None) -> LanguageModel:
+  """`mesh`: the run's (platform.config_mesh); its sequence axis, if it has more than one device,
+  splits the attention (None: one device's model, as for generation)."""
   m = config.model
   return LanguageModel(vocab_size=vocab_size, max_len=config.max_len, embed_dim=m.embed_dim,
                        num_heads=m.num_heads, ffn_dim=m.ffn_dim, num_layers=m.num_layers,
@@ -76,4 +90,5 @@ def build(config, vocab_size: int) -> LanguageModel:
                        dropout_rate=m.dropout_rate, dtype=DTYPES[m.dtype],
                        head_dim=m.head_dim or None, tie_output=m.tie_output,
                        attention_options=attention_lib.build_options(
-                           attention_lib.get(m.attention), m))
+                           attention_lib.get(m.attention), m),
+                       mesh=mesh if sharding.sequence_size(mesh) > 1 else None)
