@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fcntl
 import json
 import os
 import platform
@@ -172,17 +173,27 @@ def main() -> None:
   unknown = sorted(set(variants) - set(allowed))
   if unknown:
     raise SystemExit(f"--variants: {', '.join(unknown)} unknown; allowed: {', '.join(allowed)}.")
-  done = set()
-  if os.path.exists(out):
-    done = {(r["variant"], r["seed"], r["steps"]) for r in read_lines(out)}
+  os.makedirs(args.runs, exist_ok=True)
   for seed in (int(s) for s in args.seeds.split(",")):  # seed-major: pairs complete early
     for variant in variants:
+      # Several copies of the study may run at once (one a core, `taskset -c N`): each run is
+      # claimed by an exclusive lock on a file beside its workdir (released if a copy dies),
+      # and the record file is read again before each run.
+      done = ({(r["variant"], r["seed"], r["steps"]) for r in read_lines(out)}
+              if os.path.exists(out) else set())
       if (variant, seed, steps) in done:
         continue
-      record = (run_one(variant, seed, steps, args.runs) if lm
-                else run_classifier(variant, seed, args.runs))
-      with open(out, "a") as f:
-        f.write(json.dumps(record) + "\n")
+      claim = open(os.path.join(args.runs, f"{variant}_s{seed}_{steps}.claim"), "w")  # noqa: SIM115
+      try:
+        fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        claim.close()
+        continue
+      with claim:
+        record = (run_one(variant, seed, steps, args.runs) if lm
+                  else run_classifier(variant, seed, args.runs))
+        with open(out, "a") as f:
+          f.write(json.dumps(record) + "\n")
       print(json.dumps(record), flush=True)
   print(summarize(out))
 

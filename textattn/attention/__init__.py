@@ -20,6 +20,7 @@ from textattn.attention import causal  # noqa: F401
 from textattn.attention import additive  # noqa: F401
 from textattn.attention import causal_additive  # noqa: F401
 from textattn.attention import linear  # noqa: F401
+from textattn.attention import feature_maps  # noqa: F401 -- learned maps of linear
 from textattn.attention import sliding_window  # noqa: F401
 from textattn.attention import performer  # noqa: F401
 from textattn.attention import sequence  # noqa: F401 -- declares the built-ins' sharding

@@ -40,6 +40,7 @@ at each segment start, a boundary inside a chunk included. Decoding (`step`) res
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -309,13 +310,23 @@ def check_chunk_size(chunk_size: int, sub_config: str) -> None:
                      f"number of positions.")
 
 
-def linear_keywords(feature_map: str, chunk_size: int) -> dict:
-  """config.model.linear.{feature_map, chunk_size} -> the build keywords of the same names."""
+def linear_keywords(feature_map: str, chunk_size: int, features: int) -> dict:
+  """config.model.linear.{feature_map, chunk_size, features} -> the build keywords feature_map,
+  chunk_size and feature_options (features, for a map whose builder takes it; 0: its default)."""
   if feature_map not in FEATURE_MAPS:
     raise UsageError(f"config.model.linear.feature_map={feature_map!r} is not a feature map; "
                      f"allowed: {', '.join(FEATURE_MAPS)}.")
   check_chunk_size(chunk_size, "linear")
-  return {"feature_map": feature_map, "chunk_size": chunk_size}
+  if not isinstance(features, int) or isinstance(features, bool) or features < 0:
+    raise UsageError(f"config.model.linear.features={features!r} must be a number of features "
+                     f">= 1 (0: the map's default).")
+  options = ()
+  if features:
+    if "features" not in inspect.signature(FEATURE_MAPS[feature_map]).parameters:
+      raise UsageError(f"config.model.linear.features={features}: feature map "
+                       f"{feature_map!r} has no feature count (use 0).")
+    options = (("features", features),)
+  return {"feature_map": feature_map, "chunk_size": chunk_size, "feature_options": options}
 
 
 def variant(name: str, causal: bool, description: str) -> registry.Variant:
@@ -327,7 +338,7 @@ def variant(name: str, causal: bool, description: str) -> registry.Variant:
       causal=causal,
       segment_ids=causal,
       options="linear",
-      option_defaults=(("feature_map", "elu1"), ("chunk_size", 64)),
+      option_defaults=(("feature_map", "elu1"), ("chunk_size", 64), ("features", 0)),
       option_keywords=linear_keywords,
       forward_flops=forward_flops,
       kernels=KERNEL_LABELS[causal],
