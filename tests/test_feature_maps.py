@@ -112,3 +112,66 @@ def test_hedgehog_starts_at_the_identity_and_the_maps_parameters_train():
     grads = jax.grad(lambda p, layer=layer: jnp.sum(layer.apply({"params": p}, x, mask) ** 2))(
         params)
     assert all(np.abs(np.asarray(g)).max() > 0 for g in jax.tree.leaves(grads["feature_map"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# LoLCATs' window + linear hybrid (textattn/attention/hybrid.py).
+
+def reference_hybrid(q, k, v, fq, fk, mask, g, window, causal, xp=jnp):
+  """The hybrid's formula in float64, position by position in its masks."""
+  t, i = np.arange(L)[:, None], np.arange(L)[None, :]
+  visible = mask[:, None, None, :] & ((i <= t) if causal else np.ones((L, L), bool))[None, None]
+  band = ((t - i >= 0) & (t - i < window)) if causal else (np.abs(t - i) <= window)
+  inside, outside = visible & band[None, None], visible & ~band[None, None]
+  s = xp.einsum("bthd,bihd->bhti", q, k) / np.sqrt(D)
+  top = xp.max(xp.where(inside, s, -np.inf), axis=-1, keepdims=True)
+  top = xp.where(xp.isfinite(top), top, 0.0)
+  near = xp.where(inside, g[None, :, None, None] * xp.exp(xp.where(inside, s - top, 0.0)), 0.0)
+  far = (1 - g[None, :, None, None]) * xp.einsum("bthf,bihf->bhti", fq, fk) * outside
+  w = near + far
+  total = w.sum(-1)
+  out = xp.einsum("bhti,bihd->bthd", w, v)
+  return xp.where((total > 0).transpose(0, 2, 1)[..., None],
+                  out / xp.where(total > 0, total, 1.0).transpose(0, 2, 1)[..., None], 0.0)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_window_linear_hybrid_matches_float64_values_and_gradients(causal):
+  from textattn.attention import hybrid
+  rng = np.random.default_rng(3)
+  q, k, v, cotangent = (rng.normal(size=(B, L, H, D)).astype(np.float32) for _ in range(4))
+  fq, fk = (np.abs(rng.normal(size=(B, L, H, 5))).astype(np.float32) for _ in range(2))
+  g = np.array([0.3, 0.8], np.float32)
+  mask, _ = padding_and_segments()
+  fn = functools.partial(hybrid.hybrid_attention, real=jnp.asarray(mask), window=3,
+                         causal=causal)
+  got = jax.jit(lambda *a: values_and_grads(lambda q, k, v, fq, fk, g: fn(q, k, v, fq, fk, mix=g),
+                                            a, cotangent))(q, k, v, fq, fk, g)
+  with jax.enable_x64(True):
+    args = tuple(jnp.asarray(a, jnp.float64) for a in (q, k, v, fq, fk, g))
+    want = values_and_grads(lambda q, k, v, fq, fk, g: reference_hybrid(
+        q, k, v, fq, fk, mask, g, 3, causal), args, jnp.asarray(cotangent, jnp.float64))
+  for what, a, b in zip(("out", "d_q", "d_k", "d_v", "d_fq", "d_fk", "d_g"), got, want):
+    assert_relatively_close(a, b, 2e-5, what)
+  if causal:  # a later key changes no earlier output
+    changed = k.copy()
+    changed[:, 7:] += 1.0
+    later = np.asarray(fn(q, changed, v, fq, fk, mix=g))
+    np.testing.assert_array_equal(later[:, :7], np.asarray(got[0])[:, :7])
+
+
+def test_window_linear_with_a_window_over_the_row_is_softmax_with_the_same_weights():
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(2, 9, 8)), jnp.float32)
+  mask = jnp.asarray(rng.random((2, 9)) > 0.2).at[:, 0].set(True)
+  for hybrid_name, softmax_name in (("window_linear", "softmax"), ("causal_window_linear",
+                                                                   "causal")):
+    hybrid = attention.get(hybrid_name).build(num_heads=2, window=9)
+    params = hybrid.init(jax.random.key(0), x, mask)["params"]
+    softmax = attention.get(softmax_name).build(num_heads=2, implementation="xla")
+    kept = {name: params[name] for name in ("query", "key", "value", "out")}
+    np.testing.assert_allclose(hybrid.apply({"params": params}, x, mask),
+                               softmax.apply({"params": kept}, x, mask), atol=2e-6)
+    short = attention.get(hybrid_name).build(num_heads=2, window=2)
+    assert np.abs(short.apply({"params": params}, x, mask)
+                  - softmax.apply({"params": kept}, x, mask)).max() > 1e-3

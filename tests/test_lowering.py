@@ -95,6 +95,7 @@ ENCODER_PATHS = [
     ("local", "auto", CUDA, "bfloat16", 2, 24, None),
     ("performer", "auto", CUDA, "bfloat16", 2, 24, None),
     ("local", "chunked", TPU, "bfloat16", 2, 24, None),
+    ("window_linear", "xla", CUDA, "bfloat16", 2, 24, None),
 ]
 
 

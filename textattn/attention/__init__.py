@@ -23,6 +23,7 @@ from textattn.attention import linear  # noqa: F401
 from textattn.attention import feature_maps  # noqa: F401 -- learned maps of linear
 from textattn.attention import sliding_window  # noqa: F401
 from textattn.attention import performer  # noqa: F401
+from textattn.attention import hybrid  # noqa: F401
 from textattn.attention import sequence  # noqa: F401 -- declares the built-ins' sharding
 from textattn.attention.common import usable_cores
 from textattn.attention.registry import (Variant, build_options, default_options, get,

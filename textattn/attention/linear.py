@@ -310,21 +310,23 @@ def check_chunk_size(chunk_size: int, sub_config: str) -> None:
                      f"number of positions.")
 
 
-def linear_keywords(feature_map: str, chunk_size: int, features: int) -> dict:
+def linear_keywords(feature_map: str, chunk_size: int, features: int,
+                    sub_config: str = "linear") -> dict:
   """config.model.linear.{feature_map, chunk_size, features} -> the build keywords feature_map,
   chunk_size and feature_options (features, for a map whose builder takes it; 0: its default)."""
+  where = f"config.model.{sub_config}"
   if feature_map not in FEATURE_MAPS:
-    raise UsageError(f"config.model.linear.feature_map={feature_map!r} is not a feature map; "
-                     f"allowed: {', '.join(FEATURE_MAPS)}.")
-  check_chunk_size(chunk_size, "linear")
+    raise UsageError(f"{where}.feature_map={feature_map!r} is not a feature map; allowed: "
+                     f"{', '.join(FEATURE_MAPS)}.")
+  check_chunk_size(chunk_size, sub_config)
   if not isinstance(features, int) or isinstance(features, bool) or features < 0:
-    raise UsageError(f"config.model.linear.features={features!r} must be a number of features "
-                     f">= 1 (0: the map's default).")
+    raise UsageError(f"{where}.features={features!r} must be a number of features >= 1 (0: the "
+                     f"map's default).")
   options = ()
   if features:
     if "features" not in inspect.signature(FEATURE_MAPS[feature_map]).parameters:
-      raise UsageError(f"config.model.linear.features={features}: feature map "
-                       f"{feature_map!r} has no feature count (use 0).")
+      raise UsageError(f"{where}.features={features}: feature map {feature_map!r} has no "
+                       f"feature count (use 0).")
     options = (("features", features),)
   return {"feature_map": feature_map, "chunk_size": chunk_size, "feature_options": options}
 
