@@ -2,6 +2,7 @@
 fixture: zero loss when the student is the teacher, a loss that falls in a few steps, and only
 the parameters meant to train move."""
 
+import json
 import pathlib
 
 import jax
@@ -72,3 +73,71 @@ def test_a_few_steps_lower_the_loss_and_move_only_the_trainable_parameters(setti
                              jax.tree.leaves(params), jax.tree.leaves(trains), strict=True):
     moved = bool(np.any(np.asarray(a) != np.asarray(b)))
     assert moved == bool(t), jax.tree_util.keystr(path)
+
+
+def test_a_run_with_a_transfer_stage_logs_it_and_resumes_bit_identically(tmp_path, monkeypatch):
+  """The stage in a fine-tuning run: its per-layer curve is written and falls; a run killed in
+  the stage (simulated: it dies after the stage's first step) and then stopped in fine-tuning
+  ends with the uninterrupted run's parameters and report."""
+  import os
+  import shutil
+  import signal
+
+  from tests.test_finetune import finetune_config
+  from tests.test_train import assert_trees_identical, restore_params
+  from textattn import checkpointing, errors
+  from textattn import run as runner
+  model_dir = tmp_path / "tiny_bert"
+  shutil.copytree(FIXTURE, model_dir)
+  config = finetune_config(tmp_path, model_dir, num_train_steps=16)
+  config.model.attention = "additive"
+  config.attention_transfer = transfer.default_config()
+  config.attention_transfer.update(num_steps=6, log_every_steps=2, learning_rate=1e-2)
+  straight = runner.train_and_evaluate(config, str(tmp_path / "straight"))
+  curve = [json.loads(line) for line in
+           (tmp_path / "straight" / transfer.CURVE_FILE).read_text().splitlines()]
+  assert [row["step"] for row in curve] == [2, 4, 6]
+  assert set(curve[0]) == {"step", "attention_transfer/loss", "attention_transfer/layer_0",
+                           "attention_transfer/layer_1"}
+  assert curve[-1]["attention_transfer/loss"] < curve[0]["attention_transfer/loss"]
+
+  class Killed(Exception):
+    pass
+
+  original = transfer.make_step
+
+  def dies_in_the_stage(*args, **kwargs):
+    tx, step = original(*args, **kwargs)
+
+    def step_then_die(*a):
+      step(*a)
+      raise Killed
+    return tx, step_then_die
+  monkeypatch.setattr(transfer, "make_step", dies_in_the_stage)
+  with pytest.raises(Killed):
+    runner.train_and_evaluate(config, str(tmp_path / "resumed"))
+  monkeypatch.setattr(transfer, "make_step", original)
+  save = checkpointing.save
+
+  def save_then_terminate(*args, **kwargs):
+    save(*args, **kwargs)
+    monkeypatch.setattr(checkpointing, "save", save)
+    os.kill(os.getpid(), signal.SIGTERM)
+  monkeypatch.setattr(checkpointing, "save", save_then_terminate)
+  with pytest.raises(errors.Stopped):
+    runner.train_and_evaluate(config, str(tmp_path / "resumed"))
+  assert runner.train_and_evaluate(config, str(tmp_path / "resumed")) == straight
+  assert_trees_identical(restore_params(tmp_path / "straight")[1],
+                         restore_params(tmp_path / "resumed")[1])
+
+
+def test_a_transfer_stage_needs_a_pretrained_encoder():
+  from textattn import defaults
+  from textattn.errors import UsageError
+  from textattn.tasks.classification import config as classification_config
+  config = defaults.complete(defaults.classification())
+  config.attention_transfer = transfer.default_config()
+  config.attention_transfer.num_steps = 5
+  with pytest.raises(UsageError, match=r"^config.attention_transfer.num_steps=5 trains a "
+                                       r"pretrained encoder's new attention"):
+    classification_config.validate(config, None)

@@ -16,8 +16,16 @@ attention transfer"), and the loss is exactly 0 when the student is the teacher 
 softmax). What trains (`trainable`): the student attention's parameters the teacher does not have
 (a feature map, a hybrid's mix, additive attention's alpha/beta) and, by default, its output
 projection "out" ("new", "new+out", "new+out+qk": queries and keys too); everything else is
-frozen (optax.masked: no update, no optimizer state). This module holds the stage's pure pieces:
-`layer_inputs`, `transfer_loss`, `trainable`, `make_step`; not yet wired into a run's start.
+frozen (optax.masked: no update, no optimizer state).
+
+In a run (`config.attention_transfer.num_steps > 0` with `config.model.pretrained`): a fresh
+start's encoder parameters are the checkpoint's (finetune.start_params) plus the student's new
+ones, initialised from `config.seed`; `run_stage` then trains them for `num_steps` steps of
+`config.batch_size` of the run's own training texts (shuffled by `config.seed`; never validation
+or test) with Adam at `learning_rate`, and the fine-tuning starts from the result. The per-layer
+losses go to DIR/attention_transfer.jsonl. The stage is deterministic: a run killed during it
+repeats it exactly when restarted; a run killed later resumes from its checkpoint and never
+repeats it. The config's `attention_transfer` fields join the run contract (config.json).
 """
 
 from __future__ import annotations
@@ -31,18 +39,45 @@ import ml_collections
 import optax
 
 from textattn import attention as attention_lib
-from textattn.checks import check_choice
+from textattn.checks import check_choice, check_integer
+from textattn.errors import UsageError
 from textattn.models import bert
 
 TRAINS = ("new", "new+out", "new+out+qk")
 
 
+CURVE_FILE = "attention_transfer.jsonl"
+
+
 def default_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.num_steps = 300  # 0: no transfer stage
+  c.num_steps = 0  # 0: no transfer stage (e.g. 300)
   c.learning_rate = 1e-3
   c.train = "new+out"  # TRAINS
+  c.log_every_steps = 25
   return c
+
+
+def enabled(config) -> bool:
+  part = config.get("attention_transfer")
+  return bool(part) and part.num_steps > 0
+
+
+def validate_config(config) -> None:
+  """One sentence naming the first bad field."""
+  part = config.get("attention_transfer")
+  if not part:
+    return
+  check_integer("attention_transfer.num_steps", part.num_steps, 0)
+  check_integer("attention_transfer.log_every_steps", part.log_every_steps, 1)
+  check_choice("attention_transfer.train", part.train, TRAINS)
+  if not isinstance(part.learning_rate, float | int) or not part.learning_rate > 0:
+    raise UsageError(f"config.attention_transfer.learning_rate={part.learning_rate!r} must be a "
+                     f"positive number.")
+  if part.num_steps and not config.model.pretrained:
+    raise UsageError(f"config.attention_transfer.num_steps={part.num_steps} trains a pretrained "
+                     f"encoder's new attention to imitate its softmax attention; set "
+                     f"config.model.pretrained, or num_steps=0.")
 
 
 def layer_inputs(config: bert.BertConfig, teacher_params, tokens, padding_mask):
@@ -122,3 +157,62 @@ def make_step(config: bert.BertConfig, student: str, teacher_params, mask_tree,
     updates, opt_state = tx.update(grads, opt_state, student_params)
     return optax.apply_updates(student_params, updates), opt_state, total, per_layer
   return tx, step
+
+
+def run_stage(config, model, pretrained, train_inputs, *, announce: bool):
+  """({"encoder": the student's encoder parameters after the stage}, the curve rows): `model`
+  the run's BertClassifier, `pretrained` the loaded checkpoint (hf.Pretrained), `train_inputs`
+  the training split's token ids int32 [N, max_len] (0 = padding)."""
+  import numpy as np
+
+  from textattn.models import encoder
+  from textattn.pretrained import hf
+  part, c, m = config.attention_transfer, pretrained.config, config.model
+  length = config.max_len
+  teacher_model = bert.BertClassifier(c, 2, pooling=m.pooling, attention="softmax",
+                                      attention_impl="xla")
+  teacher = hf.init_params(teacher_model, pretrained, jax.random.key(0), length)[0]
+  student = hf.init_params(model, pretrained,
+                           jax.random.fold_in(jax.random.key(config.seed), 0x7a7), length)[0]
+  teacher, student = (jax.tree.map(jnp.asarray, p) for p in (teacher, student))
+  mask_tree = trainable(student, teacher, part.train)
+  implementation = encoder.resolved_kernel(config, c)
+  options = attention_lib.build_options(attention_lib.get(m.attention), m)
+  tx, step = make_step(c, m.attention, teacher, mask_tree, float(part.learning_rate),
+                       implementation=implementation, options=options)
+  step = jax.jit(step)
+  opt_state = tx.init(student)
+  rng = np.random.default_rng(config.seed)
+  order, at, batch = rng.permutation(len(train_inputs)), 0, config.batch_size
+  curve, window = [], []
+  if announce:
+    count = sum(int(np.size(x)) for x, t in zip(jax.tree.leaves(student),
+                                                 jax.tree.leaves(mask_tree), strict=True) if t)
+    print(f"Attention transfer: {part.num_steps} steps training {count:,} {m.attention} "
+          f"attention parameters to imitate the softmax teacher ...", flush=True)
+  for i in range(1, part.num_steps + 1):
+    if at + batch > len(order):
+      order, at = rng.permutation(len(train_inputs)), 0
+    tokens = jnp.asarray(train_inputs[order[at:at + batch]], jnp.int32)
+    at += batch
+    student, opt_state, _, per_layer = step(student, opt_state, tokens, tokens != 0)
+    window.append(np.asarray(per_layer))
+    if i % part.log_every_steps == 0 or i == part.num_steps:
+      mean = np.mean(window, axis=0)
+      row = {"step": i, "attention_transfer/loss": float(mean.sum())}
+      row.update({f"attention_transfer/layer_{j}": float(v) for j, v in enumerate(mean)})
+      curve.append(row)
+      window = []
+      if announce:
+        print(f"  transfer step {i}/{part.num_steps}: loss {row['attention_transfer/loss']:.4g} "
+              f"(per layer: {', '.join(f'{v:.3g}' for v in mean)})", flush=True)
+  return {"encoder": jax.tree.map(np.asarray, student["encoder"])}, curve
+
+
+def write_curve(workdir: str, curve: list[dict]) -> None:
+  import json
+  import os
+
+  from textattn.data import atomic_write
+  text = "".join(json.dumps(row) + "\n" for row in curve)
+  atomic_write(os.path.join(workdir, CURVE_FILE), lambda f: f.write(text))

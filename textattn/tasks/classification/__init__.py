@@ -22,7 +22,7 @@ from textattn.errors import UsageError
 from textattn.metrics import summarize_eval
 from textattn.models import baselines
 from textattn.pretrained import finetune
-from textattn.recipes import pretrain, vectors, word2vec
+from textattn.recipes import attention_transfer, pretrain, vectors, word2vec
 from textattn.tasks.classification import classifier, kernels, predictions, step
 from textattn.tasks.classification.config import PARTS, defaults, validate
 
@@ -168,6 +168,11 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
                            f"model this workdir was started with (its "
                            f"{finetune.WORKDIR_FILE} differs); use a new workdir.")
       params = finetune.start_params(model, config.max_len, source, announce=is_main)
+      if attention_transfer.enabled(config):  # (deterministic: a killed stage repeats exactly)
+        params, curve = attention_transfer.run_stage(config, model, source, data.train.inputs,
+                                                     announce=is_main)
+        if is_main:
+          attention_transfer.write_curve(workdir, curve)
     if pretrain.enabled(config):
       # Every process writes its cache (atomically; identical content): caches may be per host.
       params, curve = pretrain.pretrain(config, data.tokenizer, data.vocab_size)

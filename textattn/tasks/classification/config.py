@@ -17,7 +17,7 @@ from textattn.data import ngrams
 from textattn.errors import UsageError
 from textattn.models import baselines, layers
 from textattn.pretrained import finetune
-from textattn.recipes import pretrain, word2vec
+from textattn.recipes import attention_transfer, pretrain, word2vec
 
 EVAL_SPLITS = ("validation", "test")
 
@@ -29,6 +29,8 @@ PARTS = {
     "ngrams": ngrams.default_config,  # tokenizer="ngram", architecture="bag"
     "embedding": layers.embedding_config,  # init (random | word2vec | vectors:PATH), extras
     "bilstm": baselines.bilstm_config,  # architecture="bilstm"
+    # a pretrained encoder's new attention trained to imitate its softmax first
+    "attention_transfer": attention_transfer.default_config,
 }
 
 
@@ -99,6 +101,7 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None) -> Non
     # (before JAX starts: a variant that cannot be split is refused before anything runs)
     sequence.check_declared(attention.get(config.model.attention), config.mesh.sequence)
   finetune.validate_config(config)
+  attention_transfer.validate_config(config)
   if config.model.pretrained and pretrain.enabled(config):
     raise UsageError(f"config.pretrain.objective={config.pretrain.objective!r} pretrains a model "
                      f"from scratch; config.model.pretrained starts from one already trained: "
