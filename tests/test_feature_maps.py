@@ -105,12 +105,12 @@ def test_hedgehog_starts_at_the_identity_and_the_maps_parameters_train():
                        ("t2r", {"map_kernel", "map_bias"})):
     layer = attention.get("causal_linear").build(num_heads=2, feature_map=name,
                                                  implementation="chunked", chunk_size=4)
-    params = layer.init(jax.random.key(0), x, mask)["params"]
+    params = jax.jit(layer.init)(jax.random.key(0), x, mask)["params"]
     assert set(params["feature_map"]) == leaves, params["feature_map"].keys()
     if name == "hedgehog":
       np.testing.assert_array_equal(params["feature_map"]["query_kernel"][1], np.eye(4))
-    grads = jax.grad(lambda p, layer=layer: jnp.sum(layer.apply({"params": p}, x, mask) ** 2))(
-        params)
+    grads = jax.jit(jax.grad(
+        lambda p, layer=layer: jnp.sum(layer.apply({"params": p}, x, mask) ** 2)))(params)
     assert all(np.abs(np.asarray(g)).max() > 0 for g in jax.tree.leaves(grads["feature_map"]))
 
 

@@ -356,7 +356,7 @@ def init_params(model, pretrained: Pretrained, rng: jax.Array, length: int,
   """(params, Transfer): `model` initialised from `rng`, then every parameter `select` keeps
   replaced by the checkpoint's value (cast to the fresh parameter's dtype)."""
   tokens = np.full((1, length), pretrained.config.pad_token_id + 1, np.int32)
-  params = model.init(rng, tokens)["params"]
+  params = jax.jit(model.init)(rng, tokens)["params"]  # (jitted: a BERT init op by op is slow)
   kept, report = select(params, pretrained, prefix)
   flat_kept = flatten(kept)
   merged = {name: (np.asarray(flat_kept[name], value.dtype) if name in flat_kept else value)
