@@ -21,6 +21,10 @@ The cores, each exact against one device (tests/test_sequence.py; n = length / S
   exclusive prefix of the shards' totals (all_gather of their totals, combined below the shard's
   index) merged in; once for the global query, then, depending on it, for the global key.
 The direct causal additive form (O(length^2), each key re-scored per position) declares nothing.
+Segment ids (packed documents; the causal ring and the recurrent form): the runs of the whole row
+(`common.segment_runs`) are computed before the split; the ring sends each key block's ids with
+it and a query sees only keys of its own run; the prefix merges the shards' totals as a
+segmented scan (a shard's total only continues the run it ends with).
 
 On every platform the per-block computation is XLA's einsum (a flash kernel per block on GPUs is
 not wired in), and only the xla semantics are offered: `implementation` is accepted and ignored.
