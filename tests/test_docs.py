@@ -101,7 +101,8 @@ def _load_config(value: str) -> ml_collections.ConfigDict:
   from textattn import run
   from textattn.config import load
   path = REPO / value
-  return run.complete(load(str(path) if path.is_file() else value))
+  return run.with_parts(run.complete(load(str(path) if path.is_file() else value)),
+                       *run.option_parts())
 
 
 @functools.cache

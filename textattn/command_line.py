@@ -157,7 +157,7 @@ def _split_part_overrides(argv: list[str], config_flag: str):
   try:
     config = load(paths[-1])
     from textattn import run  # (lazy: JAX and the registries load only for such overrides)
-    known = run.parts(config.task)
+    known = {**run.parts(config.task), **run.option_parts()}
   except Exception:  # noqa: BLE001 -- the normal parse reports a broken config or task
     return argv, []
   late = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -85,10 +86,23 @@ def complete(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return config_lib.complete(config, parts(config.task))
 
 
+def option_parts() -> dict:
+  """The attention variants' option sub-configs (config.model.window, .linear, .performer, ...;
+  registry.Variant.options): opt-in like the parts above, but added only where a config file
+  or the command line names them (`complete` leaves them out: a workdir's contract holds only
+  what its run used)."""
+  found = {}
+  for name in attention.names():
+    variant = attention.get(name)
+    if variant.options and f"model.{variant.options}" not in found:
+      found[f"model.{variant.options}"] = functools.partial(attention.default_options, name)
+  return found
+
+
 def with_parts(config: ml_collections.ConfigDict, *names: str) -> ml_collections.ConfigDict:
-  """`config` with the opt-in parts `names` (run.PARTS, Task.parts) it lacks added at their
-  defaults, so a config file can change their fields: `with_parts(config, "ngrams")`."""
-  known = parts(config.task)
+  """`config` with the opt-in parts `names` (run.PARTS, Task.parts, option_parts) it lacks added
+  at their defaults, so a config file can change their fields: `with_parts(config, "ngrams")`."""
+  known = {**parts(config.task), **option_parts()}
   for name in names:
     check_choice("opt-in part", name, tuple(known))
     *parents, leaf = name.split(".")

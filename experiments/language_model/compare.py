@@ -128,25 +128,28 @@ def summarize(path: str) -> str:
   metric, speed_key = (("test_bits_per_byte", "tokens_per_s") if lm
                        else ("test_accuracy", "examples_per_s"))
   variants, base = (VARIANTS, BASE) if lm else (CLASSIFIERS, "softmax")
+  scale, digits = (1.0, 3) if lm else (100.0, 2)  # (accuracy in percent)
   table: dict[str, dict[int, float]] = {}
   for r in records:
-    table.setdefault(r["variant"], {})[r["seed"]] = r[metric]
+    table.setdefault(r["variant"], {})[r["seed"]] = r[metric] * scale
   header = (f"| variant | seeds | {metric} (mean +- sd) | - {base}, paired (95% CI) "
             f"| {speed_key} | wall s |")
   lines = [header, "|---|---|---|---|---|---|"]
   for variant in [v for v in variants if v in table]:
     mine = [r for r in records if r["variant"] == variant]
-    values = [r[metric] for r in mine]
+    values = [r[metric] * scale for r in mine]
     sd = statistics.stdev(values) if len(values) > 1 else float("nan")
     paired = ""
     if variant != base and base in table:
       p = paired_summary(table, base, variant)
       if p["ci95"]:
-        paired = f"{p['mean_diff']:+.4f} [{p['ci95'][0]:+.4f}, {p['ci95'][1]:+.4f}] (n={p['n']})"
+        paired = (f"{p['mean_diff']:+.{digits}f} [{p['ci95'][0]:+.{digits}f}, "
+                  f"{p['ci95'][1]:+.{digits}f}] (n={p['n']})")
     speed = statistics.mean(r[speed_key] for r in mine)
     wall = statistics.mean(r["wall_s"] for r in mine)
     lines.append(f"| {variant} | {','.join(str(r['seed']) for r in mine)} | "
-                 f"{statistics.mean(values):.3f} +- {sd:.3f} | {paired} | {speed:,.0f} | "
+                 f"{statistics.mean(values):.{digits}f} +- {sd:.{digits}f} | {paired} | "
+                 f"{speed:,.0f} | "
                  f"{wall:.0f} |")
   return "\n".join(lines)
 
