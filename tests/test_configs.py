@@ -80,6 +80,21 @@ def test_a_shipped_config_is_found_by_name_from_any_directory(tmp_path):
   assert "did you mean imdb_fastformer?" in typo.stderr
 
 
+def test_a_variant_option_on_the_command_line_reaches_the_model():
+  """--config.model.linear.* on a config without config.model.linear (an option part, added
+  when named): the learned map's 8 features show in the parameter table; a misspelt field is
+  one line, exit 2."""
+  command = [sys.executable, "-m", "textattn.summary", "--config=imdb_keras_fast",
+             "--config.model.attention=linear", "--config.model.linear.feature_map=hedgehog"]
+  done = subprocess.run(command + ["--config.model.linear.features=8"], capture_output=True,
+                        text=True, check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "key_kernel[2, 16, 8]" in done.stdout
+  typo = subprocess.run(command + ["--config.model.linear.featres=8"], capture_output=True,
+                        text=True, check=False)
+  assert typo.returncode == 2 and "did you mean config.model.linear.features?" in typo.stderr
+
+
 def _leaves(config, prefix=""):
   out = []
   for name, value in config.items():
