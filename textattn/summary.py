@@ -26,7 +26,7 @@ def main(argv):
   with user_errors():
     attention.load_plugins(_PLUGINS.value)
     config = run.complete(_CONFIG.value)  # (the opt-in parts the config leaves out, defaulted)
-    if config.get("task", "classification") != "classification":
+    if "architecture" not in config.model:  # (a classifier's field: other tasks' models differ)
       raise UsageError(f"textattn.summary prints a classifier's parameter table; config.task="
                        f"{config.task!r} builds its model from its data (its vocabulary), so "
                        f"its table is the one textattn.main prints when the run starts.")

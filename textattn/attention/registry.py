@@ -100,7 +100,8 @@ def build_options(variant: Variant, model_config) -> tuple[tuple[str, Any], ...]
   if not variant.options:
     return ()
   fields = dict(variant.option_defaults)
-  given = model_config.get(variant.options) if model_config is not None else None
+  given = (model_config[variant.options]
+           if model_config is not None and variant.options in model_config else None)
   if given is not None:
     unknown = sorted(set(given) - set(fields))
     if unknown:

@@ -31,17 +31,22 @@ repeats it. The config's `attention_transfer` fields join the run contract (conf
 from __future__ import annotations
 
 import functools
+import json
+import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from textattn import attention as attention_lib
 from textattn.checks import check_choice, check_integer
+from textattn.data import atomic_write
 from textattn.errors import UsageError
-from textattn.models import bert
+from textattn.models import bert, encoder
+from textattn.pretrained import hf
 
 TRAINS = ("new", "new+out", "new+out+qk")
 
@@ -59,15 +64,14 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def enabled(config) -> bool:
-  part = config.get("attention_transfer")
-  return bool(part) and part.num_steps > 0
+  return "attention_transfer" in config and config.attention_transfer.num_steps > 0
 
 
 def validate_config(config) -> None:
   """One sentence naming the first bad field."""
-  part = config.get("attention_transfer")
-  if not part:
+  if "attention_transfer" not in config:
     return
+  part = config.attention_transfer
   check_integer("attention_transfer.num_steps", part.num_steps, 0)
   check_integer("attention_transfer.log_every_steps", part.log_every_steps, 1)
   check_choice("attention_transfer.train", part.train, TRAINS)
@@ -163,10 +167,6 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool):
   """({"encoder": the student's encoder parameters after the stage}, the curve rows): `model`
   the run's BertClassifier, `pretrained` the loaded checkpoint (hf.Pretrained), `train_inputs`
   the training split's token ids int32 [N, max_len] (0 = padding)."""
-  import numpy as np
-
-  from textattn.models import encoder
-  from textattn.pretrained import hf
   part, c, m = config.attention_transfer, pretrained.config, config.model
   length = config.max_len
   teacher_model = bert.BertClassifier(c, 2, pooling=m.pooling, attention="softmax",
@@ -210,9 +210,5 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool):
 
 
 def write_curve(workdir: str, curve: list[dict]) -> None:
-  import json
-  import os
-
-  from textattn.data import atomic_write
   text = "".join(json.dumps(row) + "\n" for row in curve)
   atomic_write(os.path.join(workdir, CURVE_FILE), lambda f: f.write(text))
