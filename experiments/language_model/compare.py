@@ -49,17 +49,22 @@ def config_path(variant: str) -> str:
   return "configs/imdb_lm_bytes.py" if variant == BASE else f"configs/imdb_lm_{variant}.py"
 
 
+def run_main(command: list[str], variant: str, seed: int, workdir: str) -> float:
+  """Runs one textattn.main command; its wall time in seconds, or exit naming the failed run."""
+  started = time.perf_counter()
+  done = subprocess.run(command, cwd=REPO, check=False)
+  if done.returncode:
+    raise SystemExit(f"{variant} seed {seed}: textattn.main exited {done.returncode} "
+                     f"(workdir {workdir}); fix it and run the study again.")
+  return time.perf_counter() - started
+
+
 def run_classifier(variant: str, seed: int, runs: str) -> dict:
   """One IMDB classifier at imdb_softmax.py's recipe with only the attention changed."""
   workdir = os.path.join(runs, f"imdb_{variant}_s{seed}")
   command = [sys.executable, "-m", "textattn.main", "--config=configs/imdb_softmax.py",
              f"--workdir={workdir}", f"--config.seed={seed}", f"--config.model.attention={variant}"]
-  started = time.perf_counter()
-  done = subprocess.run(command, cwd=REPO, check=False)
-  wall = time.perf_counter() - started
-  if done.returncode:
-    raise SystemExit(f"{variant} seed {seed}: textattn.main exited {done.returncode} "
-                     f"(workdir {workdir}); fix it and run the study again.")
+  wall = run_main(command, variant, seed, workdir)
   rows = read_lines(os.path.join(workdir, "metrics.jsonl"))
   train = [r["train/examples_per_sec"] for r in rows if "train/examples_per_sec" in r]
   val = [r["val/accuracy"] for r in rows if "val/accuracy" in r]
@@ -99,12 +104,7 @@ def run_one(variant: str, seed: int, steps: int, runs: str) -> dict:
              f"--config.num_train_steps={steps}", f"--config.eval_every_steps={half}",
              f"--config.checkpoint_every_steps={half}",
              f"--config.optimizer.warmup_steps={max(steps // 10, 1)}", "--config.kn_order=0"]
-  started = time.perf_counter()
-  done = subprocess.run(command, cwd=REPO, check=False)
-  wall = time.perf_counter() - started
-  if done.returncode:
-    raise SystemExit(f"{variant} seed {seed}: textattn.main exited {done.returncode} "
-                     f"(workdir {workdir}); fix it and run the study again.")
+  wall = run_main(command, variant, seed, workdir)
   with open(os.path.join(workdir, "lm_report.json")) as f:
     report = json.load(f)
   rows = read_lines(os.path.join(workdir, "metrics.jsonl"))
