@@ -39,11 +39,15 @@ def test_the_loss_is_zero_when_the_student_is_the_teacher(setting):
   c, _, tokens, mask, params_for = setting
   teacher = params_for("softmax")
   @jax.jit
-  def loss(teacher, tokens, mask):
+  def loss_against(student, teacher, tokens, mask):
     inputs = transfer.layer_inputs(c, teacher, tokens, mask)
-    return transfer.transfer_loss(c, "softmax", teacher, teacher, inputs, mask)
-  total, per_layer = loss(teacher, tokens, mask)
+    return transfer.transfer_loss(c, "softmax", student, teacher, inputs, mask)
+  total, per_layer, relative = loss_against(teacher, teacher, tokens, mask)
   assert float(total) == 0.0 and per_layer.shape == (c.num_layers,)
+  assert np.all(np.asarray(relative) == 0.0)
+  zero = jax.tree.map(jnp.zeros_like, teacher)  # outputs zeros: relative error exactly 1
+  _, _, relative = loss_against(zero, teacher, tokens, mask)
+  np.testing.assert_allclose(np.asarray(relative), 1.0, rtol=1e-6)
 
 
 @pytest.mark.parametrize("student,options,train", [
@@ -69,7 +73,7 @@ def test_a_few_steps_lower_the_loss_and_move_only_the_trainable_parameters(setti
   before = params
   losses = []
   for _ in range(8):
-    params, state, total, _ = step(params, state, tokens, mask)
+    params, state, total, _, _ = step(params, state, tokens, mask)
     losses.append(float(total))
   assert losses[-1] < 0.8 * losses[0], losses
   for (path, a), b, t in zip(jax.tree_util.tree_leaves_with_path(before),
@@ -101,7 +105,8 @@ def test_a_run_with_a_transfer_stage_logs_it_and_resumes_bit_identically(tmp_pat
            (tmp_path / "straight" / transfer.CURVE_FILE).read_text().splitlines()]
   assert [row["step"] for row in curve] == [2, 4, 6]
   assert set(curve[0]) == {"step", "attention_transfer/loss", "attention_transfer/layer_0",
-                           "attention_transfer/layer_1"}
+                           "attention_transfer/layer_1", "attention_transfer/relative_0",
+                           "attention_transfer/relative_1"}
   assert curve[-1]["attention_transfer/loss"] < curve[0]["attention_transfer/loss"]
 
   class Killed(Exception):

@@ -106,12 +106,14 @@ def _attention(config: bert.BertConfig, name: str, implementation: str,
 def transfer_loss(config: bert.BertConfig, student: str, student_params, teacher_params,
                   inputs, padding_mask, *, implementation: str = "xla",
                   options: tuple[tuple[str, Any], ...] = ()):
-  """(total, per-layer losses [L]) of the module docstring, float32."""
+  """(total, per-layer losses [L], per-layer relative errors [L]) of the module docstring,
+  float32; a relative error is the loss over the teacher's mean square output (1.0: no better
+  than outputting zeros), comparable across layers and variants."""
   teacher_attention = _attention(config, "softmax", "xla")
   student_attention = _attention(config, student, implementation, options)
   real = padding_mask.astype(jnp.float32)[..., None]
   count = jnp.maximum(jnp.sum(real) * config.hidden_size, 1.0)
-  losses = []
+  losses, energies = [], []
   for i, h in enumerate(inputs):
     block = f"block_{i}"
     want = teacher_attention.apply(
@@ -120,8 +122,10 @@ def transfer_loss(config: bert.BertConfig, student: str, student_params, teacher
         {"params": student_params["encoder"][block]["attention"]}, h, padding_mask)
     error = (got.astype(jnp.float32) - jax.lax.stop_gradient(want).astype(jnp.float32)) * real
     losses.append(jnp.sum(error * error) / count)
+    target = jax.lax.stop_gradient(want).astype(jnp.float32) * real
+    energies.append(jnp.sum(target * target) / count)
   losses = jnp.stack(losses)
-  return jnp.sum(losses), losses
+  return jnp.sum(losses), losses, losses / jnp.maximum(jnp.stack(energies), 1e-30)
 
 
 def trainable(student_params, teacher_params, train: str = "new+out"):
@@ -146,7 +150,7 @@ def make_step(config: bert.BertConfig, student: str, teacher_params, mask_tree,
               learning_rate: float, *, implementation: str = "xla",
               options: tuple[tuple[str, Any], ...] = ()):
   """(optimizer, step): step(student_params, opt_state, tokens, padding_mask) ->
-  (student_params, opt_state, total, per-layer losses), pure (jit it). Adam on the trainable
+  (student_params, opt_state, total, per-layer losses, per-layer relative errors), pure (jit it). Adam on the trainable
   leaves only; the others are returned unchanged."""
   tx = optax.masked(optax.adam(learning_rate), mask_tree)
 
@@ -155,11 +159,15 @@ def make_step(config: bert.BertConfig, student: str, teacher_params, mask_tree,
     loss = functools.partial(transfer_loss, config, student, teacher_params=teacher_params,
                              inputs=inputs, padding_mask=padding_mask,
                              implementation=implementation, options=options)
-    (total, per_layer), grads = jax.value_and_grad(lambda p: loss(student_params=p),
-                                                   has_aux=True)(student_params)
+    def objective(p):
+      total, per_layer, relative = loss(student_params=p)
+      return total, (per_layer, relative)
+    (total, (per_layer, relative)), grads = jax.value_and_grad(objective, has_aux=True)(
+        student_params)
     grads = jax.tree.map(lambda g, m: g if m else jnp.zeros_like(g), grads, mask_tree)
     updates, opt_state = tx.update(grads, opt_state, student_params)
-    return optax.apply_updates(student_params, updates), opt_state, total, per_layer
+    return (optax.apply_updates(student_params, updates), opt_state, total, per_layer,
+            relative)
   return tx, step
 
 
@@ -195,17 +203,20 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool):
       order, at = rng.permutation(len(train_inputs)), 0
     tokens = jnp.asarray(train_inputs[order[at:at + batch]], jnp.int32)
     at += batch
-    student, opt_state, _, per_layer = step(student, opt_state, tokens, tokens != 0)
-    window.append(np.asarray(per_layer))
+    student, opt_state, _, per_layer, relative = step(student, opt_state, tokens, tokens != 0)
+    window.append((np.asarray(per_layer), np.asarray(relative)))
     if i % part.log_every_steps == 0 or i == part.num_steps:
-      mean = np.mean(window, axis=0)
+      mean, mean_relative = (np.mean([w[n] for w in window], axis=0) for n in (0, 1))
       row = {"step": i, "attention_transfer/loss": float(mean.sum())}
       row.update({f"attention_transfer/layer_{j}": float(v) for j, v in enumerate(mean)})
+      row.update({f"attention_transfer/relative_{j}": float(v)
+                  for j, v in enumerate(mean_relative)})
       curve.append(row)
       window = []
       if announce:
         print(f"  transfer step {i}/{part.num_steps}: loss {row['attention_transfer/loss']:.4g} "
-              f"(per layer: {', '.join(f'{v:.3g}' for v in mean)})", flush=True)
+              f"(per layer: {', '.join(f'{v:.3g}' for v in mean)}; relative to the teacher's "
+              f"output: {', '.join(f'{v:.3g}' for v in mean_relative)})", flush=True)
   return {"encoder": jax.tree.map(np.asarray, student["encoder"])}, curve
 
 
