@@ -104,7 +104,8 @@ def test_a_run_with_a_transfer_stage_logs_it_and_resumes_bit_identically(tmp_pat
   curve = [json.loads(line) for line in
            (tmp_path / "straight" / transfer.CURVE_FILE).read_text().splitlines()]
   assert [row["step"] for row in curve] == [2, 4, 6]
-  assert set(curve[0]) == {"step", "attention_transfer/loss", "attention_transfer/layer_0",
+  assert set(curve[0]) == {"step", "attention_transfer/loss", "attention_transfer/seconds",
+                           "attention_transfer/layer_0",
                            "attention_transfer/layer_1", "attention_transfer/relative_0",
                            "attention_transfer/relative_1"}
   assert curve[-1]["attention_transfer/loss"] < curve[0]["attention_transfer/loss"]
