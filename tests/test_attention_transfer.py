@@ -150,3 +150,55 @@ def test_a_transfer_stage_needs_a_pretrained_encoder():
   with pytest.raises(UsageError, match=r"^config.attention_transfer.num_steps=5 trains a "
                                        r"pretrained encoder's new attention"):
     classification_config.validate(config, None)
+
+
+def test_a_finished_softmax_run_is_a_teacher_the_student_starts_from(tmp_path, monkeypatch):
+  """config.attention_transfer.teacher = a fine-tuned softmax run's workdir: the stage's
+  student starts from all of that run's weights (head included), the run finishes and predict
+  reproduces its test report; a teacher that is not a softmax run is one sentence."""
+  import shutil
+
+  import textattn
+  from tests.test_finetune import finetune_config
+  from tests.test_train import restore_params
+  from textattn import compare
+  from textattn import run as runner
+  from textattn.data import file_source
+  from textattn.errors import UsageError
+  model_dir = tmp_path / "tiny_bert"
+  shutil.copytree(FIXTURE, model_dir)
+  teacher_config = finetune_config(tmp_path, model_dir, num_train_steps=8)
+  runner.train_and_evaluate(teacher_config, str(tmp_path / "teacher"))
+  teacher = restore_params(tmp_path / "teacher")[1]
+
+  config = finetune_config(tmp_path, model_dir, num_train_steps=4)
+  config.model.attention = "additive"
+  config.attention_transfer = transfer.default_config()
+  config.attention_transfer.update(num_steps=2, log_every_steps=1,
+                                   teacher=str(tmp_path / "teacher"))
+  stages = []
+  run_stage = transfer.run_stage
+
+  def recorded(*args, **kwargs):
+    stages.append(run_stage(*args, **kwargs)[0])
+    return stages[-1], []
+  monkeypatch.setattr(transfer, "run_stage", recorded)
+  runner.train_and_evaluate(config, str(tmp_path / "student"))
+  [start] = stages
+  flat_start, flat_teacher = hf.flatten(start), hf.flatten(teacher)
+  shared = [name for name in flat_start if "/attention/" not in name]
+  assert "logits/kernel" in shared and len(shared) > 20
+  for name in shared:  # (the stage trains only attention parameters)
+    np.testing.assert_array_equal(flat_start[name], flat_teacher[name], err_msg=name)
+  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
+  probabilities = textattn.load(str(tmp_path / "student")).predict_proba(raw.texts["test"])
+  np.testing.assert_allclose(probabilities, compare.load_predictions(str(tmp_path / "student"))[1],
+                             rtol=1e-6, atol=1e-7)
+
+  config.attention_transfer.teacher = str(tmp_path / "student")
+  with pytest.raises(UsageError, match=r"has 'additive' attention; the teacher must be a softmax "
+                                       r"run\.$"):
+    runner.train_and_evaluate(config, str(tmp_path / "another"))
+  config.attention_transfer.teacher = str(tmp_path / "nowhere")
+  with pytest.raises(UsageError, match=r"has no config.json"):
+    runner.train_and_evaluate(config, str(tmp_path / "another_2"))

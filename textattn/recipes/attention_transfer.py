@@ -62,6 +62,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.learning_rate = 1e-2  # (1e-3 reached 1.5-3x the relative error in 150 steps: RESULTS §31)
   c.train = "new+out"  # TRAINS
   c.log_every_steps = 25
+  # "": the teacher is the pretrained checkpoint (config.model.pretrained); or the workdir of a
+  # finished softmax classifier fine-tuned from that checkpoint on this task (Hedgehog's GLUE
+  # teacher): its best checkpoint is the teacher, and the student starts from all its weights
+  # (encoder and head), not the raw checkpoint's.
+  c.teacher = ""
   return c
 
 
@@ -80,6 +85,9 @@ def validate_config(config) -> None:
   if not isinstance(part.learning_rate, float | int) or not part.learning_rate > 0:
     raise UsageError(f"config.attention_transfer.learning_rate={part.learning_rate!r} must be a "
                      f"positive number.")
+  if not isinstance(part.teacher, str):
+    raise UsageError(f"config.attention_transfer.teacher={part.teacher!r} must be a workdir path, "
+                     f"or '' for the pretrained checkpoint.")
   if part.num_steps and not config.model.pretrained:
     raise UsageError(f"config.attention_transfer.num_steps={part.num_steps} trains a pretrained "
                      f"encoder's new attention to imitate its softmax attention; set "
@@ -173,17 +181,27 @@ def make_step(config: bert.BertConfig, student: str, teacher_params, mask_tree,
   return tx, step
 
 
-def run_stage(config, model, pretrained, train_inputs, *, announce: bool):
+def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teacher_params=None):
   """({"encoder": the student's encoder parameters after the stage}, the curve rows): `model`
   the run's BertClassifier, `pretrained` the loaded checkpoint (hf.Pretrained), `train_inputs`
-  the training split's token ids int32 [N, max_len] (0 = padding)."""
+  the training split's token ids int32 [N, max_len] (0 = padding). `teacher_params`: a
+  fine-tuned softmax classifier's parameters (config.attention_transfer.teacher's); then they
+  are the teacher, the student starts from every one of them its model has (same name and
+  shape), and the result holds the student's head too."""
   part, c, m = config.attention_transfer, pretrained.config, config.model
   length = config.max_len
-  teacher_model = bert.BertClassifier(c, 2, pooling=m.pooling, attention="softmax",
-                                      attention_impl="xla")
-  teacher = hf.init_params(teacher_model, pretrained, jax.random.key(0), length)[0]
   student = hf.init_params(model, pretrained,
                            jax.random.fold_in(jax.random.key(config.seed), 0x7a7), length)[0]
+  if teacher_params is None:
+    teacher_model = bert.BertClassifier(c, 2, pooling=m.pooling, attention="softmax",
+                                        attention_impl="xla")
+    teacher = hf.init_params(teacher_model, pretrained, jax.random.key(0), length)[0]
+  else:
+    teacher = jax.tree.map(np.asarray, teacher_params)
+    wanted = hf.flatten(student)
+    student = hf.unflatten({**wanted, **{
+        name: value for name, value in hf.flatten(teacher).items()
+        if name in wanted and tuple(np.shape(value)) == tuple(np.shape(wanted[name]))}})
   teacher, student = (jax.tree.map(jnp.asarray, p) for p in (teacher, student))
   mask_tree = trainable(student, teacher, part.train)
   implementation = encoder.resolved_kernel(config, c)
@@ -220,6 +238,8 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool):
         print(f"  transfer step {i}/{part.num_steps}: loss {row['attention_transfer/loss']:.4g} "
               f"(per layer: {', '.join(f'{v:.3g}' for v in mean)}; relative to the teacher's "
               f"output: {', '.join(f'{v:.3g}' for v in mean_relative)})", flush=True)
+  if teacher_params is not None:
+    return jax.tree.map(np.asarray, student), curve
   return {"encoder": jax.tree.map(np.asarray, student["encoder"])}, curve
 
 

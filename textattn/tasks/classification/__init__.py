@@ -169,8 +169,12 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
                            f"{finetune.WORKDIR_FILE} differs); use a new workdir.")
       params = finetune.start_params(model, config.max_len, source, announce=is_main)
       if attention_transfer.enabled(config):  # (deterministic: a killed stage repeats exactly)
+        teacher = None  # (the pretrained checkpoint) or a finished softmax run's parameters
+        if config.attention_transfer.teacher:
+          teacher = classifier.softmax_teacher(config.attention_transfer.teacher, config,
+                                               bert_config, data.class_names)
         params, curve = attention_transfer.run_stage(config, model, source, data.train.inputs,
-                                                     announce=is_main)
+                                                     announce=is_main, teacher_params=teacher)
         if is_main:
           attention_transfer.write_curve(workdir, curve)
     if pretrain.enabled(config):

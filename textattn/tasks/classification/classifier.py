@@ -14,18 +14,22 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import sys
 
 import jax
+import ml_collections
 import numpy as np
 
+from textattn import config as config_lib
 from textattn import data as data_lib
 from textattn import models, restore
 from textattn import progress as progress_lib
 from textattn.data import raw as raw_lib
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError
+from textattn.errors import UsageError
 from textattn.metrics import summarize_eval
 from textattn.models import baselines
 from textattn.pretrained import finetune
@@ -224,3 +228,31 @@ def _records(path: str, text: str, extension: str, columns: str = "") -> list[tu
     return list(raw_lib.json_records(path, text))
   raise DataError(f"--input={path}: unsupported file type {extension!r}; allowed: .txt (one "
                   f"text per line), .csv, .tsv, .jsonl.")
+
+
+def softmax_teacher(workdir: str, config, bert_config, class_names) -> dict:
+  """The parameters of `workdir`'s best checkpoint, for attention transfer's teacher
+  (config.attention_transfer.teacher): it must be a classification run with softmax attention,
+  fine-tuned from the same pretrained encoder (same config.json) on the same classes."""
+  field = f"config.attention_transfer.teacher={workdir!r}"
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    raise UsageError(f"{field} has no config.json; give the workdir of a finished softmax "
+                     f"classification run fine-tuned from {config.model.pretrained!r}.")
+  with open(path) as f:
+    saved = json.load(f)
+  teacher = ml_collections.ConfigDict(config_lib.migrate(saved, config))
+  if teacher.task != "classification" or not finetune.enabled(teacher):
+    raise UsageError(f"{field} is not a fine-tuned pretrained classifier's workdir (task "
+                     f"{teacher.task!r}, model.pretrained {teacher.model.pretrained!r}).")
+  if teacher.model.attention != "softmax":
+    raise UsageError(f"{field} has {teacher.model.attention!r} attention; the teacher must be a "
+                     f"softmax run.")
+  if finetune.read_config(workdir) != bert_config:
+    raise UsageError(f"{field} was fine-tuned from another encoder than "
+                     f"{config.model.pretrained!r} (its {finetune.WORKDIR_FILE} differs).")
+  loaded = Classifier(workdir, "best", teacher)
+  if list(loaded.class_names) != list(class_names):
+    raise UsageError(f"{field} has classes {list(loaded.class_names)}; this run's are "
+                     f"{list(class_names)}.")
+  return loaded.params
