@@ -1,6 +1,10 @@
 """Attention kernels and modules against float64 NumPy references, masks and causality."""
 
 import functools
+import os
+import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +13,8 @@ import pytest
 
 from textattn import attention
 from textattn.attention import additive, softmax, splash
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 SHAPES = [(2, 7, 1, 4), (3, 16, 2, 8), (1, 33, 4, 16)]  # batch, length, heads, head_dim
 KERNELS = {
@@ -536,3 +542,39 @@ def test_cudnn_flash_attention_matches_float64_reference(causal):
       *(jnp.asarray(a, jnp.bfloat16) for a in (q, k, v)), jnp.asarray(mask))
   np.testing.assert_allclose(np.asarray(got, np.float32), want, atol=3e-2, rtol=3e-2)
   assert np.all(np.asarray(got, np.float32)[1] == 0)
+
+
+_KEY_LANES_CHECK = """
+import functools, jax, jax.numpy as jnp, numpy as np
+from tests.test_attention import numpy_softmax_attention, random_qkv
+from textattn.attention import native, softmax
+assert native.key_lanes() == 8, native.key_lanes()
+for head_dim, length, causal in ((16, 45, False), (32, 100, True)):
+  q, k, v = random_qkv((3, length, 2, head_dim), seed=7)
+  mask = np.ones((3, length), bool)
+  mask[1, 20:], mask[2, ::3] = False, False
+  kernel = functools.partial(softmax.native_softmax_attention, causal=causal)
+  np.testing.assert_allclose(np.asarray(kernel(q, k, v, jnp.asarray(mask))),
+                             numpy_softmax_attention(q, k, v, mask, causal), atol=1e-5, rtol=1e-5)
+  w = np.random.default_rng(8).standard_normal(q.shape).astype(np.float32) * mask[:, :, None, None]
+  loss = lambda fn, *qkv: jnp.sum(fn(*qkv, jnp.asarray(mask)) * w)
+  reference = functools.partial(softmax.softmax_attention, causal=causal)
+  for a, b in zip(jax.grad(functools.partial(loss, kernel), argnums=(0, 1, 2))(q, k, v),
+                  jax.grad(functools.partial(loss, reference), argnums=(0, 1, 2))(q, k, v)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5)
+print("ok")
+"""
+
+
+@pytest.mark.cpu_only
+def test_the_8_float_key_path_is_exact_on_an_avx512_cpu_too(tmp_path):
+  """$TEXTATTN_NATIVE_KEY_LANES=8 builds the key vectors an AVX2-only CPU gets, on any CPU; that
+  build's values and gradients match the references as the default build's do (the tests above:
+  16-float keys on an AVX-512 CPU). The default's width follows the CPU's AVX-512F flag."""
+  from textattn.attention import native
+  flags = native.cpu_signature().split()
+  assert native.key_lanes() == (16 if "avx512f" in flags else 8)
+  env = dict(os.environ, TEXTATTN_NATIVE_KEY_LANES="8", TEXTATTN_NATIVE_CACHE=str(tmp_path))
+  result = subprocess.run([sys.executable, "-c", _KEY_LANES_CHECK], env=env, cwd=REPO,
+                          capture_output=True, text=True, check=False)
+  assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -59,6 +59,21 @@ _FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", 
           "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros")
 
 
+KEY_LANES_ENV = "TEXTATTN_NATIVE_KEY_LANES"  # "8": the 8-float key path on an AVX-512 CPU
+
+
+def flags() -> tuple[str, ...]:
+  """The compiler flags: _FLAGS, and -DTEXTATTN_KEY_LANES=N when $TEXTATTN_NATIVE_KEY_LANES
+  is set (8 forces the AVX2-width key vectors on an AVX-512 CPU, for tests and A/B timing; 16
+  needs AVX-512F; unset: the CPU decides, vec8.h)."""
+  lanes = os.environ.get(KEY_LANES_ENV, "")
+  if not lanes:
+    return _FLAGS
+  if lanes not in ("8", "16"):
+    raise NativeUnavailable(f"${KEY_LANES_ENV}={lanes!r} must be 8 or 16 (or unset).")
+  return (*_FLAGS, f"-DTEXTATTN_KEY_LANES={lanes}")
+
+
 class NativeUnavailable(RuntimeError):
   """The native kernels cannot be built or loaded on this machine (the message says why)."""
 
@@ -95,7 +110,7 @@ def _library_path(compiler: list[str]) -> Path:
                            check=False).stdout.splitlines()[:1]
   key = hashlib.sha256()
   for part in (*(source.read_bytes() for source in SOURCES + HEADERS), repr(version).encode(),
-               repr(_FLAGS).encode(), jaxlib.__version__.encode(), cpu_signature().encode(),
+               repr(flags()).encode(), jaxlib.__version__.encode(), cpu_signature().encode(),
                sys.platform.encode()):
     key.update(part)
   return cache_dir() / f"textattn_kernels-{key.hexdigest()[:16]}.so"
@@ -187,7 +202,7 @@ def build() -> Path:
     fd, tmp = tempfile.mkstemp(prefix=library.stem + ".", suffix=".tmp.so", dir=library.parent)
     os.close(fd)
     try:
-      command = [*compiler, *_FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", tmp]
+      command = [*compiler, *flags(), "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", tmp]
       result = subprocess.run(command, capture_output=True, text=True, check=False)
       if result.returncode != 0:
         # The first error, not the last lines: jaxlib's headers add warnings after it.
@@ -253,6 +268,13 @@ def _load() -> ctypes.CDLL:
     raise NativeUnavailable(f"registering the native kernels from {path} with XLA failed "
                             f"({type(error).__name__}: {error}).") from None
   return library
+
+
+def key_lanes() -> int:
+  """Floats per key vector in the loaded build's blocked softmax kernels: 16 where it was
+  compiled for AVX-512F, else 8 ($TEXTATTN_NATIVE_KEY_LANES overrides). NativeUnavailable if
+  the kernels cannot be loaded."""
+  return int(load().textattn_key_lanes())
 
 
 def available() -> bool:

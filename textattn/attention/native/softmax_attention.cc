@@ -57,7 +57,8 @@ void for_each_pair(const Shape& s, textattn::Workers workers, Body body) {
 // Register-blocked versions for head_dim 8, 16, 32 or 64 (other sizes take softmax_plain.h's
 // loops, without the skipping of padding blocks and zero-gradient rows): R query rows at a
 // time, 8 keys per vector (vec8.h), so every loaded key/value vector feeds R multiply-adds and
-// the row accumulators stay in registers.
+// the row accumulators stay in registers. Keys go kKeyLanes to a vector (vec8.h: 16 on AVX-512F,
+// else 8), head dimensions 8 to a vector.
 
 // Tile sizes for the vector registers there are: AVX-512 (used here with 256-bit vectors, via
 // AVX512VL) has 32, AVX2 and NEON's pairs 16. kChains: independent accumulators of a Q K^T
@@ -84,37 +85,37 @@ struct Scratch {
 // so fewer than ~8 chains (FMA latency x FMA units) would leave the units idle.
 template <int kDim, int R, int C>
 inline void add_row_dots(const float (&a)[R][kDim], const float* t, int64_t Lp, int64_t j0,
-                         v8 (&acc)[R][C]) {
+                         vk (&acc)[R][C]) {
   for (int d = 0; d < kDim; ++d) {
-    v8 tv[C];
-    for (int c = 0; c < C; ++c) tv[c] = load8(t + d * Lp + j0 + 8 * c);
+    vk tv[C];
+    for (int c = 0; c < C; ++c) tv[c] = loadk(t + d * Lp + j0 + kKeyLanes * c);
     for (int r = 0; r < R; ++r) {
-      const v8 ar = splat(a[r][d]);
+      const vk ar = splatk(a[r][d]);
       for (int c = 0; c < C; ++c) acc[r][c] += ar * tv[c];
     }
   }
 }
 
-// For every 8-key block j0 in [begin, end) (multiples of 8): acc[r] = init(j0) + a[r] . t[:, j0..]
+// For every kKeyLanes-key block j0 in [begin, end) (multiples of kKeyLanes): acc[r] = init(j0) + a[r] . t[:, j0..]
 // and then finish(r, j0, acc[r]); blocks go kWide at a time (R * kWide ~ kChains), then singly.
 template <int kDim, int R, typename Init, typename Finish>
 inline void row_dots(const float (&a)[R][kDim], const float* t, int64_t Lp, int64_t begin,
                      int64_t end, Init init, Finish finish) {
   constexpr int kWide = R >= kChains ? 1 : kChains / R;
   int64_t j0 = begin;
-  for (; j0 + 8 * kWide <= end; j0 += 8 * kWide) {
-    v8 acc[R][kWide];
+  for (; j0 + kKeyLanes * kWide <= end; j0 += kKeyLanes * kWide) {
+    vk acc[R][kWide];
     for (int c = 0; c < kWide; ++c) {
-      const v8 x = init(j0 + 8 * c);
+      const vk x = init(j0 + kKeyLanes * c);
       for (int r = 0; r < R; ++r) acc[r][c] = x;
     }
     add_row_dots<kDim, R, kWide>(a, t, Lp, j0, acc);
     for (int c = 0; c < kWide; ++c)
-      for (int r = 0; r < R; ++r) finish(r, j0 + 8 * c, acc[r][c]);
+      for (int r = 0; r < R; ++r) finish(r, j0 + kKeyLanes * c, acc[r][c]);
   }
-  for (; j0 < end; j0 += 8) {
-    v8 acc[R][1];
-    const v8 x = init(j0);
+  for (; j0 < end; j0 += kKeyLanes) {
+    vk acc[R][1];
+    const vk x = init(j0);
     for (int r = 0; r < R; ++r) acc[r][0] = x;
     add_row_dots<kDim, R, 1>(a, t, Lp, j0, acc);
     for (int r = 0; r < R; ++r) finish(r, j0, acc[r][0]);
@@ -157,7 +158,7 @@ inline void add_weighted_to_rows(const float* w, int64_t Lp, const float (&x)[R]
   }
 }
 
-// [first, last] real key, widened to whole 8-key blocks: the blocks outside get no weight and
+// [first, last] real key, widened to whole kKeyLanes-key blocks: the blocks outside get no weight and
 // no gradient, so they are skipped (exactly: their terms are all zero). No real key: empty.
 inline void key_blocks(const int32_t* m, int64_t L, int64_t* begin, int64_t* end) {
   int64_t first = L, last = -1;
@@ -166,8 +167,8 @@ inline void key_blocks(const int32_t* m, int64_t L, int64_t* begin, int64_t* end
       first = std::min(first, j);
       last = j;
     }
-  *begin = last < 0 ? 0 : first & ~int64_t{7};
-  *end = last < 0 ? 0 : round_up8(last + 1);
+  *begin = last < 0 ? 0 : first & ~int64_t{kKeyLanes - 1};
+  *end = last < 0 ? 0 : round_up_keys(last + 1);
 }
 
 // The backward's view of rows i0 .. i0 + R - 1: dO, Q scaled by 1/sqrt(d), delta = dO . O and the
@@ -217,7 +218,7 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
                           float* lse, Scratch& w) {
   constexpr int DV = kDim / 8;
   constexpr int R = rows_per_block(DV);
-  const int64_t L = s.length, Lp = round_up8(L);
+  const int64_t L = s.length, Lp = round_up_keys(L);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
   const float neg_inf = -std::numeric_limits<float>::infinity();
   w.a.assign(kDim * Lp, 0.0f);  // K transposed [D, Lp]
@@ -239,40 +240,40 @@ void forward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, con
   float* lb = lse + s.lse_at(b, h);
   for (int64_t i0 = 0; i0 < L; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, L - i0);
-    const int64_t jend = causal ? std::min(kend, round_up8(i0 + R)) : kend;
+    const int64_t jend = causal ? std::min(kend, round_up_keys(i0 + R)) : kend;
     float qs[R][kDim];
     for (int r = 0; r < R; ++r) {
       const float* qi = q + s.at(b, std::min(i0 + r, L - 1), h);
       for (int d = 0; d < kDim; ++d) qs[r][d] = qi[d] * scale;
     }
     row_dots<kDim, R>(
-        qs, kt, Lp, kbeg, jend, [&](int64_t j0) { return load8(bias + j0); },
-        [&](int r, int64_t j0, v8 x) { store8(S + r * Lp + j0, x); });
+        qs, kt, Lp, kbeg, jend, [&](int64_t j0) { return loadk(bias + j0); },
+        [&](int r, int64_t j0, vk x) { storek(S + r * Lp + j0, x); });
     for (int64_t r = 0; r < rows; ++r) {
       float* row = S + r * Lp;
       if (causal)
         for (int64_t j = i0 + r + 1; j < jend; ++j) row[j] = neg_inf;
-      v8 m = splat(neg_inf);
-      for (int64_t j0 = kbeg; j0 < jend; j0 += 8) {
-        const v8 x = load8(row + j0);
+      vk m = splatk(neg_inf);
+      for (int64_t j0 = kbeg; j0 < jend; j0 += kKeyLanes) {
+        const vk x = loadk(row + j0);
         m = x > m ? x : m;
       }
-      const float mx = hmax(m);
+      const float mx = hmaxk(m);
       if (mx == neg_inf) {  // no visible key: zero weights, zero output
         for (int64_t j = kbeg; j < jend; ++j) row[j] = 0.0f;
         lb[i0 + r] = -neg_inf;
         continue;
       }
-      v8 total = splat(0.0f);
-      for (int64_t j0 = kbeg; j0 < jend; j0 += 8) {
-        const v8 e = vexp_nonpositive(load8(row + j0) - mx);
-        store8(row + j0, e);
+      vk total = splatk(0.0f);
+      for (int64_t j0 = kbeg; j0 < jend; j0 += kKeyLanes) {
+        const vk e = vexpk_nonpositive(loadk(row + j0) - mx);
+        storek(row + j0, e);
         total += e;
       }
-      const float sum = hsum(total);
+      const float sum = hsumk(total);
       lb[i0 + r] = mx + std::log(sum);
       const float inv = 1.0f / sum;
-      for (int64_t j0 = kbeg; j0 < jend; j0 += 8) store8(row + j0, load8(row + j0) * inv);
+      for (int64_t j0 = kbeg; j0 < jend; j0 += kKeyLanes) storek(row + j0, loadk(row + j0) * inv);
     }
     v8 o[R][DV];
     weighted_row_sums<kDim, R>(S, Lp, vc, kbeg, std::min(jend, L), o);
@@ -290,7 +291,7 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
                            const float* d_out, float* d_q, float* d_k, float* d_v, Scratch& w) {
   constexpr int DV = kDim / 8;
   constexpr int R = rows_per_block(DV);
-  const int64_t L = s.length, Lp = round_up8(L);
+  const int64_t L = s.length, Lp = round_up_keys(L);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kDim));
   const float neg_inf = -std::numeric_limits<float>::infinity();
   w.a.assign(Lp * kDim, 0.0f);  // K rows [Lp, D]
@@ -318,7 +319,7 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
   const float* lb = lse + s.lse_at(b, h);
   for (int64_t i0 = 0; i0 < L; i0 += R) {
     const int64_t rows = std::min<int64_t>(R, L - i0);
-    const int64_t jend = causal ? std::min(kend, round_up8(i0 + R)) : kend;
+    const int64_t jend = causal ? std::min(kend, round_up_keys(i0 + R)) : kend;
     const int64_t jn = std::max(kbeg, std::min(jend, L));
     float dout[R][kDim], qq[R][kDim], delta[R], row_lse[R];
     if (!backward_rows<kDim, R>(s, b, h, i0, scale, q, out, d_out, lb, dout, qq, delta,
@@ -331,11 +332,11 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
     // order): P_rj = exp(s_rj - lse_r), zero for padding keys, keys after a causal query and
     // inactive rows. (min(., 0) only guards the rounding of lse.)
     row_dots<kDim, R>(
-        qq, kt, Lp, kbeg, jend, [&](int64_t j0) { return load8(bias + j0); },
-        [&](int r, int64_t j0, v8 x) {
-          v8 y = x - row_lse[r];
-          y = y > splat(0.0f) ? splat(0.0f) : y;
-          store8(P + r * Lp + j0, vexp_nonpositive(y));
+        qq, kt, Lp, kbeg, jend, [&](int64_t j0) { return loadk(bias + j0); },
+        [&](int r, int64_t j0, vk x) {
+          vk y = x - row_lse[r];
+          y = y > splatk(0.0f) ? splatk(0.0f) : y;
+          storek(P + r * Lp + j0, vexpk_nonpositive(y));
         });
     if (causal)
       for (int64_t r = 0; r < rows; ++r)
@@ -344,9 +345,9 @@ void backward_pair_blocked(const Shape& s, int64_t b, int64_t h, bool causal, co
     add_weighted_to_rows<kDim, R>(P, Lp, dout, kbeg, jn, dv_acc);
     // dS_rj = P_rj (dO_r . V_j - delta_r)
     row_dots<kDim, R>(
-        dout, vt, Lp, kbeg, jend, [](int64_t) { return splat(0.0f); },
-        [&](int r, int64_t j0, v8 x) {
-          store8(dS + r * Lp + j0, load8(P + r * Lp + j0) * (x - delta[r]));
+        dout, vt, Lp, kbeg, jend, [](int64_t) { return splatk(0.0f); },
+        [&](int r, int64_t j0, vk x) {
+          storek(dS + r * Lp + j0, loadk(P + r * Lp + j0) * (x - delta[r]));
         });
     // dQ_r = scale sum_j dS_rj K_j
     {
@@ -465,6 +466,10 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffe
 }
 
 }  // namespace
+
+// The width of the blocked kernels' key vectors in this build (vec8.h: 16 or 8), for
+// native.key_lanes() (tests, benchmark records).
+extern "C" int textattn_key_lanes() { return textattn::kKeyLanes; }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TextattnSoftmaxAttentionForward, Forward,
                               ffi::Ffi::Bind()

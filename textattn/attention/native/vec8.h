@@ -77,6 +77,65 @@ inline v8 vexp_nonpositive(v8 x) {
 
 inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
 
+// Key-direction vectors of the blocked softmax kernels (softmax_attention.cc: a score row's keys,
+// kKeyLanes at a time): 16 floats where the compiler targets AVX-512F (one zmm register: half the
+// instructions of two ymm ones; Zen 4's double-pumped units included, a Q K^T tile at head_dim
+// 16 runs ~1.3x faster there), else 8 (AVX2, NEON pairs). -DTEXTATTN_KEY_LANES=8 forces the
+// 8-float path on an AVX-512 machine (native/__init__.py: TEXTATTN_NATIVE_KEY_LANES=8, for tests
+// and A/B timing). The dimension direction (head_dim / 8 vectors a row) stays 8 floats wide.
+#ifndef TEXTATTN_KEY_LANES
+#if defined(__AVX512F__)
+#define TEXTATTN_KEY_LANES 16
+#else
+#define TEXTATTN_KEY_LANES 8
+#endif
+#endif
+constexpr int kKeyLanes = TEXTATTN_KEY_LANES;
+static_assert(kKeyLanes == 8 || kKeyLanes == 16, "TEXTATTN_KEY_LANES must be 8 or 16");
+typedef float vk __attribute__((vector_size(4 * kKeyLanes)));
+typedef int32_t vki __attribute__((vector_size(4 * kKeyLanes)));
+
+inline vk loadk(const float* p) {
+  vk x;
+  std::memcpy(&x, p, sizeof(x));
+  return x;
+}
+inline void storek(float* p, vk x) { std::memcpy(p, &x, sizeof(x)); }
+inline vk splatk(float x) { return x - vk{}; }  // (a broadcast; a lane-by-lane fill is slower)
+inline float hsumk(vk x) {
+  float t = 0.0f;
+  for (int l = 0; l < kKeyLanes; ++l) t += x[l];
+  return t;
+}
+inline float hmaxk(vk x) {
+  float t = x[0];
+  for (int l = 1; l < kKeyLanes; ++l) t = std::max(t, x[l]);
+  return t;
+}
+// vexp_nonpositive on kKeyLanes lanes (the same polynomial and rounding, so a lane's value does
+// not depend on the width); lanes equal to -inf give exactly 0.
+inline vk vexpk_nonpositive(vk x) {
+  const vk neg_inf = splatk(-std::numeric_limits<float>::infinity());
+  const vki masked = x == neg_inf;
+  x = x < splatk(-87.0f) ? splatk(-87.0f) : x;
+  const vk t = x * 1.44269504088896341f;
+  const vki ni = __builtin_convertvector(t - 0.5f, vki);  // round half down, t <= 0
+  const vk n = __builtin_convertvector(ni, vk);
+  const vk r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+  vk p = splatk(1.3981999507e-3f);
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const vk scale = (vk)((ni + 127) << 23);
+  return masked ? splatk(0.0f) : p * scale;
+}
+inline int64_t round_up_keys(int64_t n) {
+  return (n + kKeyLanes - 1) & ~int64_t{kKeyLanes - 1};
+}
+
 }  // namespace textattn
 
 #endif  // TEXTATTN_NATIVE_VEC8_H_
