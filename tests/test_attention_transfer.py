@@ -42,21 +42,23 @@ def test_the_loss_is_zero_when_the_student_is_the_teacher(setting):
   def loss_against(student, teacher, tokens, mask):
     inputs = transfer.layer_inputs(c, teacher, tokens, mask)
     return transfer.transfer_loss(c, "softmax", student, teacher, inputs, mask)
-  total, per_layer, relative = loss_against(teacher, teacher, tokens, mask)
-  assert float(total) == 0.0 and per_layer.shape == (c.num_layers,)
-  assert np.all(np.asarray(relative) == 0.0)
+  total, parts = loss_against(teacher, teacher, tokens, mask)
+  assert float(total) == 0.0 and parts["layer"].shape == (c.num_layers,)
+  assert np.all(np.asarray(parts["relative"]) == 0.0)
   zero = jax.tree.map(jnp.zeros_like, teacher)  # outputs zeros: relative error exactly 1
-  _, _, relative = loss_against(zero, teacher, tokens, mask)
-  np.testing.assert_allclose(np.asarray(relative), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(loss_against(zero, teacher, tokens, mask)[1]["relative"]),
+                             1.0, rtol=1e-6)
 
 
-@pytest.mark.parametrize("student,options,train", [
-    ("causal_linear", {}, "new+out"),
-    ("linear", {"feature_map": "hedgehog"}, "new"),
-    ("additive", {}, "new+out"),
+@pytest.mark.parametrize("student,options,train,weights_loss", [
+    ("causal_linear", {}, "new+out", 0.0),
+    ("linear", {"feature_map": "hedgehog"}, "new", 0.0),
+    ("linear", {"feature_map": "hedgehog"}, "new+out", 1.0),
+    ("additive", {}, "new+out", 0.0),
 ])
 def test_a_few_steps_lower_the_loss_and_move_only_the_trainable_parameters(setting, student,
-                                                                           options, train):
+                                                                           options, train,
+                                                                           weights_loss):
   c, _, tokens, mask, params_for = setting
   teacher = params_for("softmax")
   params = params_for(student, **options)
@@ -67,19 +69,58 @@ def test_a_few_steps_lower_the_loss_and_move_only_the_trainable_parameters(setti
   if train == "new":
     assert not any(t for k, t in flat.items() if "['out']" in k or "['query']" in k)
   tx, step = transfer.make_step(c, student, teacher, trains, 1e-2,
-                                options=tuple(sorted(options.items())))
+                                options=tuple(sorted(options.items())),
+                                weights_loss=weights_loss)
   step = jax.jit(step)
   state = tx.init(params)
   before = params
   losses = []
   for _ in range(8):
-    params, state, total, _, _ = step(params, state, tokens, mask)
+    params, state, total, parts = step(params, state, tokens, mask)
     losses.append(float(total))
   assert losses[-1] < 0.8 * losses[0], losses
+  assert ("weights_ce" in parts) == bool(weights_loss)
   for (path, a), b, t in zip(jax.tree_util.tree_leaves_with_path(before),
                              jax.tree.leaves(params), jax.tree.leaves(trains), strict=True):
     moved = bool(np.any(np.asarray(a) != np.asarray(b)))
     assert moved == bool(t), jax.tree_util.keystr(path)
+
+
+def test_the_weights_cross_entropy_is_the_teachers_entropy_when_the_weights_agree():
+  """Hedgehog's loss against a float64 NumPy computation: a student whose phi(q).phi(k) is
+  exp(q.k / sqrt(d)) (one-hot key features) has the teacher's weights, so the cross-entropy is
+  their entropy; any other student's is larger. Padding keys get no weight; padding queries do
+  not count."""
+  rng = np.random.default_rng(3)
+  b, l, h, d = 2, 6, 2, 4
+  q, k = (rng.standard_normal((b, l, h, d)) for _ in range(2))
+  mask = np.ones((b, l), bool)
+  mask[1, 4:] = False
+  scores = np.einsum("bthd,bihd->bhti", q, k) / np.sqrt(d)
+  scores = np.where(mask[:, None, None, :], scores, -np.inf)
+  weights = np.exp(scores - scores.max(-1, keepdims=True))
+  weights /= weights.sum(-1, keepdims=True)
+  rows = -np.sum(np.where(weights > 0, weights * np.log(np.where(weights > 0, weights, 1)), 0),
+                 -1)
+  entropy = np.sum(rows * mask[:, None, :]) / (mask.sum() * h)
+  fk = np.broadcast_to(np.eye(l)[None, :, None, :], (b, l, h, l))  # key i -> e_i
+  fq = np.exp(np.where(np.isfinite(scores), scores, -50)).transpose(0, 2, 1, 3)  # [b, t, h, i]
+  f32 = lambda x: jnp.asarray(x, jnp.float32)
+  got = transfer.weights_cross_entropy(f32(q), f32(k), f32(fq), f32(fk), jnp.asarray(mask))
+  np.testing.assert_allclose(float(got), entropy, rtol=1e-5)
+  other = transfer.weights_cross_entropy(f32(q), f32(k), f32(np.abs(fq) + 1.0), f32(fk),
+                                         jnp.asarray(mask))
+  assert float(other) > entropy + 1e-3
+
+
+def test_matching_weights_is_refused_for_a_student_without_them(setting):
+  from textattn.errors import UsageError
+  c, _, tokens, mask, params_for = setting
+  teacher, params = params_for("softmax"), params_for("additive")
+  tx, step = transfer.make_step(c, "additive", teacher,
+                                transfer.trainable(params, teacher), 1e-2, weights_loss=1.0)
+  with pytest.raises(UsageError, match=r"'additive' attention has none to match"):
+    step(params, tx.init(params), tokens, mask)
 
 
 def test_a_run_with_a_transfer_stage_logs_it_and_resumes_bit_identically(tmp_path, monkeypatch):

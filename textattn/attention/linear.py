@@ -266,6 +266,8 @@ class LinearAttention(nn.Module):
     phi = build_feature_map(self.feature_map, num_heads=self.num_heads, head_dim=head_dim,
                             options=self.feature_options)
     fq, fk = phi(query, is_query=True), phi(key, is_query=False)
+    # (kept only where the caller asks: attention transfer's weight matching, mutable=...)
+    self.sow("intermediates", "features", (fq, fk))
     if not self.causal and (decode or segment_ids is not None):
       raise ValueError("decode=True and segment_ids need a causal linear attention variant.")
     if decode and self.has_variable("cache", "state"):

@@ -404,6 +404,8 @@ class SelfAttention(nn.Module):
     query = dense(name="query")(x)
     key = dense(name="key")(x)
     value = dense(name="value")(x)
+    # (kept only where the caller asks: attention transfer's weight matching, mutable=...)
+    self.sow("intermediates", "query_key", (query, key))
     if decode and self.has_variable("cache", "keys"):
       out = self._decode_step(query, key, value, padding_mask)
     else:

@@ -62,6 +62,10 @@ def default_config() -> ml_collections.ConfigDict:
   c.learning_rate = 1e-2  # (1e-3 reached 1.5-3x the relative error in 150 steps: RESULTS §31)
   c.train = "new+out"  # TRAINS
   c.log_every_steps = 25
+  # Hedgehog's loss beside the outputs' (0: off): this times the cross-entropy between each
+  # layer's softmax attention weights and the student's (linear attention's normalised
+  # phi(q).phi(k)), for students that have weights (the linear family).
+  c.weights_loss = 0.0
   # "": the teacher is the pretrained checkpoint (config.model.pretrained); or the workdir of a
   # finished softmax classifier fine-tuned from that checkpoint on this task (Hedgehog's GLUE
   # teacher): its best checkpoint is the teacher, and the student starts from all its weights
@@ -85,6 +89,9 @@ def validate_config(config) -> None:
   if not isinstance(part.learning_rate, float | int) or not part.learning_rate > 0:
     raise UsageError(f"config.attention_transfer.learning_rate={part.learning_rate!r} must be a "
                      f"positive number.")
+  if not isinstance(part.weights_loss, float | int) or not part.weights_loss >= 0:
+    raise UsageError(f"config.attention_transfer.weights_loss={part.weights_loss!r} must be a "
+                     f"number >= 0 (0: match the attention outputs only).")
   if not isinstance(part.teacher, str):
     raise UsageError(f"config.attention_transfer.teacher={part.teacher!r} must be a workdir path, "
                      f"or '' for the pretrained checkpoint.")
@@ -113,29 +120,63 @@ def _attention(config: bert.BertConfig, name: str, implementation: str,
                                        implementation=implementation, **dict(options))
 
 
+def weights_cross_entropy(query, key, fq, fk, padding_mask):
+  """Mean over real query positions and heads of -sum_j A_tj log B_tj: A the softmax weights of
+  query . key / sqrt(d), B the student's phi(q).phi(k) normalised over the real keys (Hedgehog's
+  attention-weight loss). query/key [b, l, h, d], fq/fk [b, l, h, f], padding_mask [b, l]."""
+  keys = padding_mask.astype(bool)[:, None, None, :]
+  scores = jnp.einsum("bthd,bihd->bhti", query.astype(jnp.float32), key.astype(jnp.float32))
+  scores = jnp.where(keys, scores * query.shape[-1] ** -0.5, -jnp.inf)
+  want = jnp.where(keys, jax.nn.softmax(jnp.where(jnp.any(keys, -1, keepdims=True), scores, 0.0),
+                                        axis=-1), 0.0)
+  kernel = jnp.einsum("bthf,bihf->bhti", fq.astype(jnp.float32), fk.astype(jnp.float32)) * keys
+  got = kernel / jnp.maximum(jnp.sum(kernel, axis=-1, keepdims=True), 1e-30)
+  rows = -jnp.sum(jax.lax.stop_gradient(want) * jnp.log(got + 1e-9), axis=-1)  # [b, h, t]
+  real = padding_mask.astype(jnp.float32)[:, None, :]
+  return jnp.sum(rows * real) / jnp.maximum(jnp.sum(real) * rows.shape[1], 1.0)
+
+
 def transfer_loss(config: bert.BertConfig, student: str, student_params, teacher_params,
                   inputs, padding_mask, *, implementation: str = "xla",
-                  options: tuple[tuple[str, Any], ...] = ()):
-  """(total, per-layer losses [L], per-layer relative errors [L]) of the module docstring,
-  float32; a relative error is the loss over the teacher's mean square output (1.0: no better
-  than outputting zeros), comparable across layers and variants."""
+                  options: tuple[tuple[str, Any], ...] = (), weights_loss: float = 0.0):
+  """(total, per-layer parts): the module docstring's loss plus `weights_loss` times each
+  layer's weights_cross_entropy; parts (float32 [L] each): "layer" the output loss,
+  "relative" it over the teacher's mean square output (1.0: no better than outputting zeros,
+  comparable across layers and variants) and, with weights_loss > 0, "weights_ce"."""
   teacher_attention = _attention(config, "softmax", "xla")
   student_attention = _attention(config, student, implementation, options)
   real = padding_mask.astype(jnp.float32)[..., None]
   count = jnp.maximum(jnp.sum(real) * config.hidden_size, 1.0)
-  losses, energies = [], []
+  mutable = ["intermediates"] if weights_loss else False
+  losses, energies, entropies = [], [], []
   for i, h in enumerate(inputs):
     block = f"block_{i}"
     want = teacher_attention.apply(
-        {"params": teacher_params["encoder"][block]["attention"]}, h, padding_mask)
+        {"params": teacher_params["encoder"][block]["attention"]}, h, padding_mask,
+        mutable=mutable)
     got = student_attention.apply(
-        {"params": student_params["encoder"][block]["attention"]}, h, padding_mask)
+        {"params": student_params["encoder"][block]["attention"]}, h, padding_mask,
+        mutable=mutable)
+    if weights_loss:
+      (want, taught), (got, learnt) = want, got
+      if "features" not in learnt.get("intermediates", {}):
+        raise UsageError(f"config.attention_transfer.weights_loss={weights_loss} matches "
+                         f"attention weights, and {student!r} attention has none to match (the "
+                         f"linear family's feature maps have); set weights_loss=0.")
+      [(query, key)] = taught["intermediates"]["query_key"]
+      [(fq, fk)] = learnt["intermediates"]["features"]
+      entropies.append(weights_cross_entropy(query, key, fq, fk, padding_mask))
     error = (got.astype(jnp.float32) - jax.lax.stop_gradient(want).astype(jnp.float32)) * real
     losses.append(jnp.sum(error * error) / count)
     target = jax.lax.stop_gradient(want).astype(jnp.float32) * real
     energies.append(jnp.sum(target * target) / count)
   losses = jnp.stack(losses)
-  return jnp.sum(losses), losses, losses / jnp.maximum(jnp.stack(energies), 1e-30)
+  parts = {"layer": losses, "relative": losses / jnp.maximum(jnp.stack(energies), 1e-30)}
+  total = jnp.sum(losses)
+  if weights_loss:
+    parts["weights_ce"] = jnp.stack(entropies)
+    total = total + weights_loss * jnp.sum(parts["weights_ce"])
+  return total, parts
 
 
 def trainable(student_params, teacher_params, train: str = "new+out"):
@@ -158,26 +199,23 @@ def trainable(student_params, teacher_params, train: str = "new+out"):
 
 def make_step(config: bert.BertConfig, student: str, teacher_params, mask_tree,
               learning_rate: float, *, implementation: str = "xla",
-              options: tuple[tuple[str, Any], ...] = ()):
+              options: tuple[tuple[str, Any], ...] = (), weights_loss: float = 0.0):
   """(optimizer, step): step(student_params, opt_state, tokens, padding_mask) ->
-  (student_params, opt_state, total, per-layer losses, per-layer relative errors), pure (jit it). Adam on the trainable
-  leaves only; the others are returned unchanged."""
+  (student_params, opt_state, total, transfer_loss's per-layer parts), pure (jit it). Adam on
+  the trainable leaves only; the others are returned unchanged."""
   tx = optax.masked(optax.adam(learning_rate), mask_tree)
 
   def step(student_params, opt_state, tokens, padding_mask):
     inputs = layer_inputs(config, teacher_params, tokens, padding_mask)
     loss = functools.partial(transfer_loss, config, student, teacher_params=teacher_params,
                              inputs=inputs, padding_mask=padding_mask,
-                             implementation=implementation, options=options)
-    def objective(p):
-      total, per_layer, relative = loss(student_params=p)
-      return total, (per_layer, relative)
-    (total, (per_layer, relative)), grads = jax.value_and_grad(objective, has_aux=True)(
+                             implementation=implementation, options=options,
+                             weights_loss=weights_loss)
+    (total, parts), grads = jax.value_and_grad(lambda p: loss(student_params=p), has_aux=True)(
         student_params)
     grads = jax.tree.map(lambda g, m: g if m else jnp.zeros_like(g), grads, mask_tree)
     updates, opt_state = tx.update(grads, opt_state, student_params)
-    return (optax.apply_updates(student_params, updates), opt_state, total, per_layer,
-            relative)
+    return optax.apply_updates(student_params, updates), opt_state, total, parts
   return tx, step
 
 
@@ -207,7 +245,8 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teache
   implementation = encoder.resolved_kernel(config, c)
   options = attention_lib.build_options(attention_lib.get(m.attention), m)
   tx, step = make_step(c, m.attention, teacher, mask_tree, float(part.learning_rate),
-                       implementation=implementation, options=options)
+                       implementation=implementation, options=options,
+                       weights_loss=float(part.weights_loss))
   step = jax.jit(step)
   opt_state = tx.init(student)
   rng = np.random.default_rng(config.seed)
@@ -223,24 +262,32 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teache
       order, at = rng.permutation(len(train_inputs)), 0
     tokens = jnp.asarray(train_inputs[order[at:at + batch]], jnp.int32)
     at += batch
-    student, opt_state, _, per_layer, relative = step(student, opt_state, tokens, tokens != 0)
-    window.append((np.asarray(per_layer), np.asarray(relative)))
+    student, opt_state, _, parts = step(student, opt_state, tokens, tokens != 0)
+    window.append(jax.tree.map(np.asarray, parts))
     if i % part.log_every_steps == 0 or i == part.num_steps:
-      mean, mean_relative = (np.mean([w[n] for w in window], axis=0) for n in (0, 1))
-      row = {"step": i, "attention_transfer/loss": float(mean.sum()),
-             "attention_transfer/seconds": round(time.perf_counter() - started, 2)}
-      row.update({f"attention_transfer/layer_{j}": float(v) for j, v in enumerate(mean)})
-      row.update({f"attention_transfer/relative_{j}": float(v)
-                  for j, v in enumerate(mean_relative)})
-      curve.append(row)
+      mean = {key: np.mean([w[key] for w in window], axis=0) for key in window[0]}
+      curve.append(curve_row(i, mean, time.perf_counter() - started))
       window = []
       if announce:
-        print(f"  transfer step {i}/{part.num_steps}: loss {row['attention_transfer/loss']:.4g} "
-              f"(per layer: {', '.join(f'{v:.3g}' for v in mean)}; relative to the teacher's "
-              f"output: {', '.join(f'{v:.3g}' for v in mean_relative)})", flush=True)
+        print(f"  transfer step {i}/{part.num_steps}: loss {float(mean['layer'].sum()):.4g} "
+              f"(per layer: {', '.join(f'{v:.3g}' for v in mean['layer'])}; relative to the "
+              f"teacher's output: {', '.join(f'{v:.3g}' for v in mean['relative'])})"
+              + (f"; weights cross-entropy {float(mean['weights_ce'].sum()):.4g}"
+                 if "weights_ce" in mean else ""), flush=True)
   if teacher_params is not None:
     return jax.tree.map(np.asarray, student), curve
   return {"encoder": jax.tree.map(np.asarray, student["encoder"])}, curve
+
+
+def curve_row(step: int, mean: dict, seconds: float) -> dict:
+  """One line of DIR/attention_transfer.jsonl from the window's mean per-layer parts."""
+  row = {"step": step, "attention_transfer/loss": float(mean["layer"].sum()),
+         "attention_transfer/seconds": round(seconds, 2)}
+  if "weights_ce" in mean:
+    row["attention_transfer/weights_ce"] = float(mean["weights_ce"].sum())
+  for key, values in mean.items():
+    row.update({f"attention_transfer/{key}_{j}": float(v) for j, v in enumerate(values)})
+  return row
 
 
 def write_curve(workdir: str, curve: list[dict]) -> None:
