@@ -1,8 +1,11 @@
 """The table of experiments/imdb_baselines.sh: per group of workdirs (names NAME_sSEED), the
 parameter count, mean wall time, test accuracy mean +- sd (sample sd) over the seeds, then
-McNemar's exact test between neighbours in that order, on their seed-0 test predictions.
+McNemar's exact test between neighbours in that order, on their seed-0 test predictions. With
+--paired=GROUP, a column with each group's difference from GROUP paired by seed (paired-t 95%
+interval over the seeds both have) and, for runs with an attention transfer stage, its mean
+seconds beside the whole run's (from the run's log, NAME_sSEED.log, when there is one).
 
-    python experiments/summarize_runs.py RUNS
+    python experiments/summarize_runs.py RUNS [--paired=softmax]
 """
 
 import collections
@@ -16,6 +19,7 @@ import sys
 import numpy as np
 
 from textattn import compare
+from textattn.sweep_summary import paired_summary
 
 
 def test_accuracy(workdir):
@@ -39,7 +43,16 @@ def parameters(workdir):
   return int(sum(np.prod(p.shape) for p in jax.tree_util.tree_leaves(params)))
 
 
-def main(runs):
+def stage_seconds(workdir):
+  """The attention transfer stage's seconds (its curve's last row), or None."""
+  path = pathlib.Path(workdir, "attention_transfer.jsonl")
+  if not path.exists():
+    return None
+  rows = [json.loads(line) for line in path.read_text().splitlines()]
+  return rows[-1].get("attention_transfer/seconds") if rows else None
+
+
+def main(runs, paired=None):
   groups = collections.defaultdict(dict)
   for name in sorted(os.listdir(runs)):
     match = re.fullmatch(r"(.+)_s(\d+)", name)
@@ -55,16 +68,25 @@ def main(runs):
       name, seconds = line.split()
       times[re.sub(r"_s\d+$", "", name)].append(float(seconds))
   order = sorted(groups, key=lambda g: np.mean([a for _, a in groups[g].values()]))
-  print("| model | params | train + test wall s (mean) | test accuracy % | seeds |")
-  print("| --- | --- | --- | --- | --- |")
+  table = {g: {seed: 100 * a for seed, (_, a) in r.items()} for g, r in groups.items()}
+  extra = f" − {paired}, paired (95% CI) | transfer stage s (mean) |" if paired else ""
+  print(f"| model | params | train + test wall s (mean) | test accuracy % | seeds |{extra}")
+  print("| --- | --- | --- | --- | --- |" + (" --- | --- |" if paired else ""))
   for group in order:
     runs_of = groups[group]
     accuracies = 100 * np.array([a for _, a in runs_of.values()])
     sd = accuracies.std(ddof=1) if len(accuracies) > 1 else float("nan")
     first = runs_of[min(runs_of)][0]
     wall = f"{np.mean(times[group]):.0f}" if times[group] else "-"
+    cells = ""
+    if paired:
+      p = paired_summary(table, paired, group) if group != paired else None
+      stages = [t for t in (stage_seconds(w) for w, _ in runs_of.values()) if t is not None]
+      cells = (f" {p['mean_diff']:+.2f} [{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}] (n={p['n']}) |"
+               if p and p["n"] > 1 else " – |")
+      cells += f" {np.mean(stages):.0f} |" if stages else " – |"
     print(f"| {group} | {parameters(first):,} | {wall} | {accuracies.mean():.2f} ± {sd:.2f} | "
-          f"{','.join(map(str, sorted(runs_of)))} |")
+          f"{','.join(map(str, sorted(runs_of)))} |{cells}")
   print("\nMcNemar, seed-0 test predictions, neighbours in the order above:")
   for a, b in itertools.pairwise(order):
     if 0 not in groups[a] or 0 not in groups[b]:
@@ -78,4 +100,6 @@ def main(runs):
 
 
 if __name__ == "__main__":
-  main(sys.argv[1])
+  flags = [a for a in sys.argv[1:] if a.startswith("--paired=")]
+  places = [a for a in sys.argv[1:] if not a.startswith("--")]
+  main(places[0], flags[0].split("=", 1)[1] if flags else None)

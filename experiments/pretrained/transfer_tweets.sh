@@ -8,7 +8,9 @@
 #     bash experiments/pretrained/transfer_tweets.sh runs/transfer_tweets
 #   python experiments/summarize_runs.py runs/transfer_tweets
 # Rows (ROWS, default all, in this order): softmax, then per variant its transfer, naive and
-# control runs; each row for every seed before the next row. Resumable (finished runs are
+# control runs; each row for every seed before the next row. Then (EXTRA, default all) the
+# transfer from the task-fine-tuned teacher (the softmax run of the same seed:
+# attention_transfer.teacher) and, for the Hedgehog map, with its weights loss too. Resumable (finished runs are
 # skipped), and several copies may share one output directory (e.g. one per core, under
 # `taskset -c N`): a run in progress is locked (flock) and the other copies pass it by.
 set -euo pipefail
@@ -57,4 +59,16 @@ for row in ${ROWS:-additive linear_hedgehog hybrid linear_elu1 linear_t2r}; do
   for seed in $seeds; do
     run "${row}_control" "$seed" ${variant[$row]} --config.num_train_steps=$((190 + steps))
   done
+done
+for row in ${EXTRA:-additive linear_hedgehog}; do
+  # shellcheck disable=SC2086
+  for seed in $seeds; do
+    run "${row}_transfer_ft" "$seed" ${variant[$row]} --config.attention_transfer.num_steps="$steps" \
+      ${stage[$row]:-} --config.attention_transfer.teacher="$out/softmax_s$seed"
+  done
+done
+# shellcheck disable=SC2086
+for seed in $seeds; do
+  run linear_hedgehog_transfer_ce "$seed" ${variant[linear_hedgehog]} \
+    --config.attention_transfer.num_steps="$steps" --config.attention_transfer.weights_loss=1.0
 done
