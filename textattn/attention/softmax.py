@@ -404,8 +404,7 @@ class SelfAttention(nn.Module):
     query = dense(name="query")(x)
     key = dense(name="key")(x)
     value = dense(name="value")(x)
-    # (kept only where the caller asks: attention transfer's weight matching, mutable=...)
-    self.sow("intermediates", "query_key", (query, key))
+    self.sow("intermediates", "query_key", (query, key))  # (attention transfer, if mutable)
     if decode and self.has_variable("cache", "keys"):
       out = self._decode_step(query, key, value, padding_mask)
     else:
@@ -444,9 +443,6 @@ class SelfAttention(nn.Module):
 registry.register(registry.Variant(
     name="softmax",
     build=functools.partial(SelfAttention, causal=False),
-    implementations=IMPLEMENTATIONS,
-    resolve=resolve,
-    check=check,
-    forward_flops=forward_flops,
+    implementations=IMPLEMENTATIONS, resolve=resolve, check=check, forward_flops=forward_flops,
     kernels=KERNEL_LABELS,
     description="multi-head scaled dot-product self-attention (Vaswani et al. 2017)"))
