@@ -3,7 +3,7 @@ parameter count, mean wall time, test accuracy mean +- sd (sample sd) over the s
 McNemar's exact test between neighbours in that order, on their seed-0 test predictions. With
 --paired=GROUP, a column with each group's difference from GROUP paired by seed (paired-t 95%
 interval over the seeds both have) and, for runs with an attention transfer stage, its mean
-seconds beside the whole run's (from the run's log, NAME_sSEED.log, when there is one).
+seconds (the whole run's are the wall column, from RUNS/times.tsv where the script wrote one).
 
     python experiments/summarize_runs.py RUNS [--paired=softmax]
 """
@@ -101,5 +101,7 @@ def main(runs, paired=None):
 
 if __name__ == "__main__":
   flags = [a for a in sys.argv[1:] if a.startswith("--paired=")]
-  places = [a for a in sys.argv[1:] if not a.startswith("--")]
+  places = [a for a in sys.argv[1:] if not a.startswith("--paired=")]
+  if len(places) != 1 or any(p.startswith("--") for p in places):
+    raise SystemExit("usage: python experiments/summarize_runs.py RUNS [--paired=GROUP]")
   main(places[0], flags[0].split("=", 1)[1] if flags else None)

@@ -111,6 +111,12 @@ def test_the_weights_cross_entropy_is_the_teachers_entropy_when_the_weights_agre
   other = transfer.weights_cross_entropy(f32(q), f32(k), f32(np.abs(fq) + 1.0), f32(fk),
                                          jnp.asarray(mask))
   assert float(other) > entropy + 1e-3
+  # A ReLU map's query that meets no key (all-zero features): finite loss and gradients.
+  dead = f32(np.maximum(fq, 0.0)).at[0, 2].set(0.0)
+  grads = jax.grad(lambda a, b: transfer.weights_cross_entropy(f32(q), f32(k), a, b,
+                                                               jnp.asarray(mask)),
+                   argnums=(0, 1))(dead, f32(fk))
+  assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads)
 
 
 def test_matching_weights_is_refused_for_a_student_without_them(setting):

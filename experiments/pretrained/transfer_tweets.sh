@@ -35,13 +35,20 @@ declare -A variant=(
 declare -A stage=(
   [additive]="--config.attention_transfer.train=new+out+qk"
 )
-run() {  # run NAME SEED ARGS...
-  local name=$1 seed=$2; shift 2
-  [ -f "$out/${name}_s$seed/metrics.jsonl" ] && grep -q test/accuracy "$out/${name}_s$seed/metrics.jsonl" && return
-  flock -n -E 75 "$out/${name}_s$seed.lock" \
-    python -m textattn.main "${common[@]}" --workdir="$out/${name}_s$seed" --config.seed="$seed" \
-    "$@" > "$out/${name}_s$seed.log.tmp" 2>&1 || { rc=$?; [ $rc -eq 75 ] && return; exit $rc; }
-  mv "$out/${name}_s$seed.log.tmp" "$out/${name}_s$seed.log"
+finished() { [ -f "$1/metrics.jsonl" ] && grep -q test/accuracy "$1/metrics.jsonl"; }
+run() {  # run NAME SEED ARGS...: once, under a lock other copies pass by; wall s to times.tsv
+  local name=$1 seed=$2 lock start; shift 2
+  local dir="$out/${name}_s$seed"
+  finished "$dir" && return
+  exec {lock}>"$dir.lock"
+  if flock -n "$lock" && ! finished "$dir"; then
+    start=$SECONDS
+    python -m textattn.main "${common[@]}" --workdir="$dir" --config.seed="$seed" "$@" \
+      > "$dir.log.tmp" 2>&1 || { rc=$?; exec {lock}>&-; exit $rc; }
+    mv "$dir.log.tmp" "$dir.log"
+    echo "${name}_s$seed $((SECONDS - start))" >> "$out/times.tsv"
+  fi
+  exec {lock}>&-
 }
 mkdir -p "$out"
 seeds=${SEEDS:-0 1 2}
@@ -63,6 +70,7 @@ done
 for row in ${EXTRA:-additive linear_hedgehog}; do
   # shellcheck disable=SC2086
   for seed in $seeds; do
+    finished "$out/softmax_s$seed" || continue  # (the teacher: that seed's finished softmax run)
     run "${row}_transfer_ft" "$seed" ${variant[$row]} --config.attention_transfer.num_steps="$steps" \
       ${stage[$row]:-} --config.attention_transfer.teacher="$out/softmax_s$seed"
   done

@@ -129,9 +129,13 @@ def weights_cross_entropy(query, key, fq, fk, padding_mask):
   scores = jnp.where(keys, scores * query.shape[-1] ** -0.5, -jnp.inf)
   want = jnp.where(keys, jax.nn.softmax(jnp.where(jnp.any(keys, -1, keepdims=True), scores, 0.0),
                                         axis=-1), 0.0)
-  kernel = jnp.einsum("bthf,bihf->bhti", fq.astype(jnp.float32), fk.astype(jnp.float32)) * keys
-  got = kernel / jnp.maximum(jnp.sum(kernel, axis=-1, keepdims=True), 1e-30)
-  rows = -jnp.sum(jax.lax.stop_gradient(want) * jnp.log(got + 1e-9), axis=-1)  # [b, h, t]
+  # log B with a small floor on every real key's kernel (1e-6), so a query whose features meet
+  # no key (a ReLU map's zeros) has a finite loss and finite gradients
+  kernel = (jnp.einsum("bthf,bihf->bhti", fq.astype(jnp.float32), fk.astype(jnp.float32))
+            + 1e-6) * keys
+  log_got = jnp.log(jnp.where(keys, kernel, 1.0)) - jnp.log(
+      jnp.sum(kernel, axis=-1, keepdims=True))
+  rows = -jnp.sum(jax.lax.stop_gradient(want) * log_got, axis=-1)  # [b, h, t]
   real = padding_mask.astype(jnp.float32)[:, None, :]
   return jnp.sum(rows * real) / jnp.maximum(jnp.sum(real) * rows.shape[1], 1.0)
 
@@ -242,6 +246,12 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teache
         if name in wanted and tuple(np.shape(value)) == tuple(np.shape(wanted[name]))}})
   teacher, student = (jax.tree.map(jnp.asarray, p) for p in (teacher, student))
   mask_tree = trainable(student, teacher, part.train)
+  if part.weights_loss and part.train != "new+out+qk" and not any(
+      t for path, t in jax.tree_util.tree_leaves_with_path(mask_tree)
+      if "feature_map" in jax.tree_util.keystr(path)):
+    raise UsageError(f"config.attention_transfer.weights_loss={part.weights_loss} would train "
+                     f"nothing: the {m.attention} attention's feature map has no parameters; use "
+                     f"a learned map (hedgehog, t2r) or attention_transfer.train=new+out+qk.")
   implementation = encoder.resolved_kernel(config, c)
   options = attention_lib.build_options(attention_lib.get(m.attention), m)
   tx, step = make_step(c, m.attention, teacher, mask_tree, float(part.learning_rate),

@@ -33,7 +33,7 @@ from textattn.errors import UsageError
 from textattn.metrics import summarize_eval
 from textattn.models import baselines
 from textattn.pretrained import finetune
-from textattn.tasks.classification import explain, kernels
+from textattn.tasks.classification import explain, kernels, predictions
 from textattn.tasks.classification.explain import is_blank
 
 
@@ -239,15 +239,25 @@ def softmax_teacher(workdir: str, config, bert_config, class_names) -> dict:
   if not os.path.isfile(path):
     raise UsageError(f"{field} has no config.json; give the workdir of a finished softmax "
                      f"classification run fine-tuned from {config.model.pretrained!r}.")
+  if not os.path.isfile(os.path.join(workdir, predictions.PREDICTIONS_FILE)):
+    raise UsageError(f"{field} has not finished (no {predictions.PREDICTIONS_FILE}: its test "
+                     f"report); let it finish first, so the teacher is its final one.")
   with open(path) as f:
     saved = json.load(f)
-  teacher = ml_collections.ConfigDict(config_lib.migrate(saved, config))
-  if teacher.task != "classification" or not finetune.enabled(teacher):
-    raise UsageError(f"{field} is not a fine-tuned pretrained classifier's workdir (task "
-                     f"{teacher.task!r}, model.pretrained {teacher.model.pretrained!r}).")
+  if saved.get("config_version") != config_lib.CONFIG_VERSION:
+    raise UsageError(f"{field} was written by another textattn (config version "
+                     f"{saved.get('config_version', 1)}, this one writes "
+                     f"{config_lib.CONFIG_VERSION}); fine-tune the teacher with this one.")
+  teacher = ml_collections.ConfigDict(saved)
+  if teacher.get("task") != "classification" or not finetune.enabled(teacher):
+    raise UsageError(f"{field} is not the workdir of a pretrained encoder fine-tuned as a "
+                     f"classifier.")
   if teacher.model.attention != "softmax":
     raise UsageError(f"{field} has {teacher.model.attention!r} attention; the teacher must be a "
                      f"softmax run.")
+  if teacher.model.pooling != config.model.pooling:
+    raise UsageError(f"{field} pools with {teacher.model.pooling!r}, this run with "
+                     f"{config.model.pooling!r}; its head fits only the same pooling.")
   if finetune.read_config(workdir) != bert_config:
     raise UsageError(f"{field} was fine-tuned from another encoder than "
                      f"{config.model.pretrained!r} (its {finetune.WORKDIR_FILE} differs).")
