@@ -59,7 +59,7 @@ CURVE_FILE = "attention_transfer.jsonl"
 def default_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.num_steps = 0  # 0: no transfer stage (e.g. 300)
-  c.learning_rate = 1e-2  # (1e-3 left 1.4-2.5x the relative error: RESULTS §31)
+  c.learning_rate = 1e-2  # (1e-3 imitated the teacher more slowly: RESULTS §31)
   c.train = "new+out"  # TRAINS
   c.log_every_steps = 25
   # Hedgehog's loss beside the outputs' (0: off): this times the cross-entropy between each
