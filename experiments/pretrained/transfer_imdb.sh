@@ -16,20 +16,8 @@ common=(--config=imdb_minilm --config.model.pretrained="${MINILM:?set MINILM to 
         --config.max_len=128 --config.num_train_steps="$steps"
         --config.optimizer.warmup_steps=$((steps / 10)) --config.evals_per_epoch=4)
 linear=${ROW_LINEAR:---config.model.attention=linear --config.model.linear.feature_map=hedgehog}
-finished() { [ -f "$1/test_predictions.npz" ]; }
-run() {  # run NAME SEED ARGS...: once, under a lock other copies pass by; wall s to times.tsv
-  local name=$1 seed=$2 lock start; shift 2
-  local dir="$out/${name}_s$seed"
-  finished "$dir" && return
-  exec {lock}>"$dir.lock"
-  if flock -n "$lock" && ! finished "$dir"; then
-    start=$SECONDS
-    python -m textattn.main "${common[@]}" --workdir="$dir" --config.seed="$seed" "$@" \
-      >> "$dir.log" 2>&1 || { rc=$?; exec {lock}>&-; exit $rc; }
-    echo "${name}_s$seed $((SECONDS - start))" >> "$out/times.tsv"
-  fi
-  exec {lock}>&-
-}
+# shellcheck source=experiments/pretrained/runs.sh
+source "$(dirname "$0")/runs.sh"  # run NAME SEED ARGS...
 mkdir -p "$out"
 seeds=${SEEDS:-0 1 2}
 for seed in $seeds; do run softmax "$seed"; done

@@ -35,21 +35,8 @@ declare -A variant=(
 declare -A stage=(
   [additive]="--config.attention_transfer.train=new+out+qk"
 )
-finished() { [ -f "$1/metrics.jsonl" ] && grep -q test/accuracy "$1/metrics.jsonl"; }
-run() {  # run NAME SEED ARGS...: once, under a lock other copies pass by; wall s to times.tsv
-  local name=$1 seed=$2 lock start; shift 2
-  local dir="$out/${name}_s$seed"
-  finished "$dir" && return
-  exec {lock}>"$dir.lock"
-  if flock -n "$lock" && ! finished "$dir"; then
-    start=$SECONDS
-    python -m textattn.main "${common[@]}" --workdir="$dir" --config.seed="$seed" "$@" \
-      > "$dir.log.tmp" 2>&1 || { rc=$?; exec {lock}>&-; exit $rc; }
-    mv "$dir.log.tmp" "$dir.log"
-    echo "${name}_s$seed $((SECONDS - start))" >> "$out/times.tsv"
-  fi
-  exec {lock}>&-
-}
+# shellcheck source=experiments/pretrained/runs.sh
+source "$(dirname "$0")/runs.sh"  # run NAME SEED ARGS...
 mkdir -p "$out"
 seeds=${SEEDS:-0 1 2}
 for seed in $seeds; do run softmax "$seed"; done
