@@ -55,25 +55,28 @@ inline float hmax(v8 x) {
   return t;
 }
 
-// exp_nonpositive on 8 lanes (same polynomial); lanes equal to -inf give exactly 0.
-inline v8 vexp_nonpositive(v8 x) {
-  const v8 neg_inf = splat(-std::numeric_limits<float>::infinity());
-  const v8 masked = x == neg_inf ? splat(1.0f) : splat(0.0f);
-  x = x < splat(-87.0f) ? splat(-87.0f) : x;
-  const v8 t = x * 1.44269504088896341f;
-  const v8i ni = __builtin_convertvector(t - 0.5f, v8i);  // round half down, t <= 0
-  const v8 n = __builtin_convertvector(ni, v8);
-  const v8 r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
-  v8 p = splat(1.3981999507e-3f);
+// exp_nonpositive on a vector of floats V (int lanes VI; the same polynomial and rounding at
+// every width, so a lane's value does not depend on it); lanes equal to -inf give exactly 0.
+template <typename V, typename VI>
+inline V vexp_nonpositive_lanes(V x) {
+  const V zero{};
+  const VI masked = x == zero - std::numeric_limits<float>::infinity();
+  x = x < zero - 87.0f ? zero - 87.0f : x;
+  const V t = x * 1.44269504088896341f;
+  const VI ni = __builtin_convertvector(t - 0.5f, VI);  // round half down, t <= 0
+  const V n = __builtin_convertvector(ni, V);
+  const V r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+  V p = zero + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const v8 scale = (v8)((ni + 127) << 23);
-  return masked == splat(1.0f) ? splat(0.0f) : p * scale;
+  const V scale = (V)((ni + 127) << 23);
+  return masked ? zero : p * scale;
 }
+inline v8 vexp_nonpositive(v8 x) { return vexp_nonpositive_lanes<v8, v8i>(x); }
 
 inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
 
@@ -112,26 +115,7 @@ inline float hmaxk(vk x) {
   for (int l = 1; l < kKeyLanes; ++l) t = std::max(t, x[l]);
   return t;
 }
-// vexp_nonpositive on kKeyLanes lanes (the same polynomial and rounding, so a lane's value does
-// not depend on the width); lanes equal to -inf give exactly 0.
-inline vk vexpk_nonpositive(vk x) {
-  const vk neg_inf = splatk(-std::numeric_limits<float>::infinity());
-  const vki masked = x == neg_inf;
-  x = x < splatk(-87.0f) ? splatk(-87.0f) : x;
-  const vk t = x * 1.44269504088896341f;
-  const vki ni = __builtin_convertvector(t - 0.5f, vki);  // round half down, t <= 0
-  const vk n = __builtin_convertvector(ni, vk);
-  const vk r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
-  vk p = splatk(1.3981999507e-3f);
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const vk scale = (vk)((ni + 127) << 23);
-  return masked ? splatk(0.0f) : p * scale;
-}
+inline vk vexpk_nonpositive(vk x) { return vexp_nonpositive_lanes<vk, vki>(x); }
 inline int64_t round_up_keys(int64_t n) {
   return (n + kKeyLanes - 1) & ~int64_t{kKeyLanes - 1};
 }
