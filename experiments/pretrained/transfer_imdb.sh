@@ -4,7 +4,7 @@
 # softmax run: softmax; additive after the attention transfer stage (queries and keys train
 # too, as on the tweets); a linear row after transfer (ROW_LINEAR, default Hedgehog's map); and
 # additive naively swapped (today's 10-point loss, at this budget). The stage's steps come on
-# top (TRANSFER_STEPS, default 200). Resumable; copies may share the directory (flock).
+# top (TRANSFER_STEPS, default 200). Resumable; copies may share the directory (runs.sh).
 #   MINILM=DIR/all-MiniLM-L6-v2 TFDS_DATA_DIR=... SEEDS="0 1 2" \
 #     bash experiments/pretrained/transfer_imdb.sh runs/transfer_imdb
 #   python experiments/summarize_runs.py runs/transfer_imdb --paired=softmax
@@ -20,14 +20,13 @@ linear=${ROW_LINEAR:---config.model.attention=linear --config.model.linear.featu
 source "$(dirname "$0")/runs.sh"  # run NAME SEED ARGS...
 mkdir -p "$out"
 seeds=${SEEDS:-0 1 2}
-for seed in $seeds; do run softmax "$seed"; done
-# shellcheck disable=SC2086
+# Seed-major, so that copies sharing the directory finish whole pairs first: per seed softmax,
+# the linear row and additive after transfer; then additive's naive swap for every seed.
 for seed in $seeds; do
+  run softmax "$seed"
+  # shellcheck disable=SC2086
+  run linear_transfer "$seed" $linear --config.attention_transfer.num_steps="$stage"
   run additive_transfer "$seed" --config.model.attention=additive \
     --config.attention_transfer.num_steps="$stage" --config.attention_transfer.train=new+out+qk
-done
-# shellcheck disable=SC2086
-for seed in $seeds; do
-  run linear_transfer "$seed" $linear --config.attention_transfer.num_steps="$stage"
 done
 for seed in $seeds; do run additive_naive "$seed" --config.model.attention=additive; done
