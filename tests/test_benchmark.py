@@ -29,9 +29,12 @@ COMMANDS = {
     # MemoryError from the per-point address-space cap), the length-16 ones must not care.
     "sweep": ("--mode=attention", "--variants=softmax,additive", "--seq_lens=16,32", *TINY,
               "--inject_failure=softmax@32=error,additive@32=oom"),
-    # The real train_step of a config file; a config override picks the variant.
+    # The real train_step of a config file; a config override picks the variant. (An override
+    # of an opt-in part the config leaves out, --config.model.linear.*, must stay on the report's
+    # command line: the parser once dropped it from sys.argv.)
     "train_step": ("--mode=train_step", "--config=configs/imdb_keras_example.py",
                    "--config.model.attention=additive", "--config.model.embed_dim=16",
+                   "--config.model.linear.features=8",
                    "--config.vocab_size=100", "--seq_lens=16", "--batch_size=4", "--warmup=1",
                    "--repeats=2"),
     # Sequence parallelism on a 2 x 4 mesh: the point's process gets 8 CPU devices.
@@ -263,6 +266,9 @@ def test_train_step_mode_uses_the_config_and_prints_examples_per_second(runs):
   assert row["kernel"] == ("native" if native.available() else "linear (XLA)")
   assert float(row["peak_tflops"]) > 0 and 0 < float(row["mfu_pct"]) < 100
   assert row["attention_tflops"] == ""
+  with open(os.path.join(out_dir, "results.md")) as f:
+    assert "--config.model.attention=additive --config.model.embed_dim=16 " \
+           "--config.model.linear.features=8 " in f.read()  # (the command, as given)
 
 
 def test_profile_dir_holds_a_trace_of_the_annotated_steps(runs):

@@ -245,5 +245,6 @@ def flags_parser(config_flag: str = "config"):
       sys.exit(2)
     if late:
       _apply_part_overrides(config, late, config_flag)
+    sys.argv = list(given)  # (the command as given, for what records it: the benchmark's report)
     return remaining
   return parse
