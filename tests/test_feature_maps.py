@@ -135,15 +135,19 @@ def reference_hybrid(q, k, v, fq, fk, mask, g, window, causal, xp=jnp):
                   out / xp.where(total > 0, total, 1.0).transpose(0, 2, 1)[..., None], 0.0)
 
 
+@pytest.mark.parametrize("kernel", ["xla", "chunked"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-def test_window_linear_hybrid_matches_float64_values_and_gradients(causal):
+def test_window_linear_hybrid_matches_float64_values_and_gradients(causal, kernel):
+  """Both kernels; window 3 over L = 11 positions: the blocked kernel has 4 blocks (the last
+  padded), so keys reach a query through the window, its neighbour blocks' far keys and the
+  cumulated sums of the blocks beyond."""
   from textattn.attention import hybrid
   rng = np.random.default_rng(3)
   q, k, v, cotangent = (rng.normal(size=(B, L, H, D)).astype(np.float32) for _ in range(4))
   fq, fk = (np.abs(rng.normal(size=(B, L, H, 5))).astype(np.float32) for _ in range(2))
   g = np.array([0.3, 0.8], np.float32)
   mask, _ = padding_and_segments()
-  fn = functools.partial(hybrid.hybrid_attention, real=jnp.asarray(mask), window=3,
+  fn = functools.partial(hybrid.KERNELS[kernel], real=jnp.asarray(mask), window=3,
                          causal=causal)
   got = jax.jit(lambda *a: values_and_grads(lambda q, k, v, fq, fk, g: fn(q, k, v, fq, fk, mix=g),
                                             a, cotangent))(q, k, v, fq, fk, g)
@@ -170,8 +174,10 @@ def test_window_linear_with_a_window_over_the_row_is_softmax_with_the_same_weigh
     params = hybrid.init(jax.random.key(0), x, mask)["params"]
     softmax = attention.get(softmax_name).build(num_heads=2, implementation="xla")
     kept = {name: params[name] for name in ("query", "key", "value", "out")}
-    np.testing.assert_allclose(hybrid.apply({"params": params}, x, mask),
-                               softmax.apply({"params": kept}, x, mask), atol=2e-6)
+    for kernel in ("xla", "chunked"):
+      hybrid = attention.get(hybrid_name).build(num_heads=2, window=9, implementation=kernel)
+      np.testing.assert_allclose(hybrid.apply({"params": params}, x, mask),
+                                 softmax.apply({"params": kept}, x, mask), atol=2e-6)
     short = attention.get(hybrid_name).build(num_heads=2, window=2)
     assert np.abs(short.apply({"params": params}, x, mask)
                   - softmax.apply({"params": kept}, x, mask)).max() > 1e-3

@@ -96,6 +96,7 @@ ENCODER_PATHS = [
     ("performer", "auto", CUDA, "bfloat16", 2, 24, None),
     ("local", "chunked", TPU, "bfloat16", 2, 24, None),
     ("window_linear", "xla", CUDA, "bfloat16", 2, 24, None),
+    ("window_linear", "chunked", CUDA, "bfloat16", 2, 24, None),
 ]
 
 

@@ -17,10 +17,16 @@ query/key/value/out parameter names as softmax's SelfAttention) start it as the 
 replaces, the starting point of attention transfer (issue 55).
 
 The feature map is linear attention's (textattn/attention/linear.py's registry; default
-"hedgehog", learned, under "feature_map"). Kernel: "xla", the quadratic form ([length, length]
-scores; O(length^2), as the softmax reference): what a transfer study at a few hundred tokens
-needs. A linear-time chunked form (LoLCATs' tiles) and cached decoding are not written; segment
-ids are not taken, so the language model refuses this variant in one sentence.
+"hedgehog", learned, under "feature_map"). Kernels (the same function):
+  xla      `hybrid_attention`: the quadratic form, [length, length] scores; the reference.
+  chunked  `blocked_hybrid_attention`: blocks of `window` queries; each block's previous, own
+           and (bidirectional) next block hold its window's keys, scored as in the reference
+           (softmax inside the window, phi(q).phi(k) for the block keys outside it); the keys
+           of the blocks further away enter through per-block sums of phi(k) v^T and phi(k),
+           cumulated from the start (and, bidirectional, from the end), never differenced.
+           O(length * window) work, O(length * (window + features * head_dim / window)) memory.
+"auto" picks chunked from CHUNKED_FROM_WINDOWS windows on. Cached decoding is not written;
+segment ids are not taken, so the language model refuses this variant in one sentence.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from textattn.attention.sliding_window import in_band
 from textattn.errors import UsageError
 
 WINDOW = 64
+F32 = jnp.float32
 
 
 def hybrid_attention(query: Array, key: Array, value: Array, fq: Array, fk: Array, real: Array,
@@ -64,6 +71,88 @@ def hybrid_attention(query: Array, key: Array, value: Array, fq: Array, fk: Arra
   return merged_mean(numerator, jnp.sum(weights, axis=-1).transpose(0, 2, 1))
 
 
+def blocked_hybrid_attention(query: Array, key: Array, value: Array, fq: Array, fk: Array,
+                             real: Array, mix: Array, *, window: int, causal: bool) -> Array:
+  """hybrid_attention's out in blocks of min(window, length) queries (module docstring); the
+  length is padded to a multiple of the block with padding positions."""
+  batch, length, heads, head_dim = query.shape
+  block = max(1, min(window, length))
+  num_blocks = -(-length // block)
+  extra = num_blocks * block - length
+
+  def blocks(x):  # [b, l, ...] -> [b, n, block, ...]
+    x = jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2))
+    return x.reshape((batch, num_blocks, block) + x.shape[2:])
+
+  def neighbours(x):  # [b, n, block, ...] -> [b, n, 2 or 3 blocks, ...]
+    edge = jnp.zeros_like(x[:, :1])
+    parts = [jnp.concatenate([edge, x[:, :-1]], axis=1), x]
+    if not causal:
+      parts.append(jnp.concatenate([x[:, 1:], edge], axis=1))
+    return jnp.concatenate(parts, axis=2)
+
+  is_real = blocks(real)
+  value = blocks(value.astype(F32)) * is_real[..., None, None]
+  fk = blocks(fk) * is_real[..., None, None]
+  q, fq = blocks(query.astype(F32)), blocks(fq)
+  k, v, fk_near = neighbours(blocks(key.astype(F32))), neighbours(value), neighbours(fk)
+  span = k.shape[2]
+  offsets = jnp.arange(block)[:, None] - (jnp.arange(span)[None, :] - block)  # [block, span]
+  visible = neighbours(is_real)[:, :, None, None, :]  # [b, n, 1, 1, span]
+  if causal:
+    visible = visible & (offsets >= 0)
+  inside = visible & in_band(offsets, window, causal)
+  outside = visible & ~in_band(offsets, window, causal)
+  scores = jnp.einsum("bnthd,bnihd->bnhti", q, k) * head_dim ** -0.5
+  top = jnp.max(jnp.where(inside, scores, -jnp.inf), axis=-1, keepdims=True)
+  top = jnp.where(jnp.isfinite(top), top, 0.0)
+  g = mix[None, None, :, None, None]
+  near = jnp.where(inside, g * jnp.exp(jnp.where(inside, scores - top, 0.0)), 0.0)
+  weights = near + (1.0 - g) * jnp.einsum("bnthf,bnihf->bnhti", fq, fk_near) * outside
+  numerator = jnp.einsum("bnhti,bnihd->bnthd", weights, v)
+  denominator = jnp.sum(weights, axis=-1).transpose(0, 1, 3, 2)  # [b, n, t, h]
+  # The blocks out of reach: m <= n - 2 (and, bidirectional, m >= n + 2).
+  kv = jnp.einsum("bnihf,bnihd->bnhfd", fk, value)
+  z = jnp.sum(fk, axis=2)  # [b, n, h, f]
+
+  def beyond(x):  # [b, n, ...] -> sum over the blocks out of reach of each block
+    shift = [(0, 0), (2, 0)] + [(0, 0)] * (x.ndim - 2)
+    far = jnp.pad(jnp.cumsum(x, axis=1), shift)[:, :num_blocks]
+    if not causal:
+      backward = jnp.flip(jnp.cumsum(jnp.flip(x, axis=1), axis=1), axis=1)
+      far = far + jnp.pad(backward, [(0, 0), (0, 2)] + [(0, 0)] * (x.ndim - 2))[:, 2:]
+    return far
+
+  gq = (1.0 - mix)[None, None, None, :, None] * fq
+  numerator = numerator + jnp.einsum("bnthf,bnhfd->bnthd", gq, beyond(kv))
+  denominator = denominator + jnp.einsum("bnthf,bnhf->bnth", gq, beyond(z))
+  out = merged_mean(numerator, denominator)
+  return out.reshape(batch, num_blocks * block, heads, head_dim)[:, :length]
+
+
+KERNELS = {"xla": hybrid_attention, "chunked": blocked_hybrid_attention}
+IMPLEMENTATIONS = ("auto",) + tuple(KERNELS)
+# "auto": the blocked kernel from this many windows on. Forward + backward, window 64, MiniLM's
+# layer (batch 1, 384 wide, 12 heads), median ms at L = 128, 256, 512, 1024 (python -m
+# textattn.benchmark --mode=attention+backward --variants=window_linear_xla,window_linear_chunked
+# --seq_lens=128,256,512,1024 --batch_size=1 --embed_dim=384 --num_heads=12; CPU-4): xla 9.46,
+# 33.3, 111, 498; chunked 8.45, 30.0, 54.6, 125. Peak MiB at 1024: xla 516, chunked 155.
+CHUNKED_FROM_WINDOWS = 2
+
+
+def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32", *,
+            length: int | None = None, num_heads: int | None = None,
+            window: int = WINDOW) -> str:
+  """'auto' -> 'chunked' for a length of at least CHUNKED_FROM_WINDOWS windows, else 'xla'
+  (both exact). Other names are returned as they are."""
+  del head_dim, dtype, num_heads
+  if implementation != "auto":
+    return implementation
+  if length is not None and length >= CHUNKED_FROM_WINDOWS * window:
+    return "chunked"
+  return "xla"
+
+
 class WindowLinearAttention(nn.Module):
   """Multi-head hybrid attention with Q/K/V/output projections (softmax's parameter names)."""
   num_heads: int
@@ -87,7 +176,8 @@ class WindowLinearAttention(nn.Module):
     phi = linear.build_feature_map(self.feature_map, num_heads=self.num_heads,
                                    head_dim=head_dim, options=self.feature_options)
     mix = jax.nn.sigmoid(self.param("window_factor", nn.initializers.zeros, (self.num_heads,)))
-    out = hybrid_attention(query, key, value, phi(query, is_query=True),
+    kernel = KERNELS[resolve(self.implementation, length=x.shape[1], window=self.window)]
+    out = kernel(query, key, value, phi(query, is_query=True),
                            phi(key, is_query=False), padding_mask.astype(bool), mix,
                            window=self.window, causal=self.causal)
     return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
@@ -104,10 +194,14 @@ def hybrid_keywords(window: int, feature_map: str, features: int) -> dict:
   return {"window": window, **keywords}
 
 
-def forward_flops(batch: int, length: int, heads: int, head_dim: int) -> float:
-  """The quadratic form: QK^T, the features' products and AV over [length, length] (the
-  default map's features = 2 head_dim): (4 + 4) B H L^2 d."""
-  return 8.0 * batch * heads * length * length * head_dim
+def forward_flops(batch: int, length: int, heads: int, head_dim: int, window: int = WINDOW,
+                  causal: bool = False) -> float:
+  """The function's work, as sliding_window's (the xla kernel does the quadratic form's more):
+  QK^T and PV over each query's band, 4 B H L keys d (keys = min(window, L), bidirectional
+  min(2 window + 1, L)), and phi(q) against the far keys' sums, 4 B H L f d with the default
+  map's f = 2 d."""
+  keys = min(window if causal else 2 * window + 1, length)
+  return 4.0 * batch * heads * length * (keys + 2 * head_dim) * head_dim
 
 
 def variant(name: str, causal: bool, description: str) -> registry.Variant:
@@ -118,14 +212,16 @@ def variant(name: str, causal: bool, description: str) -> registry.Variant:
       options="hybrid",
       option_defaults=(("window", WINDOW), ("feature_map", "hedgehog"), ("features", 0)),
       option_keywords=hybrid_keywords,
-      forward_flops=forward_flops,
-      kernels=(("xla", "quadratic"),),
+      implementations=IMPLEMENTATIONS,
+      resolve=resolve,
+      forward_flops=functools.partial(forward_flops, causal=causal),
+      kernels=(("xla", "quadratic"), ("chunked", "blocked")),
       description=description)
 
 
 registry.register(variant(
     "window_linear", False, f"softmax within +-window (default {WINDOW}) + linear attention "
-    "(hedgehog features) outside, one normalisation (LoLCATs); quadratic form"))
+    "(hedgehog features) outside, one normalisation (LoLCATs)"))
 registry.register(variant(
     "causal_window_linear", True, f"causal: softmax over the last window positions (default "
-    f"{WINDOW}) + linear attention before them (LoLCATs); quadratic form"))
+    f"{WINDOW}) + linear attention before them (LoLCATs)"))
