@@ -19,6 +19,10 @@
 # a start, call 1 and call 2 take ~13 of a session's 15 device minutes. The GPU computes float32
 # products in TF32, so its seeds are a set of their own: never pool them with the CPU's.
 # The script exits 1 unless every run wrote its test report.
+# ROWS (default "softmax additive", issue 44's): the MiniLM rows, each seed's at once. Issue 55's
+# attention transfer at the full recipe (256 tokens, one epoch; 200 stage steps on top):
+#   ROWS="softmax linear_transfer additive_transfer" NBSVM=0 (9 runs at once; no ensembles).
+# Each non-softmax row is compared with softmax, seed by seed (textattn.compare).
 # Rehearsal on a CPU (tests/test_gpu_scripts.py): REHEARSE=1 bash experiments/gpu/minilm_imdb.sh
 # The staged halves first: a missed warm window (a fresh machine has neither) fails at once.
 if [ "${REHEARSE:-0}" != 1 ]; then
@@ -54,17 +58,30 @@ timed() {  # NAME COMMAND...: the command's log in $RUNS/NAME.log, its seconds i
   "$@" >> "$RUNS/$name.log" 2>&1 && echo "$name $((SECONDS - start))" >> "$RUNS/times.tsv"
 }
 
-# The six MiniLM runs at once, and beside them NBSVM's three seeds one after another (their
-# n-gram features are CPU work). One command at a time in a rehearsal (`wired` checks each).
+# The MiniLM runs at once, and beside them NBSVM's three seeds one after another (their
+# n-gram features are CPU work). One command at a time in a rehearsal (`wired` checks each, every
+# row's).
+declare -A row_args=(
+  [softmax]=""
+  [additive]="--config.model.attention=additive"
+  [additive_transfer]="--config.model.attention=additive --config.attention_transfer.num_steps=200
+                       --config.attention_transfer.train=new+out+qk"
+  [linear_transfer]="--config.model.attention=linear --config.model.linear.feature_map=hedgehog
+                     --config.attention_transfer.num_steps=200"
+)
+if [ "$REHEARSE" = 1 ]; then ROWS=${ROWS:-${!row_args[*]}}; else ROWS=${ROWS:-softmax additive}; fi
+NBSVM=${NBSVM:-1}
 pids=()
 for seed in $SEEDS; do
-  for variant in softmax additive; do
-    config=configs/imdb_minilm.py; [ $variant = additive ] && config=configs/imdb_minilm_additive.py
-    run=(wired --timeout=$LIMIT -m textattn.main --config=$config --workdir=$RUNS/${variant}_s$seed
+  for row in $ROWS; do
+    [ -n "${row_args[$row]+set}" ] || { echo "ROWS: unknown row $row (${!row_args[*]})"; exit 2; }
+    # shellcheck disable=SC2086
+    run=(wired --timeout=$LIMIT -m textattn.main --config=configs/imdb_minilm.py
+         --workdir=$RUNS/${row}_s$seed ${row_args[$row]}
          --config.model.pretrained=$MODEL --config.dataset=$DATA/train.jsonl
          --config.source.test_file=$DATA/test.jsonl --config.evals_per_epoch=4 --config.seed=$seed)
     if [ "$REHEARSE" = 1 ]; then "${run[@]}"; continue; fi
-    timed ${variant}_s$seed "${run[@]}" & pids+=($!)
+    timed ${row}_s$seed "${run[@]}" & pids+=($!)
   done
 done
 nbsvm() {
@@ -74,7 +91,9 @@ nbsvm() {
       --config.source.test_file=$DATA/test.jsonl --config.seed=$seed
   done
 }
-if [ "$REHEARSE" = 1 ]; then nbsvm; else nbsvm & pids+=($!); fi
+if [ "$NBSVM" = 1 ]; then
+  if [ "$REHEARSE" = 1 ]; then nbsvm; else nbsvm & pids+=($!); fi
+fi
 running() {  # any of the pids
   local pid; for pid in "$@"; do kill -0 "$pid" 2> /dev/null && return 0; done; return 1
 }
@@ -84,6 +103,7 @@ wait
 # The NBSVM + MiniLM ensemble of each seed whose two members finished (weights chosen on
 # validation; textattn.ensemble), the three at once.
 for seed in $SEEDS; do
+  [ "$NBSVM" = 1 ] || break
   ens=(wired --timeout=90 -m textattn.ensemble --workdir=$RUNS/nbsvm_s$seed
        --workdir=$RUNS/softmax_s$seed --out=$RUNS/nbsvm_minilm_s$seed)
   if [ "$REHEARSE" = 1 ]; then "${ens[@]}"; continue; fi
@@ -102,13 +122,15 @@ wait
   echo "wall seconds (times.tsv) are each run's alone with the others sharing the card and CPU"
   "$PYTHON" experiments/summarize_runs.py "$RUNS"
   for seed in $SEEDS; do
-    "$PYTHON" -m textattn.compare "$RUNS/softmax_s$seed" "$RUNS/additive_s$seed" 2>&1 | tail -4
-    "$PYTHON" -m textattn.compare "$RUNS/softmax_s$seed" "$RUNS/nbsvm_minilm_s$seed" 2>&1 | tail -4
+    for other in $ROWS $([ "$NBSVM" = 1 ] && echo nbsvm_minilm); do
+      [ "$other" = softmax ] && continue
+      "$PYTHON" -m textattn.compare "$RUNS/softmax_s$seed" "$RUNS/${other}_s$seed" 2>&1 | tail -4
+    done
   done
   echo "done in ${SECONDS} s"
 } 2>&1 | tee "$OUT/summary.txt"
 snapshot
-expected=$(( $(echo $SEEDS | wc -w) * 4 ))  # softmax, additive, NBSVM, ensemble
+expected=$(( $(echo $SEEDS | wc -w) * ($(echo $ROWS | wc -w) + 2 * NBSVM) ))  # (+ NBSVM, ensemble)
 found=$(ls "$RUNS"/*/test_predictions.npz 2> /dev/null | wc -l)
 echo "$found of $expected runs wrote their test report"
 [ "$found" = "$expected" ]
