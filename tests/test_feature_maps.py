@@ -181,3 +181,16 @@ def test_window_linear_with_a_window_over_the_row_is_softmax_with_the_same_weigh
     short = attention.get(hybrid_name).build(num_heads=2, window=2)
     assert np.abs(short.apply({"params": params}, x, mask)
                   - softmax.apply({"params": kept}, x, mask)).max() > 1e-3
+
+
+def test_auto_counts_the_configured_window():
+  """"auto" picks the blocked kernel from 2 windows of the configured size on, not of the
+  default 64 (a run once resolved window 256 at 200 tokens to one padded block, ~3x the work)."""
+  from textattn import defaults, models, run
+  config = defaults.complete(defaults.classification())
+  with config.unlocked():
+    config.model.attention, config.model.attention_impl, config.max_len = "window_linear", "auto", 200
+    run.with_parts(config, "model.hybrid")
+  assert models.resolved_kernel(config) == "chunked"
+  config.model.hybrid.window = 256
+  assert models.resolved_kernel(config) == "xla"

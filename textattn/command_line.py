@@ -228,6 +228,7 @@ def flags_parser(config_flag: str = "config"):
   from absl import flags
 
   def parse(argv: list[str]) -> list[str]:
+    typed = list(argv)
     argv = [argv[0], *resolve_config_names(argv[1:], config_flag)]
     given = argv
     argv, late = _split_part_overrides(argv, config_flag)
@@ -245,6 +246,6 @@ def flags_parser(config_flag: str = "config"):
       sys.exit(2)
     if late:
       _apply_part_overrides(config, late, config_flag)
-    sys.argv = list(given)  # (the command as given, for what records it: the benchmark's report)
+    sys.argv = typed  # (the command as typed, for what records it: the benchmark's report)
     return remaining
   return parse

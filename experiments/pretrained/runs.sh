@@ -5,7 +5,7 @@
 #                          core under `taskset -c N`) pass it by; output appends to
 #                          $out/NAME_sSEED.log, wall seconds go to $out/times.tsv, and a failed
 #                          run stops the script with its exit status.
-finished() { [ -f "$1/metrics.jsonl" ] && grep -q test/accuracy "$1/metrics.jsonl"; }
+finished() { [ -f "$1/metrics.jsonl" ] && grep -q test/params_from_step "$1/metrics.jsonl"; }  # (the final report)
 run() {
   local name=$1 seed=$2 lock start rc; shift 2
   local dir="$out/${name}_s$seed"

@@ -73,11 +73,17 @@ class Variant:
                        f"of its implementations ({', '.join(self.implementations)}).")
 
   def kernel(self, implementation: str, head_dim: int | None = None, dtype: str = "float32", *,
-             length: int | None = None, num_heads: int | None = None) -> str:
-    """`resolve`, given the sequence length and head count where it takes them."""
-    if _takes_shape(self.resolve):
-      return self.resolve(implementation, head_dim, dtype, length=length, num_heads=num_heads)
-    return self.resolve(implementation, head_dim, dtype)
+             length: int | None = None, num_heads: int | None = None,
+             options: tuple[tuple[str, Any], ...] = ()) -> str:
+    """`resolve`, given the sequence length and head count where it takes them, and the build
+    options (`build_options`'s) it names, e.g. sliding_window's and window_linear's `window`
+    (an "auto" threshold counted in windows)."""
+    if not _takes_shape(self.resolve):
+      return self.resolve(implementation, head_dim, dtype)
+    named = _keyword_names(self.resolve)
+    extra = {k: v for k, v in options if named is None or k in named}
+    return self.resolve(implementation, head_dim, dtype, length=length, num_heads=num_heads,
+                        **extra)
 
   def validate(self, implementation: str, embed_dim: int, num_heads: int,
                dtype: str = "float32") -> None:
@@ -111,6 +117,14 @@ def build_options(variant: Variant, model_config) -> tuple[tuple[str, Any], ...]
     fields.update(dict(given))
   keywords = variant.option_keywords(**fields) if variant.option_keywords else fields
   return tuple(sorted(keywords.items()))
+
+
+def _keyword_names(resolve: Callable[..., str]) -> set[str] | None:
+  """The keywords `resolve` accepts by name; None when it takes **kwargs (any)."""
+  parameters = list(inspect.signature(resolve).parameters.values())
+  if any(p.kind == p.VAR_KEYWORD for p in parameters):
+    return None
+  return {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
 
 
 def _takes_shape(resolve: Callable[..., str]) -> bool:

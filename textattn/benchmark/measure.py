@@ -113,7 +113,11 @@ def _utilization(spec: dict, config, args, device, result: dict) -> dict:
                                            spec["seq_len"], heads, head_dim, m.num_layers)
   model_flops = None
   if spec["mode"] == "train_step":
-    factor = variant.forward_flops(1, 1, 1, 1) / 4.0 if variant.forward_flops else 0.0
+    # The attention term as a share of softmax's 4 L^2 H d (1; causal 0.5; a windowed or hybrid
+    # variant its keys per query over L), at this point's sizes.
+    length = spec["seq_len"]
+    factor = (variant.forward_flops(1, length, heads, head_dim)
+              / (4.0 * length * length * heads * head_dim) if variant.forward_flops else 0.0)
     # Embedding tables are looked up, not multiplied: PaLM's N counts the other parameters.
     parameters = models.count_parameters(
         {k: v for k, v in args[0].params.items() if k != "embedding"})

@@ -50,7 +50,8 @@ def attention_flops(forward_flops, mode: str, batch: int, length: int, heads: in
 
 def model_flops_per_token(parameters: int, layers: int, length: int, width: int,
                           attention_factor: float) -> float:
-  """6 N + 12 * layers * L * width * attention_factor (1 softmax, 0.5 causal, 0 linear)."""
+  """6 N + 12 * layers * L * width * attention_factor (the variant's attention FLOPs over
+  softmax's at that length: 1 softmax, 0.5 causal, keys / L windowed, 0 linear)."""
   return 6.0 * parameters + 12.0 * layers * length * width * attention_factor
 
 

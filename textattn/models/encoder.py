@@ -202,9 +202,9 @@ def resolved_kernel(config: ml_collections.ConfigDict, pretrained_config=None) -
     if pretrained_config is None:  # (read from the model's own config.json)
       pretrained_config = registry.get("pretrained").encoder_config(config)
     embed_dim, num_heads = pretrained_config.hidden_size, pretrained_config.num_heads
-  return attention_lib.get(m.attention).kernel(m.attention_impl, embed_dim // num_heads,
-                                               m.dtype, length=config.max_len,
-                                               num_heads=num_heads)
+  variant = attention_lib.get(m.attention)
+  return variant.kernel(m.attention_impl, embed_dim // num_heads, m.dtype, length=config.max_len,
+                        num_heads=num_heads, options=attention_lib.build_options(variant, m))
 
 
 def _build(config: ml_collections.ConfigDict, num_classes: int, vocab_size: int | None,
