@@ -1,7 +1,6 @@
 """The trainer: one step, learning, exact resume after SIGKILL, multi-device and multi-process
 equivalence, checkpoint safety and clear errors. Data: small JSONL files the tests write."""
 
-import functools
 import json
 import os
 import pathlib
@@ -246,44 +245,6 @@ def test_keras_adam_reproduces_the_keras_seed_models_training_steps():
   assert loss1 < 1e-6 and param1 < 1e-6 and loss2 < 1e-5 and param2 < 2e-4
   [(_, plain)] = keras_reference.compare_steps(inputs, labels, 1, "adam", 20000)
   assert plain > 2e-3  # the learning rate is 1e-3
-
-
-@pytest.mark.parametrize("name", ["adam", "adamw", "keras_adam", "rmsprop"])
-def test_a_flattened_update_is_the_same_arithmetic_on_one_vector(name):
-  """config.optimizer.flatten: bit-identical parameters after 4 steps (keras_adam's
-  squared_grads raveled too; a frozen parameter, layer-wise decay, clipping where allowed),
-  and the moments are one vector."""
-  rng = np.random.default_rng(0)
-  params = {"block_0": {"kernel": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)},
-            "head": {"bias": jnp.asarray(rng.normal(size=5), jnp.float32)},
-            "frozen": jnp.asarray(rng.normal(size=2), jnp.float32)}
-  finals, states = [], []
-  for flatten in (False, True):
-    opt = defaults.optimizer()
-    opt.update(name=name, schedule="linear", warmup_steps=1, layer_decay=0.5, flatten=flatten)
-    if name != "keras_adam":
-      opt.update(weight_decay=0.01, grad_clip_norm=0.5)
-    # (keras_adam is not combined with frozen parameters: multi_transform would not mask its
-    # squared_grads; nothing asks for that pair)
-    tx = optim.make_optimizer(opt, 10, trainable=lambda path: "frozen" not in str(path)
-                              or name == "keras_adam")
-    state, p = tx.init(params), params
-    for step in range(4):
-      grads = jax.tree.map(lambda x, step=step: jnp.sin(x * (step + 1)), p)
-      extra = ({"squared_grads": jax.tree.map(lambda g: 3 * jnp.square(g), grads)}
-               if name == "keras_adam" else {})
-      updates, state = jax.jit(functools.partial(tx.update, **extra))(grads, state, p)
-      p = optax.apply_updates(p, updates)
-    finals.append(p)
-    states.append(state)
-  for a, b in zip(jax.tree.leaves(finals[0]), jax.tree.leaves(finals[1])):
-    np.testing.assert_array_equal(a, b)
-  assert not np.array_equal(finals[0]["head"]["bias"], params["head"]["bias"])  # (it trained)
-  trained = 12 + 5 + 2 * (name == "keras_adam")
-  if name != "keras_adam":
-    np.testing.assert_array_equal(finals[1]["frozen"], params["frozen"])
-  vectors = [leaf for leaf in jax.tree.leaves(states[1]) if leaf.size == trained]
-  assert vectors and all(leaf.ndim == 1 for leaf in vectors)
 
 
 def test_keras_adam_refuses_clipping_and_weight_decay():

@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
-from jax import flatten_util
 
 from textattn.checks import check_choice
 from textattn.errors import UsageError
@@ -37,10 +36,6 @@ def defaults() -> ml_collections.ConfigDict:
   # < 1: layer-wise learning-rate decay of a pretrained encoder (model.pretrained): each block
   # learns at this times the rate of the one above it (scale_by_depth below)
   config.layer_decay = 1.0
-  # True: the update runs on every trained parameter raveled into one vector (its state too), a
-  # few large operations instead of a few per parameter: faster where a step is many small
-  # operations (a small model on a CPU; RESULTS §9). The same arithmetic, element by element.
-  config.flatten = False
   return config
 
 
@@ -91,8 +86,6 @@ def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int,
   `trainable(path)`: whether the parameter at that tree path trains (None: all do); the others
   are never updated (a baseline's fixed statistics, a stage that trains only new weights)."""
   tx = _make_optimizer(opt, total_steps)
-  if opt.flatten:
-    tx = flattened(tx)
   if opt.layer_decay < 1.0:  # (at 1 the chain, and so the checkpointed state, is as before)
     tx = optax.chain(tx, scale_by_depth(opt.layer_decay))
   if trainable is None:
@@ -138,29 +131,6 @@ def _make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.G
       # inside it, which damps the first updates of rarely seen features (bag models) a lot.
       chain.append(optax.rmsprop(learning_rate, decay=0.9, eps=adam.eps, eps_in_sqrt=False))
   return optax.chain(*chain)
-
-
-def flattened(inner: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
-  """`inner` run on the updates, parameters and any tree-valued extra argument (keras_adam's
-  squared_grads) raveled into one vector each; its state holds vectors. The update comes back as
-  the updates' tree (config.optimizer.flatten)."""
-  inner = optax.with_extra_args_support(inner)
-
-  def ravel(tree):
-    return None if tree is None else flatten_util.ravel_pytree(tree)[0]
-
-  def init_fn(params):
-    return inner.init(ravel(params))
-
-  def update_fn(updates, state, params=None, **extra_args):
-    flat, unravel = flatten_util.ravel_pytree(updates)
-    shape = jax.tree.structure(updates)
-    extra = {name: ravel(value) if jax.tree.structure(value) == shape else value
-             for name, value in extra_args.items()}
-    flat, state = inner.update(flat, state, ravel(params), **extra)
-    return unravel(flat), state
-
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 class KerasAdamState(NamedTuple):
