@@ -38,9 +38,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from textattn.attention import linear, registry
+from textattn.attention import linear, registry, sliding_window
 from textattn.attention.common import Array, dense_init, merged_mean
-from textattn.attention.sliding_window import in_band
+from textattn.attention.sliding_window import in_band, to_blocks, with_neighbours
 from textattn.errors import UsageError
 
 WINDOW = 64
@@ -77,24 +77,13 @@ def blocked_hybrid_attention(query: Array, key: Array, value: Array, fq: Array, 
   length is padded to a multiple of the block with padding positions."""
   batch, length, heads, head_dim = query.shape
   block = max(1, min(window, length))
-  num_blocks = -(-length // block)
-  extra = num_blocks * block - length
-
-  def blocks(x):  # [b, l, ...] -> [b, n, block, ...]
-    x = jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2))
-    return x.reshape((batch, num_blocks, block) + x.shape[2:])
-
-  def neighbours(x):  # [b, n, block, ...] -> [b, n, 2 or 3 blocks, ...]
-    edge = jnp.zeros_like(x[:, :1])
-    parts = [jnp.concatenate([edge, x[:, :-1]], axis=1), x]
-    if not causal:
-      parts.append(jnp.concatenate([x[:, 1:], edge], axis=1))
-    return jnp.concatenate(parts, axis=2)
-
+  blocks = functools.partial(to_blocks, block=block)
+  neighbours = functools.partial(with_neighbours, causal=causal)
   is_real = blocks(real)
   value = blocks(value.astype(F32)) * is_real[..., None, None]
   fk = blocks(fk) * is_real[..., None, None]
   q, fq = blocks(query.astype(F32)), blocks(fq)
+  num_blocks = q.shape[1]
   k, v, fk_near = neighbours(blocks(key.astype(F32))), neighbours(value), neighbours(fk)
   span = k.shape[2]
   offsets = jnp.arange(block)[:, None] - (jnp.arange(span)[None, :] - block)  # [block, span]
@@ -127,7 +116,7 @@ def blocked_hybrid_attention(query: Array, key: Array, value: Array, fq: Array, 
   numerator = numerator + jnp.einsum("bnthf,bnhfd->bnthd", gq, beyond(kv))
   denominator = denominator + jnp.einsum("bnthf,bnhf->bnth", gq, beyond(z))
   out = merged_mean(numerator, denominator)
-  return out.reshape(batch, num_blocks * block, heads, head_dim)[:, :length]
+  return out.reshape(batch, -1, heads, head_dim)[:, :length]
 
 
 KERNELS = {"xla": hybrid_attention, "chunked": blocked_hybrid_attention}
@@ -140,17 +129,7 @@ IMPLEMENTATIONS = ("auto",) + tuple(KERNELS)
 CHUNKED_FROM_WINDOWS = 2
 
 
-def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32", *,
-            length: int | None = None, num_heads: int | None = None,
-            window: int = WINDOW) -> str:
-  """'auto' -> 'chunked' for a length of at least CHUNKED_FROM_WINDOWS windows, else 'xla'
-  (both exact). Other names are returned as they are."""
-  del head_dim, dtype, num_heads
-  if implementation != "auto":
-    return implementation
-  if length is not None and length >= CHUNKED_FROM_WINDOWS * window:
-    return "chunked"
-  return "xla"
+resolve = sliding_window.windows_resolve(CHUNKED_FROM_WINDOWS, WINDOW)
 
 
 class WindowLinearAttention(nn.Module):

@@ -65,6 +65,24 @@ def windowed_attention(query: Array, key: Array, value: Array, real: Array, runs
   return out.astype(value.dtype)
 
 
+def to_blocks(x: Array, fill=0, *, block: int) -> Array:
+  """[b, l, ...] -> [b, n, block, ...], the length padded with `fill` to a multiple of block."""
+  num_blocks = -(-x.shape[1] // block)
+  x = jnp.pad(x, [(0, 0), (0, num_blocks * block - x.shape[1])] + [(0, 0)] * (x.ndim - 2),
+              constant_values=fill)
+  return x.reshape((x.shape[0], num_blocks, block) + x.shape[2:])
+
+
+def with_neighbours(x: Array, fill=0, *, causal: bool) -> Array:
+  """[b, n, block, ...] -> [b, n, 2 or 3 blocks, ...]: each block's previous block, itself and
+  (not causal) its next, `fill` beyond the ends."""
+  edge = jnp.full_like(x[:, :1], fill)
+  parts = [jnp.concatenate([edge, x[:, :-1]], axis=1), x]
+  if not causal:
+    parts.append(jnp.concatenate([x[:, 1:], edge], axis=1))
+  return jnp.concatenate(parts, axis=2)
+
+
 def blocked_windowed_attention(query: Array, key: Array, value: Array, real: Array, runs: Array,
                                *, window: int = WINDOW, causal: bool = True) -> Array:
   """The same function in blocks of min(window, length) queries: each block's keys are the
@@ -73,20 +91,8 @@ def blocked_windowed_attention(query: Array, key: Array, value: Array, real: Arr
   multiple of the block with padding positions."""
   batch, length, heads, head_dim = query.shape
   block = max(1, min(window, length))
-  num_blocks = -(-length // block)
-  extra = num_blocks * block - length
-
-  def blocks(x, fill=0):  # [b, l, ...] -> [b, n, block, ...]
-    x = jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2), constant_values=fill)
-    return x.reshape((batch, num_blocks, block) + x.shape[2:])
-
-  def neighbours(x, fill=0):  # [b, n, block, ...] -> [b, n, 2 or 3 blocks, ...]
-    edge = jnp.full_like(x[:, :1], fill)
-    parts = [jnp.concatenate([edge, x[:, :-1]], axis=1), x]
-    if not causal:
-      parts.append(jnp.concatenate([x[:, 1:], edge], axis=1))
-    return jnp.concatenate(parts, axis=2)
-
+  blocks = functools.partial(to_blocks, block=block)
+  neighbours = functools.partial(with_neighbours, causal=causal)
   q = blocks(query)
   k, v = neighbours(blocks(key)), neighbours(blocks(value))
   key_real = neighbours(blocks(real, False), False)
@@ -101,7 +107,7 @@ def blocked_windowed_attention(query: Array, key: Array, value: Array, real: Arr
   weights = _softmax_over_visible(logits, visible)
   out = jnp.einsum("bnhqk,bnkhd->bnqhd", weights.astype(v.dtype), v,
                    preferred_element_type=jnp.float32)
-  return out.reshape(batch, num_blocks * block, heads, head_dim)[:, :length].astype(value.dtype)
+  return out.reshape(batch, -1, heads, head_dim)[:, :length].astype(value.dtype)
 
 
 KERNELS = {"xla": windowed_attention, "chunked": blocked_windowed_attention}
@@ -116,17 +122,25 @@ KERNEL_LABELS = (("xla", "naive (banded mask)"), ("chunked", "blocked"))
 CHUNKED_FROM_WINDOWS = 2
 
 
-def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32", *,
-            length: int | None = None, num_heads: int | None = None,
-            window: int = WINDOW) -> str:
-  """'auto' -> 'chunked' for a length of at least CHUNKED_FROM_WINDOWS windows, else 'xla'
-  (both exact). Other names are returned as they are."""
-  del head_dim, dtype, num_heads
-  if implementation != "auto":
-    return implementation
-  if length is not None and length >= CHUNKED_FROM_WINDOWS * window:
-    return "chunked"
-  return "xla"
+def windows_resolve(chunked_from_windows: int, default_window: int):
+  """A variant's resolve: 'auto' -> 'chunked' for a length of at least `chunked_from_windows`
+  windows (the configured window, registry.Variant.kernel's options), else 'xla' (both exact).
+  Other names are returned as they are."""
+
+  def resolve(implementation: str, head_dim: int | None = None, dtype: str = "float32", *,
+              length: int | None = None, num_heads: int | None = None,
+              window: int = default_window) -> str:
+    del head_dim, dtype, num_heads
+    if implementation != "auto":
+      return implementation
+    if length is not None and length >= chunked_from_windows * window:
+      return "chunked"
+    return "xla"
+
+  return resolve
+
+
+resolve = windows_resolve(CHUNKED_FROM_WINDOWS, WINDOW)
 
 
 class SlidingWindowAttention(nn.Module):
