@@ -156,9 +156,8 @@ class WindowLinearAttention(nn.Module):
                                    head_dim=head_dim, options=self.feature_options)
     mix = jax.nn.sigmoid(self.param("window_factor", nn.initializers.zeros, (self.num_heads,)))
     kernel = KERNELS[resolve(self.implementation, length=x.shape[1], window=self.window)]
-    out = kernel(query, key, value, phi(query, is_query=True),
-                           phi(key, is_query=False), padding_mask.astype(bool), mix,
-                           window=self.window, causal=self.causal)
+    out = kernel(query, key, value, phi(query, is_query=True), phi(key, is_query=False),
+                 padding_mask.astype(bool), mix, window=self.window, causal=self.causal)
     return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
                            name="out")(out.astype(self.dtype))
 
