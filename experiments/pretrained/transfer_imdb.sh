@@ -20,13 +20,29 @@ linear=${ROW_LINEAR:---config.model.attention=linear --config.model.linear.featu
 source "$(dirname "$0")/runs.sh"  # run NAME SEED ARGS...
 mkdir -p "$out"
 seeds=${SEEDS:-0 1 2}
-# Seed-major, so that copies sharing the directory finish whole pairs first: per seed softmax,
-# the linear row and additive after transfer; then additive's naive swap for every seed.
+# Seed-major, so that copies sharing the directory finish whole pairs first. ROWS (default the
+# first four) picks rows: softmax, linear_transfer, additive_transfer, additive_naive, and the
+# transfer rows from the task-fine-tuned teacher (linear_transfer_ft, additive_transfer_ft: the
+# teacher and the student's start are that seed's finished softmax run, as in Hedgehog's GLUE study).
+rows=${ROWS:-softmax linear_transfer additive_transfer additive_naive}
+additive=(--config.model.attention=additive --config.attention_transfer.train=new+out+qk)
+has() { [[ " $rows " == *" $1 "* ]]; }
 for seed in $seeds; do
-  run softmax "$seed"
+  has softmax && run softmax "$seed"
   # shellcheck disable=SC2086
-  run linear_transfer "$seed" $linear --config.attention_transfer.num_steps="$stage"
-  run additive_transfer "$seed" --config.model.attention=additive \
-    --config.attention_transfer.num_steps="$stage" --config.attention_transfer.train=new+out+qk
+  has linear_transfer && run linear_transfer "$seed" $linear \
+    --config.attention_transfer.num_steps="$stage"
+  has additive_transfer && run additive_transfer "$seed" "${additive[@]}" \
+    --config.attention_transfer.num_steps="$stage"
+  teacher=(--config.attention_transfer.num_steps="$stage" \
+           --config.attention_transfer.teacher="$out/softmax_s$seed")
+  if has linear_transfer_ft || has additive_transfer_ft; then
+    finished "$out/softmax_s$seed" || continue  # (the teacher: that seed's finished softmax run)
+  fi
+  # shellcheck disable=SC2086
+  has linear_transfer_ft && run linear_transfer_ft "$seed" $linear "${teacher[@]}"
+  has additive_transfer_ft && run additive_transfer_ft "$seed" "${additive[@]}" "${teacher[@]}"
 done
-for seed in $seeds; do run additive_naive "$seed" --config.model.attention=additive; done
+if has additive_naive; then
+  for seed in $seeds; do run additive_naive "$seed" --config.model.attention=additive; done
+fi
