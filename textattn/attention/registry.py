@@ -120,8 +120,12 @@ def build_options(variant: Variant, model_config) -> tuple[tuple[str, Any], ...]
 
 
 def _keyword_names(resolve: Callable[..., str]) -> set[str] | None:
-  """The keywords `resolve` accepts by name; None when it takes **kwargs (any)."""
-  parameters = list(inspect.signature(resolve).parameters.values())
+  """The keywords `resolve` accepts by name; None when it takes **kwargs (any); an empty set
+  when its signature cannot be read (a builtin)."""
+  try:
+    parameters = list(inspect.signature(resolve).parameters.values())
+  except (TypeError, ValueError):
+    return set()
   if any(p.kind == p.VAR_KEYWORD for p in parameters):
     return None
   return {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
@@ -129,13 +133,8 @@ def _keyword_names(resolve: Callable[..., str]) -> set[str] | None:
 
 def _takes_shape(resolve: Callable[..., str]) -> bool:
   """Whether `resolve` accepts the keywords length= and num_heads= (or **kwargs)."""
-  try:
-    parameters = list(inspect.signature(resolve).parameters.values())
-  except (TypeError, ValueError):
-    return False
-  names = {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-  return ({"length", "num_heads"} <= names
-          or any(p.kind == p.VAR_KEYWORD for p in parameters))
+  named = _keyword_names(resolve)
+  return named is None or {"length", "num_heads"} <= named
 
 
 _VARIANTS: dict[str, Variant] = {}
