@@ -7,8 +7,8 @@
 #   MINILM=DIR/all-MiniLM-L6-v2 ROWS="additive linear_hedgehog" SEEDS="0 1 2" \
 #     bash experiments/pretrained/transfer_tweets.sh runs/transfer_tweets
 #   python experiments/summarize_runs.py runs/transfer_tweets
-# Rows (ROWS, default all, in this order): softmax, then per variant its transfer, naive and
-# control runs; each row for every seed before the next row. Then (EXTRA, default all) the
+# Rows (ROWS, default all, in this order; ROWS="" none): softmax, then per variant its transfer, naive and
+# control runs; each row for every seed before the next row. Then (EXTRA, default all; "" none) the
 # transfer from the task-fine-tuned teacher (the softmax run of the same seed:
 # attention_transfer.teacher) and, for the Hedgehog map, with its weights loss too. Resumable (finished runs are
 # skipped), and several copies may share one output directory (e.g. one per core, under
@@ -40,7 +40,7 @@ source "$(dirname "$0")/runs.sh"  # run NAME SEED ARGS...
 mkdir -p "$out"
 seeds=${SEEDS:-0 1 2}
 for seed in $seeds; do run softmax "$seed"; done
-for row in ${ROWS:-additive linear_hedgehog hybrid linear_elu1 linear_t2r}; do
+for row in ${ROWS-additive linear_hedgehog hybrid linear_elu1 linear_t2r}; do
   # shellcheck disable=SC2086
   for seed in $seeds; do
     run "${row}_transfer" "$seed" ${variant[$row]} --config.attention_transfer.num_steps="$steps" \
@@ -54,7 +54,7 @@ for row in ${ROWS:-additive linear_hedgehog hybrid linear_elu1 linear_t2r}; do
     run "${row}_control" "$seed" ${variant[$row]} --config.num_train_steps=$((190 + steps))
   done
 done
-for row in ${EXTRA:-additive linear_hedgehog}; do
+for row in ${EXTRA-additive linear_hedgehog}; do
   # shellcheck disable=SC2086
   for seed in $seeds; do
     finished "$out/softmax_s$seed" || continue  # (the teacher: that seed's finished softmax run)
