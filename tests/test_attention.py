@@ -216,10 +216,12 @@ def numpy_additive_core(q, k, mask, w_alpha, w_beta):
 
 @pytest.mark.parametrize("scoring", ("shared",))
 @pytest.mark.parametrize("heads,head_dim,length", [(2, 16, 37), (4, 8, 9), (1, 64, 5),
-                                                   (2, 24, 13), (3, 32, 8)])
+                                                   (2, 24, 13), (3, 32, 8), (2, 48, 6)])
 def test_native_additive_kernel_matches_float64_and_the_xla_function(heads, head_dim, length,
                                                                      scoring):
-  # head_dim 8, 16, 32, 64 take the kernel's unrolled paths, 24 the general one.
+  # head_dim 8, 16, 32, 64 take the kernel's unrolled paths, 24 and 48 the general ones; on an
+  # AVX-512 CPU 16, 32, 48 and 64 take the 16-float chunks (8 and 24 the 8-float ones; the
+  # 8-float build of them all: test_the_8_float_key_path_is_exact_on_an_avx512_cpu_too).
   q, k, mask, w_alpha, w_beta = additive_inputs(4, length, heads, head_dim, scoring)
   args = [jnp.asarray(a) for a in (q, k, mask, w_alpha, w_beta)]
   got = jax.jit(additive.native_additive_attention)(*args)
@@ -562,15 +564,29 @@ for head_dim, length, causal in ((16, 45, False), (32, 100, True)):
   for a, b in zip(jax.grad(functools.partial(loss, kernel), argnums=(0, 1, 2))(q, k, v),
                   jax.grad(functools.partial(loss, reference), argnums=(0, 1, 2))(q, k, v)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5)
+from tests.test_attention import additive_inputs, numpy_additive_core
+from textattn.attention import additive
+for heads, head_dim, length in ((2, 16, 37), (1, 64, 5), (2, 48, 6)):
+  q, k, mask, w_alpha, w_beta = additive_inputs(4, length, heads, head_dim, "shared")
+  args = [jnp.asarray(a) for a in (q, k, mask, w_alpha, w_beta)]
+  np.testing.assert_allclose(np.asarray(additive.native_additive_attention(*args)),
+                             numpy_additive_core(q, k, mask, w_alpha, w_beta), atol=2e-5, rtol=2e-5)
+  w = jnp.asarray(np.random.default_rng(1).standard_normal(q.shape), jnp.float32)
+  def grads(kernel):
+    loss = lambda q, k, a, b: jnp.sum(kernel(q, k, args[2], a, b) * w)
+    return jax.grad(loss, argnums=(0, 1, 2, 3))(args[0], args[1], args[3], args[4])
+  for a, b in zip(grads(additive.native_additive_attention), grads(additive.additive_attention)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-4, rtol=2e-4)
 print("ok")
 """
 
 
 @pytest.mark.cpu_only
 def test_the_8_float_key_path_is_exact_on_an_avx512_cpu_too(tmp_path):
-  """$TEXTATTN_NATIVE_KEY_LANES=8 builds the key vectors an AVX2-only CPU gets, on any CPU; that
-  build's values and gradients match the references as the default build's do (the tests above:
-  16-float keys on an AVX-512 CPU). The default's width follows the CPU's AVX-512F flag."""
+  """$TEXTATTN_NATIVE_KEY_LANES=8 builds the vectors an AVX2-only CPU gets (the softmax kernel's
+  keys, the additive kernel's feature chunks), on any CPU; that build's values and gradients
+  match the references as the default build's do (the tests above: 16-float vectors on an
+  AVX-512 CPU). The default's width follows the CPU's AVX-512F flag."""
   from textattn.attention import native
   flags = native.cpu_signature().split()
   assert native.key_lanes() == (16 if "avx512f" in flags else 8)

@@ -271,9 +271,10 @@ def _load() -> ctypes.CDLL:
 
 
 def key_lanes() -> int:
-  """Floats per key vector in the loaded build's blocked softmax kernels: 16 where it was
-  compiled for AVX-512F, else 8 ($TEXTATTN_NATIVE_KEY_LANES overrides). NativeUnavailable if
-  the kernels cannot be loaded."""
+  """Floats per key vector in the loaded build's blocked softmax kernels, and per feature chunk
+  in its additive kernel where head_dim is a multiple of 16: 16 where it was compiled for
+  AVX-512F, else 8 ($TEXTATTN_NATIVE_KEY_LANES overrides). NativeUnavailable if the kernels
+  cannot be loaded."""
   return int(load().textattn_key_lanes())
 
 

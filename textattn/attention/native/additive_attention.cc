@@ -60,32 +60,49 @@ void for_each_example(int64_t batch, textattn::Workers workers, Body body) {
   textattn::for_each_task(batch, workers, body);
 }
 
-// Rows of F = heads * head_dim features are processed 8 features at a time (head_dim is a
-// multiple of 8, so a chunk never straddles two heads) with vec8.h's vectors.
-using textattn::hsum;
-using textattn::load8;
-using textattn::store8;
+// Rows of F = heads * head_dim features are processed W features at a time with vectors V of
+// W floats: W = 16 (vec8.h's vk, one AVX-512 register) where the CPU has AVX-512F and head_dim
+// is a multiple of 16, else W = 8 (vec8.h's v8: AVX2, NEON pairs). head_dim is a multiple of W,
+// so a chunk never straddles two heads. $TEXTATTN_NATIVE_KEY_LANES=8 forces W = 8 everywhere.
 using textattn::v8;
 
-// One example's view: L rows of F features; C = F / 8 chunks, kChunks = head_dim / 8 per head.
-// (kChunks = 0: any multiple of 8, chunks per head at run time.)
-template <int kChunks>
+template <typename V>
+constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(float));
+template <typename V>
+inline V vload(const float* p) {
+  V x;
+  std::memcpy(&x, p, sizeof(x));
+  return x;
+}
+template <typename V>
+inline void vstore(float* p, V x) { std::memcpy(p, &x, sizeof(x)); }
+template <typename V>
+inline float vhsum(V x) {
+  float t = 0.0f;
+  for (int l = 0; l < kLanes<V>; ++l) t += x[l];
+  return t;
+}
+
+// One example's view: L rows of F features; C = F / W chunks, kChunks = head_dim / W per head.
+// (kChunks = 0: any multiple of W, chunks per head at run time.)
+template <typename V, int kChunks>
 struct Example {
+  static constexpr int W = kLanes<V>;
   int64_t L, H, F, C;
   int64_t head(int64_t c) const { return c / (kChunks > 0 ? kChunks : C / H); }
 };
 
 // scores[i, h] = scale * x_i . w_h (w_t: [H, F]) for real tokens i; 0 at padding (unused).
-template <int kChunks>
-void score(const Example<kChunks>& e, const int32_t* mask, const float* x, const float* w_t,
+template <typename V, int kChunks>
+void score(const Example<V, kChunks>& e, const int32_t* mask, const float* x, const float* w_t,
            float scale, float* scores) {
   for (int64_t i = 0; i < e.L; ++i) {
     for (int64_t h = 0; h < e.H; ++h) {
-      v8 acc = {};
+      V acc = {};
       if (mask[i])
         for (int64_t c = 0; c < e.C; ++c)
-          acc += load8(x + i * e.F + 8 * c) * load8(w_t + h * e.F + 8 * c);
-      scores[i * e.H + h] = hsum(acc) * scale;
+          acc += vload<V>(x + i * e.F + e.W * c) * vload<V>(w_t + h * e.F + e.W * c);
+      scores[i * e.H + h] = vhsum(acc) * scale;
     }
   }
 }
@@ -115,24 +132,24 @@ void masked_softmax(int64_t L, int64_t H, const int32_t* mask, float* w) {
 }
 
 // pooled[f] = sum_i weights[i, h(f)] * x[i, f] over real tokens (padding has weight 0).
-template <int kChunks>
-void pool(const Example<kChunks>& e, const int32_t* mask, const float* weights, const float* x,
+template <typename V, int kChunks>
+void pool(const Example<V, kChunks>& e, const int32_t* mask, const float* weights, const float* x,
           float* pooled) {
-  for (int64_t c = 0; c < e.C; ++c) store8(pooled + 8 * c, v8{});
+  for (int64_t c = 0; c < e.C; ++c) vstore(pooled + e.W * c, V{});
   for (int64_t i = 0; i < e.L; ++i) {
     if (!mask[i]) continue;
     for (int64_t c = 0; c < e.C; ++c)
-      store8(pooled + 8 * c, load8(pooled + 8 * c) +
-                                 weights[i * e.H + e.head(c)] * load8(x + i * e.F + 8 * c));
+      vstore(pooled + e.W * c, vload<V>(pooled + e.W * c) +
+                                 weights[i * e.H + e.head(c)] * vload<V>(x + i * e.F + e.W * c));
   }
 }
 
 // out[i, f] = a[i, f] * g[f] for every row.
-template <int kChunks>
-void scale_rows(const Example<kChunks>& e, const float* a, const float* g, float* out) {
+template <typename V, int kChunks>
+void scale_rows(const Example<V, kChunks>& e, const float* a, const float* g, float* out) {
   for (int64_t i = 0; i < e.L; ++i)
     for (int64_t c = 0; c < e.C; ++c)
-      store8(out + i * e.F + 8 * c, load8(a + i * e.F + 8 * c) * load8(g + 8 * c));
+      vstore(out + i * e.F + e.W * c, vload<V>(a + i * e.F + e.W * c) * vload<V>(g + e.W * c));
 }
 
 std::vector<float> transpose(const float* w, int64_t rows, int64_t cols) {
@@ -142,8 +159,8 @@ std::vector<float> transpose(const float* w, int64_t rows, int64_t cols) {
   return t;
 }
 
-template <int kChunks>
-void forward_example(const Example<kChunks>& e, float scale, const float* q, const float* k,
+template <typename V, int kChunks>
+void forward_example(const Example<V, kChunks>& e, float scale, const float* q, const float* k,
                      const int32_t* mask, const float* wa_t, const float* wb_t, float* u,
                      float* alpha, float* beta, float* g_q, float* g_k, std::vector<float>& p) {
   score(e, mask, q, wa_t, scale, alpha);
@@ -173,18 +190,18 @@ void softmax_backward(int64_t L, int64_t H, const float* w, float* d) {
 //   d_x[i] += weights[i, h(f)] * d_pooled  and  d_x[i] += scale * sum_h d_scores[i, h] w_h
 //   d_w[h] += scale * sum_i d_scores[i, h] x_i                    (d_w transposed, [H, F])
 // `d_x` is accumulated into; padding rows have zero weights and zero score gradients.
-template <int kChunks>
-void pool_and_score_backward(const Example<kChunks>& e, const int32_t* mask, const float* x,
+template <typename V, int kChunks>
+void pool_and_score_backward(const Example<V, kChunks>& e, const int32_t* mask, const float* x,
                              const float* weights, const float* d_pooled, const float* w_t,
                              float scale, float* d_weights, float* d_x, float* d_w) {
   const int64_t per_head = e.C / e.H;
   for (int64_t i = 0; i < e.L; ++i)
     for (int64_t h = 0; h < e.H; ++h) {
-      v8 acc = {};
+      V acc = {};
       if (mask[i])
         for (int64_t c = h * per_head; c < (h + 1) * per_head; ++c)
-          acc += load8(d_pooled + 8 * c) * load8(x + i * e.F + 8 * c);
-      d_weights[i * e.H + h] = hsum(acc);
+          acc += vload<V>(d_pooled + e.W * c) * vload<V>(x + i * e.F + e.W * c);
+      d_weights[i * e.H + h] = vhsum(acc);
     }
   softmax_backward(e.L, e.H, weights, d_weights);
   for (int64_t i = 0; i < e.L; ++i) {
@@ -193,27 +210,27 @@ void pool_and_score_backward(const Example<kChunks>& e, const int32_t* mask, con
     float* dxi = d_x + i * e.F;
     for (int64_t c = 0; c < e.C; ++c) {
       const int64_t h = e.head(c);
-      v8 dx = load8(dxi + 8 * c) + weights[i * e.H + h] * load8(d_pooled + 8 * c);
+      V dx = vload<V>(dxi + e.W * c) + weights[i * e.H + h] * vload<V>(d_pooled + e.W * c);
       for (int64_t g = 0; g < e.H; ++g)
-        dx += (scale * d_weights[i * e.H + g]) * load8(w_t + g * e.F + 8 * c);
-      store8(dxi + 8 * c, dx);
+        dx += (scale * d_weights[i * e.H + g]) * vload<V>(w_t + g * e.F + e.W * c);
+      vstore(dxi + e.W * c, dx);
     }
     for (int64_t g = 0; g < e.H; ++g) {
       const float ds = scale * d_weights[i * e.H + g];
       for (int64_t c = 0; c < e.C; ++c)
-        store8(d_w + g * e.F + 8 * c, load8(d_w + g * e.F + 8 * c) + ds * load8(xi + 8 * c));
+        vstore(d_w + g * e.F + e.W * c, vload<V>(d_w + g * e.F + e.W * c) + ds * vload<V>(xi + e.W * c));
     }
   }
 }
 
 // column sums: out[f] = sum_i a[i, f] * b[i, f].
-template <int kChunks>
-void dot_columns(const Example<kChunks>& e, const float* a, const float* b, float* out) {
+template <typename V, int kChunks>
+void dot_columns(const Example<V, kChunks>& e, const float* a, const float* b, float* out) {
   for (int64_t c = 0; c < e.C; ++c) {
-    v8 acc = {};
+    V acc = {};
     for (int64_t i = 0; i < e.L; ++i)
-      acc += load8(a + i * e.F + 8 * c) * load8(b + i * e.F + 8 * c);
-    store8(out + 8 * c, acc);
+      acc += vload<V>(a + i * e.F + e.W * c) * vload<V>(b + i * e.F + e.W * c);
+    vstore(out + e.W * c, acc);
   }
 }
 
@@ -221,8 +238,8 @@ struct Scratch {
   std::vector<float> p, d_p, d_weights, d_gk, d_gq;
 };
 
-template <int kChunks>
-void backward_example(const Example<kChunks>& e, float scale, const float* q, const float* k,
+template <typename V, int kChunks>
+void backward_example(const Example<V, kChunks>& e, float scale, const float* q, const float* k,
                       const int32_t* mask, const float* wa_t, const float* wb_t,
                       const float* alpha, const float* beta, const float* g_q, const float* g_k,
                       const float* d_u, float* d_q, float* d_k, float* d_wa_t, float* d_wb_t,
@@ -247,11 +264,11 @@ void backward_example(const Example<kChunks>& e, float scale, const float* q, co
                           d_q, d_wa_t);
 }
 
-template <int kChunks>
+template <typename V, int kChunks>
 void forward_all(const Dims& s, textattn::Workers workers, const float* q, const float* k,
                  const int32_t* mask, const float* w_alpha, const float* w_beta, float* u,
                  float* alpha, float* beta, float* g_q, float* g_k) {
-  const Example<kChunks> e{s.length, s.heads, s.features(), s.features() / 8};
+  const Example<V, kChunks> e{s.length, s.heads, s.features(), s.features() / kLanes<V>};
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
   const std::vector<float> wa_t = transpose(w_alpha, e.F, e.H);
   const std::vector<float> wb_t = transpose(w_beta, e.F, e.H);
@@ -264,12 +281,12 @@ void forward_all(const Dims& s, textattn::Workers workers, const float* q, const
   });
 }
 
-template <int kChunks>
+template <typename V, int kChunks>
 void backward_all(const Dims& s, textattn::Workers workers, const float* q, const float* k,
                   const int32_t* mask, const float* w_alpha, const float* w_beta,
                   const float* alpha, const float* beta, const float* g_q, const float* g_k,
                   const float* d_u, float* d_q, float* d_k, float* d_w_alpha, float* d_w_beta) {
-  const Example<kChunks> e{s.length, s.heads, s.features(), s.features() / 8};
+  const Example<V, kChunks> e{s.length, s.heads, s.features(), s.features() / kLanes<V>};
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
   const int64_t F = e.F, H = e.H, LF = e.L * e.F, LH = e.L * e.H;
   const std::vector<float> wa_t = transpose(w_alpha, F, H);
@@ -295,13 +312,23 @@ void backward_all(const Dims& s, textattn::Workers workers, const float* q, cons
     }
 }
 
-#define TEXTATTN_DISPATCH_DIM(dim, fn, ...) \
-  switch (dim) {                            \
-    case 8: fn<1>(__VA_ARGS__); break;      \
-    case 16: fn<2>(__VA_ARGS__); break;     \
-    case 32: fn<4>(__VA_ARGS__); break;     \
-    case 64: fn<8>(__VA_ARGS__); break;     \
-    default: fn<0>(__VA_ARGS__); break;     \
+// 16-float chunks where the build has them (AVX-512F) and head_dim allows; else 8-float ones.
+#define TEXTATTN_DISPATCH_DIM(dim, fn, ...)                        \
+  if (textattn::kKeyLanes == 16 && (dim) % 16 == 0) {              \
+    switch (dim) {                                                 \
+      case 16: fn<textattn::vk, 1>(__VA_ARGS__); break;            \
+      case 32: fn<textattn::vk, 2>(__VA_ARGS__); break;            \
+      case 64: fn<textattn::vk, 4>(__VA_ARGS__); break;            \
+      default: fn<textattn::vk, 0>(__VA_ARGS__); break;            \
+    }                                                              \
+  } else {                                                         \
+    switch (dim) {                                                 \
+      case 8: fn<v8, 1>(__VA_ARGS__); break;                       \
+      case 16: fn<v8, 2>(__VA_ARGS__); break;                      \
+      case 32: fn<v8, 4>(__VA_ARGS__); break;                      \
+      case 64: fn<v8, 8>(__VA_ARGS__); break;                      \
+      default: fn<v8, 0>(__VA_ARGS__); break;                      \
+    }                                                              \
   }
 
 ffi::Error check(const ffi::Buffer<ffi::F32>& q, const ffi::Buffer<ffi::F32>& k,

@@ -86,6 +86,7 @@ inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
 // 16 runs ~1.3x faster there), else 8 (AVX2, NEON pairs). -DTEXTATTN_KEY_LANES=8 forces the
 // 8-float path on an AVX-512 machine (native/__init__.py: TEXTATTN_NATIVE_KEY_LANES=8, for tests
 // and A/B timing). The dimension direction (head_dim / 8 vectors a row) stays 8 floats wide.
+// additive_attention.cc's feature chunks use vk too where head_dim is a multiple of 16.
 #ifndef TEXTATTN_KEY_LANES
 #if defined(__AVX512F__)
 #define TEXTATTN_KEY_LANES 16
