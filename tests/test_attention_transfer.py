@@ -197,6 +197,13 @@ def test_a_transfer_stage_needs_a_pretrained_encoder():
   with pytest.raises(UsageError, match=r"^config.attention_transfer.num_steps=5 trains a "
                                        r"pretrained encoder's new attention"):
     classification_config.validate(config, None)
+  # A teacher without a stage would be ignored silently (the run would start from the
+  # pretrained checkpoint, not the teacher's weights): refused.
+  config.attention_transfer.num_steps = 0
+  config.attention_transfer.teacher = "runs/softmax"
+  with pytest.raises(UsageError, match=r"^config.attention_transfer.teacher='runs/softmax' is "
+                                       r"read only by the transfer stage"):
+    classification_config.validate(config, None)
 
 
 def test_a_finished_softmax_run_is_a_teacher_the_student_starts_from(tmp_path, monkeypatch):

@@ -95,6 +95,10 @@ def validate_config(config) -> None:
   if not isinstance(part.teacher, str):
     raise UsageError(f"config.attention_transfer.teacher={part.teacher!r} must be a workdir path, "
                      f"or '' for the pretrained checkpoint.")
+  if part.teacher and not part.num_steps:
+    raise UsageError(f"config.attention_transfer.teacher={part.teacher!r} is read only by the "
+                     f"transfer stage, which num_steps=0 turns off; set "
+                     f"config.attention_transfer.num_steps (e.g. 200), or teacher=''.")
   if part.num_steps and not config.model.pretrained:
     raise UsageError(f"config.attention_transfer.num_steps={part.num_steps} trains a pretrained "
                      f"encoder's new attention to imitate its softmax attention; set "
