@@ -23,7 +23,10 @@ seeds=${SEEDS:-0 1 2}
 # Seed-major, so that copies sharing the directory finish whole pairs first. ROWS (default the
 # first four) picks rows: softmax, linear_transfer, additive_transfer, additive_naive, and the
 # transfer rows from the task-fine-tuned teacher (linear_transfer_ft, additive_transfer_ft: the
-# teacher and the student's start are that seed's finished softmax run, as in Hedgehog's GLUE study).
+# teacher and the student's start are that seed's finished softmax run, as in Hedgehog's GLUE study),
+# their compute control softmax_again (that finished run fine-tuned STEPS more: a softmax student
+# of a 1-step stage that trains nothing, train=new, so it starts from exactly the run's weights),
+# and additive_transfer_ft_long (its stage 3 x TRANSFER_STEPS).
 rows=${ROWS:-softmax linear_transfer additive_transfer additive_naive}
 additive=(--config.model.attention=additive --config.attention_transfer.train=new+out+qk)
 has() { [[ " $rows " == *" $1 "* ]]; }
@@ -36,12 +39,17 @@ for seed in $seeds; do
     --config.attention_transfer.num_steps="$stage"
   teacher=(--config.attention_transfer.num_steps="$stage" \
            --config.attention_transfer.teacher="$out/softmax_s$seed")
-  if has linear_transfer_ft || has additive_transfer_ft; then
+  if has linear_transfer_ft || has additive_transfer_ft || has softmax_again \
+     || has additive_transfer_ft_long; then
     finished "$out/softmax_s$seed" || continue  # (the teacher: that seed's finished softmax run)
   fi
   # shellcheck disable=SC2086
   has linear_transfer_ft && run linear_transfer_ft "$seed" $linear "${teacher[@]}"
   has additive_transfer_ft && run additive_transfer_ft "$seed" "${additive[@]}" "${teacher[@]}"
+  has softmax_again && run softmax_again "$seed" --config.attention_transfer.num_steps=1 \
+    --config.attention_transfer.train=new --config.attention_transfer.teacher="$out/softmax_s$seed"
+  has additive_transfer_ft_long && run additive_transfer_ft_long "$seed" "${additive[@]}" \
+    "${teacher[@]}" --config.attention_transfer.num_steps=$((3 * stage))
 done
 if has additive_naive; then
   for seed in $seeds; do run additive_naive "$seed" --config.model.attention=additive; done
