@@ -227,6 +227,32 @@ def test_scale_by_keras_adam_is_keras_adams_formula_with_the_given_second_moment
   assert not np.allclose(np.asarray(keras_update), np.asarray(optax_update), rtol=1e-2)
 
 
+def test_keras_adams_sparse_table_update_is_the_dense_formula():
+  # train_step's path (optim.scale_by_keras_adam's sparse_table: each occurrence's gradient
+  # scattered into the scaled moments) against the dense formula on the per-token sums and
+  # summed squares, over 3 steps, a token seen 3 times included; the other leaf as before.
+  b1, b2, eps, lr = 0.9, 0.999, 1e-7, 0.01
+  tx = optax.chain(optim.scale_by_keras_adam(b1, b2, eps), optax.scale_by_learning_rate(lr))
+  rng = np.random.default_rng(3)
+  ids = jnp.asarray([1, 3, 3, 3, 7], jnp.int32)
+  params = {"table": jnp.zeros((10, 4)), "w": jnp.zeros(3)}
+  marks = {"table": True, "w": False}
+  sparse_state = dense_state = tx.init(params)
+  for _ in range(3):
+    rows = jnp.asarray(rng.normal(size=(5, 4)) * 1e-2, jnp.float32)
+    w = jnp.asarray(rng.normal(size=3), jnp.float32)
+    table = jax.ops.segment_sum(rows, ids, num_segments=10)
+    squares = {"table": jax.ops.segment_sum(rows ** 2, ids, num_segments=10), "w": w ** 2}
+    dense, dense_state = tx.update({"table": table, "w": w}, dense_state, params,
+                                   squared_grads=squares)
+    sparse, sparse_state = tx.update({"table": jnp.zeros((10, 4)), "w": w}, sparse_state, params,
+                                     sparse_table=(marks, ids, rows))
+    for got, want in zip(jax.tree.leaves((sparse, sparse_state)),
+                         jax.tree.leaves((dense, dense_state))):
+      np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-9)
+  assert np.all(np.asarray(sparse["table"])[[1, 3, 7]] != 0)  # (the rows seen move)
+
+
 def test_keras_adam_reproduces_the_keras_seed_models_training_steps():
   # The seed Keras model (experiments/keras_seed.py) and the transcription, the Keras model's
   # initial weights copied over, dropout off, the same batches of Zipf-distributed tokens (a

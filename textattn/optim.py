@@ -154,17 +154,37 @@ def scale_by_keras_adam(b1: float, b2: float, eps: float) -> optax.GradientTrans
   into v (m gets the summed gradient). A token seen n times in a batch with equal per-occurrence
   gradients therefore has sqrt(n) times Adam's step: frequent tokens' rows learn faster
   (experiments/RESULTS.md, "the Keras model's Adam"). Not Adam's published update; opt-in.
+
+  The extra argument `sparse_table=(marks, ids, rows)` (marks: a tree of bools like the gradients,
+  True at the token table; ids: int [N], the batch's token ids; rows: [N, dim], the gradient at
+  each occurrence) updates that leaf's moments from the occurrences instead of a dense gradient:
+  m <- b1 m + sum (1 - b1) row, v <- b2 v + sum (1 - b2) row^2, each scaled and then scattered
+  into in place, so no [vocabulary, dim] gradient is zero-filled and read (issue 56; the same
+  values as the dense formula up to float rounding). Its entries in the gradients and
+  `squared_grads` are not read.
   """
 
   def init_fn(params):
     return KerasAdamState(jnp.zeros([], jnp.int32), jax.tree.map(jnp.zeros_like, params),
                           jax.tree.map(jnp.zeros_like, params))
 
-  def update_fn(updates, state, params=None, *, squared_grads=None, **extra_args):
+  def update_fn(updates, state, params=None, *, squared_grads=None, sparse_table=None,
+                **extra_args):
     del params, extra_args
     squares = jax.tree.map(jnp.square, updates) if squared_grads is None else squared_grads
-    mu = jax.tree.map(lambda m, g: m + (1 - b1) * (g - m), state.mu, updates)
-    nu = jax.tree.map(lambda v, s: v + (1 - b2) * (s - v), state.nu, squares)
+    if sparse_table is None:
+      marks = jax.tree.map(lambda _: False, updates)
+    else:
+      marks, ids, rows = sparse_table
+
+    def moment(decay, old, new, sparse, occurrences):
+      if not sparse:
+        return old + (1 - decay) * (new - old)
+      return (decay * old).at[ids].add((1 - decay) * occurrences())  # (in place, no zero fill)
+
+    mu = jax.tree.map(lambda m, g, t: moment(b1, m, g, t, lambda: rows), state.mu, updates, marks)
+    nu = jax.tree.map(lambda v, s, t: moment(b2, v, s, t, lambda: jnp.square(rows)), state.nu,
+                      squares, marks)
     count = optax.safe_increment(state.count)
     t = count.astype(jnp.float32)
     alpha = jnp.sqrt(1 - b2 ** t) / (1 - b1 ** t)

@@ -33,8 +33,10 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
   """One optimiser step. Metrics are sums (divide by "count" when reporting).
 
   With state.table_squares (optimizer "keras_adam") the loss is also differentiated with respect
-  to the looked-up embedding rows, to hand the optimizer the token table's per-occurrence
-  squared gradients (optim.scale_by_keras_adam); the table gradient itself is the dense one.
+  to the looked-up embedding rows, and the optimizer gets the token table's per-occurrence
+  gradients (optim.scale_by_keras_adam's sparse_table: Keras' per-occurrence squares in the
+  second moment, and no dense table gradient in the update); the metrics' gradient norm sums
+  them per token id.
   """
   dropout_key = jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)
   tokens = batch["inputs"]
@@ -57,19 +59,16 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     (grads, row_grads), (losses, logits) = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(
         state.params, jnp.take(table, tokens, axis=0))
     flat_rows = row_grads.reshape(tokens.size, -1).astype(table.dtype)
-    # One scatter for both: per token id, the summed gradient and the summed squares.
-    both = jax.ops.segment_sum(jnp.concatenate([flat_rows, jnp.square(flat_rows)], axis=1),
-                               tokens.reshape(-1), num_segments=table.shape[0])
-    table_grad, table_squares = jnp.split(both, 2, axis=1)
-    grads = jax.tree_util.tree_map_with_path(
-        lambda path, g: table_grad if is_token_table(path, g, table.shape) else g, grads)
-    squares = jax.tree_util.tree_map_with_path(
-        lambda path, g: table_squares if is_token_table(path, g, table.shape) else jnp.square(g),
-        grads)
+    ids = tokens.reshape(-1)
+    marks = jax.tree_util.tree_map_with_path(
+        lambda path, g: is_token_table(path, g, table.shape), grads)
     updates, opt_state = state.tx.update(grads, state.opt_state, state.params,
-                                         squared_grads=squares)
+                                         sparse_table=(marks, ids, flat_rows))
     state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                           opt_state=opt_state)
+    # The dense table gradient, for the gradient norm only.
+    table_grad = jax.ops.segment_sum(flat_rows, ids, num_segments=table.shape[0])
+    grads = jax.tree.map(lambda g, t: table_grad if t else g, grads, marks)
   else:
     grads, (losses, logits) = jax.grad(loss_fn, has_aux=True)(state.params)
     state = state.apply_gradients(grads=grads)
