@@ -34,7 +34,7 @@ from textattn import defaults
 
 def main():
   steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-  config = defaults.load(os.path.join(ROOT, "configs", "imdb_keras_example.py"))
+  config = defaults.complete(defaults.load(os.path.join(ROOT, "configs", "imdb_keras_example.py")))
   optimizer = sys.argv[2] if len(sys.argv) > 2 else config.optimizer.name
   data = data_lib.load_dataset(config, None)  # padding before the tokens, as Keras
   order = np.random.default_rng(0).permutation(len(data.train))[:steps * 32]
