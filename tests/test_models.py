@@ -85,6 +85,21 @@ def test_padding_is_a_token_when_config_padding_is_before_as_token():
                              np.asarray(masked.apply(params, tokens)), atol=1e-5)
 
 
+def test_add_positions_gradients_are_the_float64_ones():
+  # layers.add_positions' hand-written backward (the positions' gradient as one matrix-vector
+  # product over the batch) against NumPy float64: x's gradient is g, the positions' is g summed
+  # over the batch.
+  rng = np.random.default_rng(0)
+  x, g = (rng.standard_normal((5, 7, 8)).astype(np.float32) for _ in range(2))
+  p = rng.standard_normal((7, 8)).astype(np.float32)
+  out, vjp = jax.vjp(layers.add_positions, jnp.asarray(x), jnp.asarray(p))
+  np.testing.assert_allclose(np.asarray(out), x.astype(np.float64) + p, rtol=1e-6)
+  d_x, d_p = vjp(jnp.asarray(g))
+  np.testing.assert_array_equal(np.asarray(d_x), g)
+  np.testing.assert_allclose(np.asarray(d_p), g.astype(np.float64).sum(axis=0), rtol=1e-5,
+                             atol=1e-6)
+
+
 def test_bigram_ids_are_in_range_and_order_sensitive():
   tokens = jnp.array([[5, 9, 9, 5, 0, 0], [9, 5, 9, 5, 9, 5]], jnp.int32)
   ids = np.asarray(layers.bigram_ids(tokens, 1000))
