@@ -19,7 +19,7 @@ LAYERS = {
     "textattn.errors": 0, "textattn.checks": 0, "textattn.paths": 0, "textattn.config": 0,
     # 1. data and attention, and what every layer above uses of JAX's devices and metrics
     "textattn.data": 1, "textattn.attention": 1, "textattn.sharding": 1, "textattn.platform": 1,
-    "textattn.metrics": 1, "textattn.workdir": 1, "textattn.progress": 1,
+    "textattn.metrics": 1, "textattn.workdir": 1, "textattn.progress": 1, "textattn.flax_layers": 1,
     # 2. models, recipes, pretrained encoders; the train state, optimizer, checkpoints, decoding
     "textattn.models": 2, "textattn.recipes": 2, "textattn.pretrained": 2, "textattn.optim": 2,
     "textattn.train_state": 2, "textattn.checkpointing": 2, "textattn.decoding": 2,

@@ -253,6 +253,28 @@ def test_keras_adams_sparse_table_update_is_the_dense_formula():
   assert np.all(np.asarray(sparse["table"])[[1, 3, 7]] != 0)  # (the rows seen move)
 
 
+def test_keras_adam_steps_gradient_norm_is_the_dense_gradients_norm():
+  # With keras_adam, train_step gets the token table's gradient per occurrence and forms the
+  # metrics' norm from them (sum_i <row_i, T[id_i]>); a token repeated in the batch is where a
+  # per-occurrence sum of squares (sum_i |row_i|^2) would be wrong.
+  config = defaults.complete(defaults.classification())
+  config.vocab_size, config.max_len = 30, 12
+  config.model.update(embed_dim=8, num_heads=2, ffn_dim=8, mlp_dim=4, dropout_rate=0.0)
+  model = models.build_model(config, num_classes=2)
+  batch = {"inputs": jnp.asarray([[5, 5, 5, 7, 9, 5, 0, 0], [7, 7, 3, 5, 2, 0, 0, 0]],
+                                 jnp.int32), "labels": jnp.array([0, 1])}
+  params = model.init(jax.random.key(0), batch["inputs"])["params"]
+  tx = optax.chain(optim.scale_by_keras_adam(0.9, 0.999, 1e-7), optax.scale_by_learning_rate(1e-3))
+  state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                                        dropout_key=jax.random.key_data(jax.random.key(1)),
+                                        table_squares=True)
+  _, metrics = jax.jit(step_lib.train_step)(state, batch)
+  grads = jax.grad(lambda p: jnp.mean(optax.softmax_cross_entropy_with_integer_labels(
+      model.apply({"params": p}, batch["inputs"], train=True), batch["labels"])))(params)
+  np.testing.assert_allclose(float(metrics["grad_norm_sum"]), float(optax.global_norm(grads)),
+                             rtol=1e-5)
+
+
 def test_keras_adam_reproduces_the_keras_seed_models_training_steps():
   # The seed Keras model (experiments/keras_seed.py) and the transcription, the Keras model's
   # initial weights copied over, dropout off, the same batches of Zipf-distributed tokens (a

@@ -36,6 +36,7 @@ from textattn.attention import (
 )
 from textattn.attention.common import Array, dense_init, masked_softmax_over_tokens, usable_cores
 from textattn.errors import UsageError
+from textattn.flax_layers import DenseGeneral
 
 IMPLEMENTATIONS = ("auto", "xla", "native", "pallas", "pallas_tpu")
 
@@ -221,7 +222,7 @@ def fastformer_projections(module: nn.Module, x: Array, num_heads: int, dtype: A
   kernels [heads * head_dim, heads] (alpha for the queries, beta for the keys): parameters of
   `module`, called from its compact __call__ (shared by the bidirectional and causal forms)."""
   heads, head_dim = num_heads, x.shape[-1] // num_heads
-  dense = functools.partial(nn.DenseGeneral, features=(heads, head_dim), dtype=dtype,
+  dense = functools.partial(DenseGeneral, features=(heads, head_dim), dtype=dtype,
                             kernel_init=dense_init())
   query, key = dense(name="query")(x), dense(name="key")(x)
   alpha_kernel = module.param("alpha_kernel", dense_init(), (heads * head_dim, heads), jnp.float32)
@@ -232,8 +233,8 @@ def fastformer_projections(module: nn.Module, x: Array, num_heads: int, dtype: A
 def fastformer_output(u: Array, query: Array, dtype: Any) -> Array:
   """W_o u + q (the authors' residual to the query), [.., heads, head_dim] -> [.., embed]."""
   embed = query.shape[-2] * query.shape[-1]
-  out = nn.DenseGeneral(embed, axis=(-2, -1), dtype=dtype, kernel_init=dense_init(),
-                        name="out")(u)
+  out = DenseGeneral(embed, axis=(-2, -1), dtype=dtype, kernel_init=dense_init(),
+                     name="out")(u)
   return out + query.reshape(query.shape[:-2] + (embed,))
 
 

@@ -42,6 +42,7 @@ from textattn.attention import linear, registry, sliding_window
 from textattn.attention.common import Array, dense_init, merged_mean
 from textattn.attention.sliding_window import in_band, to_blocks, with_neighbours
 from textattn.errors import UsageError
+from textattn.flax_layers import DenseGeneral
 
 WINDOW = 64
 F32 = jnp.float32
@@ -149,7 +150,7 @@ class WindowLinearAttention(nn.Module):
       raise ValueError("decode=True: the window + linear hybrid has no cached decoding step.")
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
-    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
+    dense = functools.partial(DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     query, key, value = (dense(name=name)(x) for name in ("query", "key", "value"))
     phi = linear.build_feature_map(self.feature_map, num_heads=self.num_heads,
@@ -158,8 +159,8 @@ class WindowLinearAttention(nn.Module):
     kernel = KERNELS[resolve(self.implementation, length=x.shape[1], window=self.window)]
     out = kernel(query, key, value, phi(query, is_query=True), phi(key, is_query=False),
                  padding_mask.astype(bool), mix, window=self.window, causal=self.causal)
-    return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
-                           name="out")(out.astype(self.dtype))
+    return DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                        name="out")(out.astype(self.dtype))
 
 
 def hybrid_keywords(window: int, feature_map: str, features: int) -> dict:

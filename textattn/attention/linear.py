@@ -51,6 +51,7 @@ import jax.numpy as jnp
 from textattn.attention import registry
 from textattn.attention.common import Array, dense_init, merged_mean, segment_runs
 from textattn.errors import UsageError
+from textattn.flax_layers import DenseGeneral
 
 F32 = jnp.float32
 
@@ -260,7 +261,7 @@ class LinearAttention(nn.Module):
     [batch, 1, embed] per call; a change of segment id between calls resets the state."""
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
-    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
+    dense = functools.partial(DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     query, key, value = (dense(name=name)(x) for name in ("query", "key", "value"))
     phi = build_feature_map(self.feature_map, num_heads=self.num_heads, head_dim=head_dim,
@@ -283,8 +284,8 @@ class LinearAttention(nn.Module):
         out = CAUSAL_KERNELS[name](fq, fk, value, real, runs, chunk_size=self.chunk_size)
       else:
         out = linear_attention(fq, fk, value, real)
-    return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
-                           name="out")(out.astype(self.dtype))
+    return DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                        name="out")(out.astype(self.dtype))
 
   def _decode_step(self, fq, fk, value, padding_mask, segment_ids):
     state, segment = self.variable("cache", "state"), self.variable("cache", "segment")

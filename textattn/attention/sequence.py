@@ -48,6 +48,7 @@ from textattn.attention.causal_additive import _combine_runs, _scores
 from textattn.attention.common import MASK_VALUE, Array, dense_init, merged_mean, segment_runs
 from textattn.attention.ring import from_zigzag, ring_attention_shard, to_zigzag
 from textattn.errors import UsageError
+from textattn.flax_layers import DenseGeneral
 
 SEQUENCE = sharding.SEQUENCE
 
@@ -229,13 +230,13 @@ class ShardedSelfAttention(nn.Module):
                segment_ids: Array | None = None) -> Array:
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
-    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
+    dense = functools.partial(DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     query, key, value = (dense(name=name)(x) for name in ("query", "key", "value"))
     out = sharded_softmax(query, key, value, padding_mask, mesh=self.mesh, causal=self.causal,
                           layout=self.layout, segment_ids=segment_ids)
-    return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
-                           name="out")(out)
+    return DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                        name="out")(out)
 
 
 def check_declared(variant: registry.Variant, shards: int) -> None:

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from textattn.attention import registry
 from textattn.attention.common import MASK_VALUE, Array, dense_init, segment_runs
 from textattn.errors import UsageError
+from textattn.flax_layers import DenseGeneral
 
 WINDOW = 64
 
@@ -163,7 +164,7 @@ class SlidingWindowAttention(nn.Module):
       raise ValueError(f"window={self.window} must be a positive number of positions.")
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
-    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
+    dense = functools.partial(DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     query, key, value = (dense(name=name)(x) for name in ("query", "key", "value"))
     if decode and not self.causal:
@@ -182,8 +183,8 @@ class SlidingWindowAttention(nn.Module):
       real, runs = segment_runs(padding_mask, segment_ids)
       kernel = KERNELS[resolve(self.implementation, length=x.shape[1], window=self.window)]
       out = kernel(query, key, value, real, runs, window=self.window, causal=self.causal)
-    return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
-                           name="out")(out)
+    return DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                        name="out")(out)
 
   def _decode_step(self, query, key, value, padding_mask, segment_ids):
     """One position against the ring: slot index % window holds it, the others the previous

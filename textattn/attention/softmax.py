@@ -40,6 +40,7 @@ from textattn.attention.common import (
   usable_cores,
 )
 from textattn.errors import UsageError
+from textattn.flax_layers import DenseGeneral
 
 IMPLEMENTATIONS = ("auto", "xla", "dot_product", "chunked", "fused", "native", "cudnn", "splash")
 SEGMENT_KERNELS = ("xla", "dot_product")  # the kernels that take segment ids
@@ -399,7 +400,7 @@ class SelfAttention(nn.Module):
     0 = padding; SEGMENT_KERNELS): a position attends within its own segment only."""
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
-    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
+    dense = functools.partial(DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     query = dense(name="query")(x)
     key = dense(name="key")(x)
@@ -424,8 +425,8 @@ class SelfAttention(nn.Module):
                          f"use one of {', '.join(SEGMENT_KERNELS)}.")
       segments = {} if segment_ids is None else {"segment_ids": segment_ids}
       out = KERNELS[name](query, key, value, padding_mask, causal=self.causal, **segments)
-    return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
-                           name="out")(out)
+    return DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                        name="out")(out)
 
   def _decode_step(self, query, key, value, padding_mask):
     """One position against the cache: O(positions cached) work, like the full attention."""

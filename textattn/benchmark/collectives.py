@@ -19,11 +19,13 @@ key ids, int32: 0 for padding, else the segment's run + 1, 1 without segments):
                  the backward pass, of their gradients: 8 KV + MK
   every variant: + P f (the parameter gradients' all-reduce, the one data parallelism does too)
                  + f (the loss, a sum over shards), on a 1 x S mesh. On a D x S mesh with D > 1,
-                 XLA reduces the gradients of the parameters used outside the shard_map (the
-                 projections) and the loss once per axis, data then sequence: 2 (P - Pc) f + Pc f
-                 + 2 f, where Pc are the parameters the shard_map core takes itself (additive and
-                 recurrent: the two scoring kernels, 2 H D H; the rings: none), whose gradients
-                 shard_map sums over both axes at once
+                 XLA reduces the loss once per axis (2 f) and the parameter gradients once over
+                 both axes (P f) where the projections contract over the merged batch x length
+                 axis (textattn/flax_layers.py on a CPU); with flax's own layers (elsewhere) it
+                 reduces the projections' gradients once per axis too, data then sequence:
+                 2 (P - Pc) f + Pc f + 2 f, where Pc are the parameters the shard_map core takes
+                 itself (additive and recurrent: the two scoring kernels, 2 H D H; the rings:
+                 none), whose gradients shard_map sums over both axes at once
 The formulas are for float32 activations (the ring sends keys and values in the compute dtype);
 `formula` returns None for another dtype.
 """
@@ -131,11 +133,12 @@ def collective_bytes(hlo: str, shards: int) -> dict[str, int]:
 
 
 def formula(name: str, batch: int, length: int, heads: int, head_dim: int, shards: int,
-            param_count: int, dtype: str = "float32", data: int = 1) -> int | None:
+            param_count: int, dtype: str = "float32", data: int = 1,
+            merged_projections: bool = True) -> int | None:
   """The stated bytes per device of one layer's forward + backward (module docstring) on a
   data x shards mesh; `batch` is the batch one device holds. 0 on one device (no collective
   moves anything); None where no formula is stated (another variant or dtype, or S = 1 with
-  D > 1: data parallelism alone)."""
+  D > 1: data parallelism alone). merged_projections: flax_layers.contracts_merged_axes()."""
   if name not in FORMULA_VARIANTS or dtype != "float32" or (shards == 1 and data > 1):
     return None
   if shards == 1:
@@ -153,4 +156,5 @@ def formula(name: str, batch: int, length: int, heads: int, head_dim: int, shard
   }[name]
   core_params = 2 * heads * head_dim * heads if "additive" in name else 0
   axes = 2 if data > 1 else 1
-  return core + (axes * (param_count - core_params) + core_params) * f + axes * f
+  projection_axes = 1 if merged_projections else axes
+  return core + (projection_axes * (param_count - core_params) + core_params) * f + axes * f

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textattn import attention, sharding
+from textattn import attention, flax_layers, sharding
 from textattn.attention import sequence
 from textattn.benchmark import collectives
 from textattn.models.layers import DTYPES
@@ -93,5 +93,5 @@ def layer_cost(name: str, mesh: jax.sharding.Mesh, batch: int, length: int, embe
     comm = collectives.collective_bytes(compiled.as_text(), shards)
     row.update(comm=comm, comm_total=sum(comm.values()), comm_formula=collectives.formula(
         name, batch // row["D"], length, heads, embed // heads, shards, param_count, dtype,
-        data=row["D"]))
+        data=row["D"], merged_projections=flax_layers.contracts_merged_axes()))
   return row

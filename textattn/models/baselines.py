@@ -42,6 +42,7 @@ import numpy as np
 from textattn.checks import check_choice, check_integer
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.errors import UsageError
+from textattn.flax_layers import Dense
 from textattn.models import registry
 from textattn.models.layers import DTYPES
 
@@ -101,8 +102,8 @@ class BagOfNgrams(nn.Module):
     if not self.mlp_dim:
       return h
     h = nn.Dropout(self.dropout_rate, deterministic=not train)(nn.relu(h))
-    return nn.Dense(self.num_classes, kernel_init=nn.initializers.xavier_uniform(),
-                    name="logits")(h)
+    return Dense(self.num_classes, kernel_init=nn.initializers.xavier_uniform(),
+                 name="logits")(h)
 
 
 class BiLSTM(nn.Module):
@@ -135,8 +136,8 @@ class BiLSTM(nn.Module):
     dropout = nn.Dropout(self.dropout_rate, deterministic=not train)
     h = dropout(h)
     if self.mlp_dim:
-      h = dropout(nn.relu(nn.Dense(self.mlp_dim, dtype=self.dtype, name="mlp")(h)))
-    return nn.Dense(self.num_classes, dtype=jnp.float32, name="logits")(h)
+      h = dropout(nn.relu(Dense(self.mlp_dim, dtype=self.dtype, name="mlp")(h)))
+    return Dense(self.num_classes, dtype=jnp.float32, name="logits")(h)
 
 
 def is_frozen(path) -> bool:

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 
 from textattn import attention as attention_lib
 from textattn.errors import UsageError
+from textattn.flax_layers import Dense
 from textattn.models.layers import Dropout, masked_mean
 
 Array = jax.Array
@@ -137,7 +138,7 @@ class BertBlock(nn.Module):
         num_heads=c.num_heads, implementation=self.attention_impl, dtype=self.dtype,
         name="attention", **dict(self.attention_options))
     dropout = functools.partial(Dropout(c.hidden_dropout), deterministic=deterministic)
-    dense = functools.partial(nn.Dense, dtype=self.dtype, kernel_init=bert_init())
+    dense = functools.partial(Dense, dtype=self.dtype, kernel_init=bert_init())
     x = _layer_norm(c, self.dtype, "norm_attention")(x + dropout(attend(x, padding_mask)))
     h = ACTIVATIONS[c.hidden_act](dense(c.intermediate_size, name="ffn_in")(x))
     return _layer_norm(c, self.dtype, "norm_ffn")(x + dropout(dense(c.hidden_size,
@@ -174,8 +175,8 @@ class BertEncoder(nn.Module):
       x = BertBlock(c, self.attention, self.attention_impl, self.dtype, self.attention_options,
                     name=f"block_{i}")(
           x, padding_mask, deterministic=not train)
-    pooled = jnp.tanh(nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=bert_init(),
-                               name="pooler")(x[:, 0]))
+    pooled = jnp.tanh(Dense(c.hidden_size, dtype=self.dtype, kernel_init=bert_init(),
+                            name="pooler")(x[:, 0]))
     return x, pooled
 
 
@@ -207,5 +208,5 @@ class BertClassifier(nn.Module):
     x = pooled if self.pooling == "cls" else masked_mean(hidden, padding_mask)
     rate = self.config.hidden_dropout if self.dropout_rate is None else self.dropout_rate
     x = Dropout(rate)(x, deterministic=not train)
-    return nn.Dense(self.num_classes, dtype=jnp.float32, kernel_init=bert_init(),
-                    name="logits")(x)
+    return Dense(self.num_classes, dtype=jnp.float32, kernel_init=bert_init(),
+                 name="logits")(x)

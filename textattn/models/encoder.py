@@ -22,6 +22,7 @@ from textattn.attention import sequence
 from textattn.checks import check_choice, check_integer
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.errors import UsageError
+from textattn.flax_layers import Dense
 from textattn.models import registry
 from textattn.models.layers import (
   DTYPES,
@@ -113,7 +114,7 @@ class Classifier(nn.Module):
                          "(token_embeddings must be None).")
       offset = 1 if self.pooling == "cls" else 0  # the CLS token shifts every position
       h = jnp.take_along_axis(x, (mlm_positions + offset)[..., None], axis=1)
-      h = nn.gelu(nn.Dense(self.embed_dim, dtype=self.dtype, name="mlm_dense")(h))
+      h = nn.gelu(Dense(self.embed_dim, dtype=self.dtype, name="mlm_dense")(h))
       h = nn.LayerNorm(LAYER_NORM_EPSILON, dtype=self.dtype, name="mlm_norm")(h)
       table = embedding.variables["params"]["token"]["embedding"]
       bias = self.param("mlm_bias", nn.initializers.zeros, (self.vocab_size,))
@@ -134,11 +135,11 @@ class Classifier(nn.Module):
     dropout = functools.partial(Dropout(self.dropout_rate), deterministic=not train)
     x = dropout(x)
     if self.mlp_dim:
-      x = nn.relu(nn.Dense(self.mlp_dim, dtype=self.dtype,
-                           kernel_init=nn.initializers.xavier_uniform(), name="mlp")(x))
+      x = nn.relu(Dense(self.mlp_dim, dtype=self.dtype,
+                        kernel_init=nn.initializers.xavier_uniform(), name="mlp")(x))
       x = dropout(x)
-    return nn.Dense(self.num_classes, dtype=jnp.float32,
-                    kernel_init=nn.initializers.xavier_uniform(), name="logits")(x)
+    return Dense(self.num_classes, dtype=jnp.float32,
+                 kernel_init=nn.initializers.xavier_uniform(), name="logits")(x)
 
 
 def validate_model_config(config: ml_collections.ConfigDict) -> None:

@@ -21,6 +21,7 @@ from textattn import attention as attention_lib
 from textattn import sharding
 from textattn.attention import sequence
 from textattn.errors import UsageError
+from textattn.flax_layers import Dense
 
 Array = jax.Array
 
@@ -229,11 +230,11 @@ class EncoderBlock(nn.Module):
                                 length=length)
 
     def feed_forward(h):
-      h = nn.Dense(self.ffn_dim, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
-                   name="ffn_in")(h)
+      h = Dense(self.ffn_dim, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
+                name="ffn_in")(h)
       h = nn.relu(h)
-      return nn.Dense(embed, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
-                      name="ffn_out")(h)
+      return Dense(embed, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
+                   name="ffn_out")(h)
 
     if self.norm == "post":
       x = layer_norm("norm_attention")(x + dropout(attend(x, padding_mask)))
@@ -283,8 +284,8 @@ class AttentionPooling(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array) -> Array:
-    hidden = nn.tanh(nn.Dense(x.shape[-1], dtype=self.dtype, name="hidden")(x))
-    scores = nn.Dense(1, dtype=jnp.float32, name="score")(hidden)[..., 0]
+    hidden = nn.tanh(Dense(x.shape[-1], dtype=self.dtype, name="hidden")(x))
+    scores = Dense(1, dtype=jnp.float32, name="score")(hidden)[..., 0]
     scores = jnp.where(padding_mask, scores, -1e30)
     weights = jax.nn.softmax(scores, axis=1) * padding_mask  # a fully padded row pools to 0
     return jnp.einsum("bl,bld->bd", weights.astype(x.dtype), x)

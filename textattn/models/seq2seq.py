@@ -33,6 +33,7 @@ from textattn.attention import sequence
 from textattn.attention.common import dense_init
 from textattn.attention.softmax import softmax_attention
 from textattn.errors import UsageError
+from textattn.flax_layers import Dense, DenseGeneral
 from textattn.models.layers import (
   LAYER_NORM_EPSILON,
   Dropout,
@@ -91,7 +92,7 @@ class CrossAttention(nn.Module):
     allocated, and read from it at every later step (the memory does not change while decoding)."""
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
-    dense = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim),
+    dense = functools.partial(DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     query = dense(name="query")(x)
     if decode and self.has_variable("cache", "memory_keys"):
@@ -103,8 +104,8 @@ class CrossAttention(nn.Module):
         self.put_variable("cache", "memory_keys", keys)
         self.put_variable("cache", "memory_values", values)
     out = softmax_attention(query, keys, values, memory_mask, causal=False)
-    return nn.DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
-                           name="out")(out)
+    return DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                        name="out")(out)
 
 
 class DecoderBlock(nn.Module):
@@ -142,9 +143,9 @@ class DecoderBlock(nn.Module):
     if memory is not None:
       cross = CrossAttention(self.num_heads, self.dtype, self.head_dim, name="cross_attention")
       x = norm("norm_cross")(x + dropout(cross(x, memory, memory_mask, decode=decode)))
-    h = nn.relu(nn.Dense(self.ffn_dim, dtype=self.dtype, kernel_init=dense_init(),
-                         name="ffn_in")(x))
-    h = nn.Dense(embed, dtype=self.dtype, kernel_init=dense_init(), name="ffn_out")(h)
+    h = nn.relu(Dense(self.ffn_dim, dtype=self.dtype, kernel_init=dense_init(),
+                      name="ffn_in")(x))
+    h = Dense(embed, dtype=self.dtype, kernel_init=dense_init(), name="ffn_out")(h)
     return norm("norm_ffn")(x + dropout(h))
 
 
@@ -198,7 +199,7 @@ class Seq2Seq(nn.Module):
     if self.tie_output:
       self.logits_bias = self.param("logits_bias", nn.initializers.zeros, (self.target_vocab,))
     else:
-      self.logits = nn.Dense(self.target_vocab, dtype=jnp.float32, kernel_init=dense_init())
+      self.logits = Dense(self.target_vocab, dtype=jnp.float32, kernel_init=dense_init())
 
   def encode(self, sources: Array, *, train: bool = False) -> tuple[Array, Array]:
     mask = sources != 0

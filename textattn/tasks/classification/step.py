@@ -66,19 +66,23 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
                                          sparse_table=(marks, ids, flat_rows))
     state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                           opt_state=opt_state)
-    # The dense table gradient, for the gradient norm only.
+    # The table gradient's squared norm, for the metrics: with T = segment_sum(rows, ids) (each
+    # id's rows sum to its row of T), |T|^2 = sum_i <rows_i, T[ids_i]>: the batch's 6,400 rows
+    # are read, not T's 20,000 (a 0.3 ms pass in the seed model's 5.8 ms step, issue 56).
     table_grad = jax.ops.segment_sum(flat_rows, ids, num_segments=table.shape[0])
-    grads = jax.tree.map(lambda g, t: table_grad if t else g, grads, marks)
+    squares = [_sum_all(flat_rows * jnp.take(table_grad, ids, axis=0))]
+    grads = jax.tree.map(lambda g, t: None if t else g, grads, marks)
   else:
     grads, (losses, logits) = jax.grad(loss_fn, has_aux=True)(state.params)
     state = state.apply_gradients(grads=grads)
+    squares = []
   metrics = {
       "loss_sum": jnp.sum(losses),
       "correct": jnp.sum(jnp.argmax(logits, -1) == batch["labels"]),
       "count": jnp.asarray(losses.shape[0], jnp.int32),
       # optax.global_norm(grads), with the fast sum.
-      "grad_norm_sum": jnp.sqrt(sum(_sum_all(jnp.square(g).astype(jnp.float32))
-                                    for g in jax.tree_util.tree_leaves(grads))),
+      "grad_norm_sum": jnp.sqrt(sum(squares + [_sum_all(jnp.square(g).astype(jnp.float32))
+                                               for g in jax.tree_util.tree_leaves(grads)])),
       "steps": jnp.asarray(1, jnp.int32),
       # Non-finite losses, plus the count of non-finite parameters after the update: the loop
       # never checkpoints a state from a window where this is non-zero.

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from textattn import attention as attention_lib
 from textattn import sharding
 from textattn.attention.common import dense_init
+from textattn.flax_layers import Dense
 from textattn.models.layers import DTYPES, pad_for_mesh
 from textattn.models.seq2seq import DecoderBlock, Embed, token_table
 
@@ -56,7 +57,7 @@ class LanguageModel(nn.Module):
     if self.tie_output:
       self.logits_bias = self.param("logits_bias", nn.initializers.zeros, (self.vocab_size,))
     else:
-      self.logits = nn.Dense(self.vocab_size, dtype=jnp.float32, kernel_init=dense_init())
+      self.logits = Dense(self.vocab_size, dtype=jnp.float32, kernel_init=dense_init())
 
   def __call__(self, tokens: jax.Array, segment_ids: jax.Array | None = None,
                positions: jax.Array | None = None, *, train: bool = False,
