@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 from textattn import flax_layers as layers
 
@@ -53,9 +54,18 @@ def test_same_parameters_values_and_gradients_as_flax_and_float64(ours, theirs, 
                                        list(range(k, kernel.ndim)))), rtol=2e-5, atol=2e-5)
 
 
-def test_only_trailing_axes_are_contracted():
+def test_only_trailing_axes_are_contracted_and_no_custom_dot():
   with pytest.raises(ValueError, match="trailing axes only"):
     layers.DenseGeneral(4, axis=0).init(jax.random.key(0), jnp.ones((2, 3)))
+  with pytest.raises(ValueError, match="for a custom dot_general"):
+    layers.Dense(4, dot_general=lax.dot_general).init(jax.random.key(0), jnp.ones((2, 3)))
+
+
+def test_a_stated_precision_is_flaxs_arithmetic():
+  x = jax.random.normal(jax.random.key(1), (2, 5, 3))
+  ours, theirs = (cls(4, precision=lax.Precision.HIGHEST) for cls in (layers.Dense, nn.Dense))
+  params = theirs.init(jax.random.key(0), x)
+  np.testing.assert_array_equal(ours.apply(params, x), theirs.apply(params, x))
 
 
 def _large_ops(module, shape, op: str) -> list[str]:

@@ -64,18 +64,26 @@ def _affine_bwd(residuals, g):
 _affine.defvjp(_affine_fwd, _affine_bwd)
 
 
-def dense(x: Array, kernel: Array, bias: Array | None, contracted: int) -> Array:
-  """x's last `contracted` axes with kernel's first ones, plus bias [kernel's other axes]."""
+def dense(x: Array, kernel: Array, bias: Array | None, contracted: int,
+          precision=None) -> Array:
+  """x's last `contracted` axes with kernel's first ones, plus bias [kernel's other axes].
+  With a `precision` (lax.Precision), flax's arithmetic on every backend."""
   inner = math.prod(kernel.shape[:contracted])
   outer = kernel.shape[contracted:]
   lead = x.shape[:x.ndim - contracted]
-  if not contracts_merged_axes():
+  if not contracts_merged_axes() or precision is not None:
     y = lax.dot_general(x, kernel, ((tuple(range(len(lead), x.ndim)), tuple(range(contracted))),
-                                    ((), ())))
+                                    ((), ())), precision=precision)
     return y if bias is None else y + bias
   y = _affine(x.reshape(-1, inner), kernel.reshape(inner, -1),
               None if bias is None else bias.reshape(-1))
   return y.reshape(lead + outer)
+
+
+def _no_custom_dot(module: nn.Module) -> None:
+  if module.dot_general is not None or module.dot_general_cls is not None:
+    raise ValueError(f"textattn.flax_layers.{type(module).__name__} computes its own product; "
+                     f"use flax.linen.{type(module).__name__} for a custom dot_general.")
 
 
 class Dense(nn.Dense):
@@ -87,8 +95,9 @@ class Dense(nn.Dense):
                         self.param_dtype)
     bias = (self.param("bias", self.bias_init, (self.features,), self.param_dtype)
             if self.use_bias else None)
+    _no_custom_dot(self)
     inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-    return dense(inputs, kernel, bias, 1)
+    return dense(inputs, kernel, bias, 1, self.precision)
 
 
 def _tuple(x) -> tuple:
@@ -116,6 +125,7 @@ class DenseGeneral(nn.DenseGeneral):
       return jnp.reshape(self.bias_init(rng, (int(np.prod(features)),), dtype), shape)
     kernel = self.param("kernel", kernel_init, kernel_shape, self.param_dtype)
     bias = self.param("bias", bias_init, features, self.param_dtype) if self.use_bias else None
+    _no_custom_dot(self)
     inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-    return dense(inputs, kernel, bias, len(axis))
+    return dense(inputs, kernel, bias, len(axis), self.precision)
 
