@@ -7,6 +7,7 @@ import pathlib
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -84,6 +85,32 @@ def test_a_few_steps_lower_the_loss_and_move_only_the_trainable_parameters(setti
                              jax.tree.leaves(params), jax.tree.leaves(trains), strict=True):
     moved = bool(np.any(np.asarray(a) != np.asarray(b)))
     assert moved == bool(t), jax.tree_util.keystr(path)
+
+
+def test_the_cosine_schedule_decays_the_stages_rate_to_zero(setting):
+  from textattn.errors import UsageError
+  part = transfer.default_config()
+  part.update(num_steps=4, learning_rate=1e-2)
+  assert transfer.learning_rate(part) == 1e-2
+  part.schedule = "cosine"
+  rate = transfer.learning_rate(part)
+  np.testing.assert_allclose([rate(i) for i in range(5)],
+                             [1e-2 * (1 + np.cos(np.pi * i / 4)) / 2 for i in range(5)], atol=1e-9)
+  # In the step: the 5th update (the rate at step 4 is 0) leaves the parameters as they were.
+  c, _, tokens, mask, params_for = setting
+  teacher, params = params_for("softmax"), params_for("additive")
+  trains = transfer.trainable(params, teacher, "new")
+  tx, step = transfer.make_step(c, "additive", teacher, trains, rate)
+  state = tx.init(params)
+  for _ in range(4):
+    params, state, _, _ = step(params, state, tokens, mask)
+  after, _, _, _ = step(params, state, tokens, mask)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(after), strict=True):
+    np.testing.assert_array_equal(a, b)
+  config = ml_collections.ConfigDict({"attention_transfer": part, "model": {"pretrained": "x"}})
+  part.schedule = "linear"
+  with pytest.raises(UsageError, match="attention_transfer.schedule"):
+    transfer.validate_config(config)
 
 
 def test_the_weights_cross_entropy_is_the_teachers_entropy_when_the_weights_agree():

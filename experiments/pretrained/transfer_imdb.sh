@@ -26,7 +26,8 @@ seeds=${SEEDS:-0 1 2}
 # teacher and the student's start are that seed's finished softmax run, as in Hedgehog's GLUE study),
 # their compute control softmax_again (that finished run fine-tuned STEPS more: a softmax student
 # of a 1-step stage that trains nothing, train=new, so it starts from exactly the run's weights),
-# and additive_transfer_ft_long (its stage 3 x TRANSFER_STEPS).
+# additive_transfer_ft_long (its stage 3 x TRANSFER_STEPS; diverged at a constant rate, RESULTS §31)
+# and additive_transfer_ft_cosine (the same, the stage's rate cosine-decayed to 0).
 rows=${ROWS:-softmax linear_transfer additive_transfer additive_naive}
 additive=(--config.model.attention=additive --config.attention_transfer.train=new+out+qk)
 has() { [[ " $rows " == *" $1 "* ]]; }
@@ -40,7 +41,7 @@ for seed in $seeds; do
   teacher=(--config.attention_transfer.num_steps="$stage" \
            --config.attention_transfer.teacher="$out/softmax_s$seed")
   if has linear_transfer_ft || has additive_transfer_ft || has softmax_again \
-     || has additive_transfer_ft_long; then
+     || has additive_transfer_ft_long || has additive_transfer_ft_cosine; then
     finished "$out/softmax_s$seed" || continue  # (the teacher: that seed's finished softmax run)
   fi
   # shellcheck disable=SC2086
@@ -50,6 +51,9 @@ for seed in $seeds; do
     --config.attention_transfer.train=new --config.attention_transfer.teacher="$out/softmax_s$seed"
   has additive_transfer_ft_long && run additive_transfer_ft_long "$seed" "${additive[@]}" \
     "${teacher[@]}" --config.attention_transfer.num_steps=$((3 * stage))
+  has additive_transfer_ft_cosine && run additive_transfer_ft_cosine "$seed" "${additive[@]}" \
+    "${teacher[@]}" --config.attention_transfer.num_steps=$((3 * stage)) \
+    --config.attention_transfer.schedule=cosine
 done
 if has additive_naive; then
   for seed in $seeds; do run additive_naive "$seed" --config.model.attention=additive; done

@@ -22,7 +22,8 @@ In a run (`config.attention_transfer.num_steps > 0` with `config.model.pretraine
 start's encoder parameters are the checkpoint's (finetune.start_params) plus the student's new
 ones, initialised from `config.seed`; `run_stage` then trains them for `num_steps` steps of
 `config.batch_size` of the run's own training texts (shuffled by `config.seed`; never validation
-or test) with Adam at `learning_rate`, and the fine-tuning starts from the result. The per-layer
+or test) with Adam at `learning_rate` (constant, or cosine-decayed to 0 with schedule="cosine"),
+and the fine-tuning starts from the result. The per-layer
 losses (and relative errors, and the seconds since the stage began) go to
 DIR/attention_transfer.jsonl. The stage is deterministic: a run killed during it
 repeats it exactly when restarted; a run killed later resumes from its checkpoint and never
@@ -51,6 +52,7 @@ from textattn.models import bert, encoder
 from textattn.pretrained import hf
 
 TRAINS = ("new", "new+out", "new+out+qk")
+SCHEDULES = ("constant", "cosine")
 
 
 CURVE_FILE = "attention_transfer.jsonl"
@@ -60,6 +62,9 @@ def default_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.num_steps = 0  # 0: no transfer stage (e.g. 300)
   c.learning_rate = 1e-2  # (1e-3 imitated the teacher more slowly: RESULTS §31)
+  # "constant", or "cosine": the rate decays to 0 over num_steps (a 600-step additive stage
+  # diverged at step 325 at a constant 1e-2: RESULTS §31).
+  c.schedule = "constant"
   c.train = "new+out"  # TRAINS
   c.log_every_steps = 25
   # Hedgehog's loss beside the outputs' (0: off): this times the cross-entropy between each
@@ -86,6 +91,7 @@ def validate_config(config) -> None:
   check_integer("attention_transfer.num_steps", part.num_steps, 0)
   check_integer("attention_transfer.log_every_steps", part.log_every_steps, 1)
   check_choice("attention_transfer.train", part.train, TRAINS)
+  check_choice("attention_transfer.schedule", part.schedule, SCHEDULES)
   if not isinstance(part.learning_rate, float | int) or not part.learning_rate > 0:
     raise UsageError(f"config.attention_transfer.learning_rate={part.learning_rate!r} must be a "
                      f"positive number.")
@@ -205,8 +211,15 @@ def trainable(student_params, teacher_params, train: str = "new+out"):
   return jax.tree_util.tree_map_with_path(decide, student_params)
 
 
+def learning_rate(part) -> float | optax.Schedule:
+  """The stage's Adam rate: config.attention_transfer's learning_rate, decayed by its schedule."""
+  if part.schedule == "cosine":
+    return optax.cosine_decay_schedule(float(part.learning_rate), part.num_steps)
+  return float(part.learning_rate)
+
+
 def make_step(config: bert.BertConfig, student: str, teacher_params, mask_tree,
-              learning_rate: float, *, implementation: str = "xla",
+              learning_rate: float | optax.Schedule, *, implementation: str = "xla",
               options: tuple[tuple[str, Any], ...] = (), weights_loss: float = 0.0):
   """(optimizer, step): step(student_params, opt_state, tokens, padding_mask) ->
   (student_params, opt_state, total, transfer_loss's per-layer parts), pure (jit it). Adam on
@@ -258,7 +271,7 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teache
                      f"a learned map (hedgehog, t2r) or attention_transfer.train=new+out+qk.")
   implementation = encoder.resolved_kernel(config, c)
   options = attention_lib.build_options(attention_lib.get(m.attention), m)
-  tx, step = make_step(c, m.attention, teacher, mask_tree, float(part.learning_rate),
+  tx, step = make_step(c, m.attention, teacher, mask_tree, learning_rate(part),
                        implementation=implementation, options=options,
                        weights_loss=float(part.weights_loss))
   step = jax.jit(step)
