@@ -55,8 +55,9 @@ def test_same_parameters_values_and_gradients_as_flax_and_float64(ours, theirs, 
 
 
 def test_only_trailing_axes_are_contracted_and_no_custom_dot():
-  with pytest.raises(ValueError, match="trailing axes only"):
-    layers.DenseGeneral(4, axis=0).init(jax.random.key(0), jnp.ones((2, 3)))
+  for axis in (0, (-1, -2)):
+    with pytest.raises(ValueError, match="trailing axes only"):
+      layers.DenseGeneral(4, axis=axis).init(jax.random.key(0), jnp.ones((2, 3, 5)))
   with pytest.raises(ValueError, match="for a custom dot_general"):
     layers.Dense(4, dot_general=lax.dot_general).init(jax.random.key(0), jnp.ones((2, 3)))
 

@@ -110,7 +110,7 @@ class DenseGeneral(nn.DenseGeneral):
   @nn.compact
   def __call__(self, inputs: Array) -> Array:
     features, axis = _tuple(self.features), _tuple(self.axis)
-    axis = tuple(sorted(a % inputs.ndim for a in axis))
+    axis = tuple(a % inputs.ndim for a in axis)  # (in order: kernel axis i is input axis[i])
     if self.batch_dims or axis != tuple(range(inputs.ndim - len(axis), inputs.ndim)):
       raise ValueError(f"textattn.flax_layers.DenseGeneral contracts the inputs' trailing axes "
                        f"only and has no batch_dims; got axis={self.axis}, "
