@@ -37,7 +37,7 @@ def contracts_merged_axes() -> bool:
   return jax.default_backend() == "cpu"
 
 
-def _column_sum(g: Array) -> Array:
+def column_sum(g: Array) -> Array:
   """g [n, m] summed over n, as ones[n] @ g (a matrix-vector product)."""
   return jnp.matmul(jnp.ones((g.shape[0],), g.dtype), g, preferred_element_type=jnp.float32)
 
@@ -57,7 +57,7 @@ def _affine_bwd(residuals, g):
   x, kernel, bias = residuals
   d_x = lax.dot_general(g, kernel, (((1,), (1,)), ((), ()))).astype(x.dtype)
   d_kernel = lax.dot_general(x, g, (((0,), (0,)), ((), ()))).astype(kernel.dtype)
-  d_bias = None if bias is None else _column_sum(g).astype(bias.dtype)
+  d_bias = None if bias is None else column_sum(g).astype(bias.dtype)
   return d_x, d_kernel, d_bias
 
 

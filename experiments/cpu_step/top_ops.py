@@ -21,7 +21,8 @@ NOT_OPERATIONS = ("ThunkExecutor", "$", "Slinky", "PjitFunction", "ThreadpoolLis
 
 def main() -> None:
   path = glob.glob(sys.argv[1] + "/**/perfetto_trace.json.gz", recursive=True)[0]
-  trace = json.load(gzip.open(path))
+  with gzip.open(path) as f:
+    trace = json.load(f)
   events = trace["traceEvents"] if isinstance(trace, dict) else trace
   spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
   steps = sum("benchmark_step" in e["name"] for e in spans)

@@ -21,7 +21,7 @@ from textattn import attention as attention_lib
 from textattn import sharding
 from textattn.attention import sequence
 from textattn.errors import UsageError
-from textattn.flax_layers import Dense
+from textattn.flax_layers import Dense, column_sum
 
 Array = jax.Array
 
@@ -176,9 +176,7 @@ def _add_positions_forward(x, positions):
 
 
 def _add_positions_backward(_, g):
-  batch = g.shape[0]
-  summed = jnp.matmul(jnp.ones((batch,), g.dtype), g.reshape(batch, -1),
-                      preferred_element_type=jnp.float32)
+  summed = column_sum(g.reshape(g.shape[0], -1))
   return g, summed.reshape(g.shape[1:]).astype(g.dtype)
 
 
