@@ -234,7 +234,7 @@ def test_attention_registry_is_complete():
   assert attention.names() == ("softmax", "causal", "additive", "causal_additive",
                                "causal_additive_recurrent", "linear", "causal_linear",
                                "sliding_window", "local", "performer", "causal_performer",
-                               "window_linear", "causal_window_linear")
+                               "window_linear", "causal_window_linear", "window_additive")
   for name in attention.names():
     module = attention.get(name).build(num_heads=2)
     x = jnp.ones((1, 4, 8))

@@ -1,7 +1,8 @@
 """How well the attention transfer stage's settings imitate the teacher, before any fine-tuning
 (issue 55; how transfer_tweets.sh's stage settings were chosen): the stage alone on the disaster
 tweets, printing each layer's relative output error (textattn/recipes/attention_transfer.py:
-the loss over the teacher's mean square output) on 128 held-out tweets every 50 steps.
+the loss over the teacher's mean square output) on 128 held-out tweets every 50 steps (or
+`--data`: any CSV with a "text" column, e.g. IMDB reviews at `--max_len 128`).
 
     python experiments/pretrained/transfer_probe.py --model DIR/all-MiniLM-L6-v2 \
         --attention additive --train new+out+qk --learning_rate 1e-2 --steps 150
@@ -37,13 +38,14 @@ def main():
   parser.add_argument("--train", default="new+out", choices=transfer.TRAINS)
   parser.add_argument("--learning_rate", type=float, default=1e-2)
   parser.add_argument("--steps", type=int, default=150)
+  parser.add_argument("--max_len", type=int, default=64)
   args = parser.parse_args()
   options = tuple(sorted(json.loads(args.options).items()))
   pretrained = hf.load(args.model)
   c = pretrained.config
   with open(args.data, newline="") as f:
     texts = [row["text"] for row in csv.DictReader(f)]
-  ids = np.asarray(pretrained.tokenizer.encode(texts, 64, "post"), np.int32)
+  ids = np.asarray(pretrained.tokenizer.encode(texts, args.max_len, "post"), np.int32)
   rng = np.random.default_rng(0)
   order = rng.permutation(len(ids))
   held, train = ids[order[:128]], ids[order[256:]]
@@ -52,7 +54,7 @@ def main():
     model = bert.BertClassifier(c, 2, pooling="mean", attention=name, attention_impl="xla",
                                 attention_options=opts)
     return jax.tree.map(jnp.asarray, hf.init_params(model, pretrained, jax.random.key(seed),
-                                                    64)[0])
+                                                    args.max_len)[0])
   teacher, student = params("softmax", (), 0), params(args.attention, options, 7)
   mask = transfer.trainable(student, teacher, args.train)
   tx, step = transfer.make_step(c, args.attention, teacher, mask, args.learning_rate,

@@ -5,7 +5,7 @@
     y = module.apply(params, x, padding_mask)        # x [batch, length, embed] -> same shape
 
 One module per variant (softmax.py, causal.py, additive.py, causal_additive.py), each with its
-kernels; additive_pallas.py and causal_additive_pallas.py their Pallas kernels (Triton style),
+kernels (window_additive.py: a window + additive hybrid); additive_pallas.py and causal_additive_pallas.py their Pallas kernels (Triton style),
 additive_tpu.py the additive one for TPUs (Mosaic), and
 pallas_allowlist.py the platforms where "auto" may pick those; splash.py wraps JAX's Pallas TPU
 splash attention (softmax's TPU kernel); common.py holds the masks they share; native/ the C++ CPU
@@ -24,6 +24,7 @@ from textattn.attention import feature_maps  # noqa: F401 -- learned maps of lin
 from textattn.attention import sliding_window  # noqa: F401
 from textattn.attention import performer  # noqa: F401
 from textattn.attention import hybrid  # noqa: F401
+from textattn.attention import window_additive  # noqa: F401
 from textattn.attention import sequence  # noqa: F401 -- declares the built-ins' sharding
 from textattn.attention.common import usable_cores
 from textattn.attention.registry import (Variant, build_options, default_options, get,

@@ -57,20 +57,28 @@ def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kern
 
   Every step is O(length): cost is linear in sequence length.
   """
-  batch, length, heads, head_dim = query.shape
-  scale = head_dim ** -0.5
-
-  def scores(x, kernel):
-    s = jnp.einsum("blf,fh->blh", x.reshape(batch, length, heads * head_dim), kernel,
-                   preferred_element_type=jnp.float32)
-    return s * scale
-
-  alpha = masked_softmax_over_tokens(scores(query, alpha_kernel), padding_mask)
-  global_query = jnp.einsum("blh,blhd->bhd", alpha.astype(query.dtype), query)
-  mixed = key * global_query[:, None]
-  beta = masked_softmax_over_tokens(scores(mixed, beta_kernel), padding_mask)
+  beta, mixed = key_weights(query, key, padding_mask, alpha_kernel, beta_kernel)
   global_key = jnp.einsum("blh,blhd->bhd", beta.astype(mixed.dtype), mixed)
   return query * global_key[:, None]
+
+
+def token_scores(x: Array, kernel: Array) -> Array:
+  """Each token's score per head, float32 [batch, length, heads]: x [b, l, heads, dim] (all
+  heads' features) against a scoring kernel [heads * dim, heads], over sqrt(dim)."""
+  batch, length, heads, head_dim = x.shape
+  s = jnp.einsum("blf,fh->blh", x.reshape(batch, length, heads * head_dim), kernel,
+                 preferred_element_type=jnp.float32)
+  return s * head_dim ** -0.5
+
+
+def key_weights(query: Array, key: Array, padding_mask: Array, alpha_kernel: Array,
+                beta_kernel: Array) -> tuple[Array, Array]:
+  """(beta [b, l, heads], p = k * g_q [b, l, heads, dim]): additive_attention's weights over
+  the tokens for its global key, and the vectors they weigh."""
+  alpha = masked_softmax_over_tokens(token_scores(query, alpha_kernel), padding_mask)
+  global_query = jnp.einsum("blh,blhd->bhd", alpha.astype(query.dtype), query)
+  mixed = key * global_query[:, None]
+  return masked_softmax_over_tokens(token_scores(mixed, beta_kernel), padding_mask), mixed
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
