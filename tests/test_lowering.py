@@ -97,6 +97,7 @@ ENCODER_PATHS = [
     ("local", "chunked", TPU, "bfloat16", 2, 24, None),
     ("window_linear", "xla", CUDA, "bfloat16", 2, 24, None),
     ("window_linear", "chunked", CUDA, "bfloat16", 2, 24, None),
+    ("window_additive", "chunked", CUDA, "bfloat16", 2, 24, None),
 ]
 
 
