@@ -22,36 +22,33 @@ from textattn.attention import window_additive
 WINDOW = 3  # L = 11: four blocks in the chunked kernel, the last padded
 
 
-def softmax_over_tokens(scores, real):
-  scores = jnp.where(real, scores, -jnp.inf)
-  return jnp.exp(scores - scores.max()) * real / jnp.sum(jnp.exp(scores - scores.max()) * real)
-
-
 def slot_reference(q, k, v, mask, alpha, beta, bias):
-  """out [B, L, H, D] by the formula: alpha over each head's query scores (all heads' features
-  against alpha's column), g_q, p = k * g_q per head, beta likewise over p, k_g and v_g; then
-  each query's softmax over its in-window real keys and the slot."""
-  out = []
-  for b in range(B):
-    real = jnp.asarray(mask[b])
-    g_q = jnp.stack([softmax_over_tokens(q[b].reshape(L, H * D) @ alpha[:, h] / np.sqrt(D), real)
-                     @ q[b, :, h] for h in range(H)])  # [H, D]
-    p = (k[b] * g_q[None]).reshape(L, H * D)
-    betas = [softmax_over_tokens(p @ beta[:, h] / np.sqrt(D), real) for h in range(H)]
-    rows = []
-    for t in range(L):
-      heads = []
-      for h in range(H):
-        k_g, v_g = betas[h] @ k[b, :, h], betas[h] @ v[b, :, h]
-        keys = [i for i in range(L) if mask[b, i] and abs(t - i) <= WINDOW]
-        logits = jnp.stack([q[b, t, h] @ k[b, i, h] / np.sqrt(D) for i in keys]
-                           + [q[b, t, h] @ k_g / np.sqrt(D) + bias[h]])
-        w = jnp.exp(logits - logits.max())
-        w = w / w.sum()
-        heads.append(sum(w[j] * v[b, i, h] for j, i in enumerate(keys)) + w[-1] * v_g)
-      rows.append(jnp.stack(heads))
-    out.append(jnp.stack(rows))
-  return jnp.stack(out)
+  """out [B, L, H, D] by the formula, with the masks written out: alpha over each head's query
+  scores (all heads' features against alpha's column) gives g_q; p = k * g_q per head, beta
+  likewise over p; k_g, v_g the beta-weighted keys and values; then each query's softmax over
+  its in-window real keys and the slot."""
+  real = jnp.asarray(mask)[:, :, None]  # [B, L, 1]
+
+  def over_tokens(scores):  # [B, L, H], softmax over L on the real tokens
+    e = jnp.where(real, jnp.exp(scores - jnp.max(scores, axis=1, keepdims=True)), 0.0)
+    return e / jnp.sum(e, axis=1, keepdims=True)
+
+  a = over_tokens(q.reshape(B, L, H * D) @ alpha / np.sqrt(D))
+  g_q = jnp.sum(a[..., None] * q, axis=1)  # [B, H, D]
+  p = k * g_q[:, None]
+  b = over_tokens(p.reshape(B, L, H * D) @ beta / np.sqrt(D))
+  k_g, v_g = jnp.sum(b[..., None] * k, axis=1), jnp.sum(b[..., None] * v, axis=1)
+  t, i = np.arange(L)[:, None], np.arange(L)[None, :]
+  seen = (np.abs(t - i) <= WINDOW)[None, None] & mask[:, None, None, :]  # [B, 1, L, L]
+  scores = jnp.einsum("bthd,bihd->bhti", q, k) / np.sqrt(D)
+  slot = jnp.einsum("bthd,bhd->bht", q, k_g) / np.sqrt(D) + bias[None, :, None]
+  top = jnp.maximum(jnp.max(jnp.where(seen, scores, -np.inf), axis=-1), slot)
+  near = jnp.where(seen, jnp.exp(scores - top[..., None]), 0.0)
+  far = jnp.exp(slot - top)
+  total = jnp.sum(near, axis=-1) + far
+  out = (jnp.einsum("bhti,bihd->bthd", near, v)
+         + jnp.einsum("bht,bhd->bthd", far, v_g)) / total.transpose(0, 2, 1)[..., None]
+  return out
 
 
 @pytest.mark.parametrize("kernel", ["xla", "chunked"])
