@@ -40,7 +40,7 @@ import jax.numpy as jnp
 
 from textattn.attention import linear, registry, sliding_window
 from textattn.attention.common import Array, dense_init, merged_mean
-from textattn.attention.sliding_window import in_band, to_blocks, with_neighbours
+from textattn.attention.sliding_window import block_offsets, in_band, to_blocks, with_neighbours
 from textattn.errors import UsageError
 from textattn.flax_layers import DenseGeneral
 
@@ -87,7 +87,7 @@ def blocked_hybrid_attention(query: Array, key: Array, value: Array, fq: Array, 
   num_blocks = q.shape[1]
   k, v, fk_near = neighbours(blocks(key.astype(F32))), neighbours(value), neighbours(fk)
   span = k.shape[2]
-  offsets = jnp.arange(block)[:, None] - (jnp.arange(span)[None, :] - block)  # [block, span]
+  offsets = block_offsets(block, span)  # [block, span]
   visible = neighbours(is_real)[:, :, None, None, :]  # [b, n, 1, 1, span]
   if causal:
     visible = visible & (offsets >= 0)

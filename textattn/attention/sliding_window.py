@@ -66,6 +66,12 @@ def windowed_attention(query: Array, key: Array, value: Array, real: Array, runs
   return out.astype(value.dtype)
 
 
+def block_offsets(block: int, span: int) -> Array:
+  """Query position - key position [block, span] for a block of queries against `span` keys
+  that start one block before it (with_neighbours' layout)."""
+  return jnp.arange(block)[:, None] - (jnp.arange(span)[None, :] - block)
+
+
 def to_blocks(x: Array, fill=0, *, block: int) -> Array:
   """[b, l, ...] -> [b, n, block, ...], the length padded with `fill` to a multiple of block."""
   num_blocks = -(-x.shape[1] // block)
@@ -99,7 +105,7 @@ def blocked_windowed_attention(query: Array, key: Array, value: Array, real: Arr
   key_real = neighbours(blocks(real, False), False)
   query_runs, key_runs = blocks(runs, -1), neighbours(blocks(runs, -1), -1)
   span = k.shape[2]
-  offsets = jnp.arange(block)[:, None] - (jnp.arange(span)[None, :] - block)  # [block, span]
+  offsets = block_offsets(block, span)  # [block, span]
   visible = (in_band(offsets, window, causal)[None, None]
              & key_real[:, :, None, :]
              & (query_runs[:, :, :, None] == key_runs[:, :, None, :]))[:, :, None]  # [b,n,1,q,k]

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 
 from textattn.attention import additive, registry, sliding_window
 from textattn.attention.common import Array, dense_init
-from textattn.attention.sliding_window import in_band, to_blocks, with_neighbours
+from textattn.attention.sliding_window import block_offsets, in_band, to_blocks, with_neighbours
 from textattn.flax_layers import DenseGeneral
 
 WINDOW = sliding_window.WINDOW
@@ -99,7 +99,7 @@ def blocked_window_additive_attention(query: Array, key: Array, value: Array, re
   q = blocks(query.astype(F32))
   k, v = neighbours(blocks(key.astype(F32))), neighbours(blocks(value.astype(F32)))
   span = k.shape[2]
-  offsets = jnp.arange(block)[:, None] - (jnp.arange(span)[None, :] - block)  # [block, span]
+  offsets = block_offsets(block, span)  # [block, span]
   inside = neighbours(blocks(real))[:, :, None, None, :] & in_band(offsets, window, False)
   scale = head_dim ** -0.5
   scores = jnp.einsum("bnthd,bnihd->bnhti", q, k) * scale
