@@ -154,7 +154,8 @@ def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path, causal_word)
   (tmp_path / "in.txt").write_text("Big dog eats.\n\nSmall cat sleeps.\n", encoding="utf-8")
   repo = os.path.join(os.path.dirname(__file__), "..")
   done = subprocess.run([sys.executable, "-m", "textattn.translate", f"--workdir={run}",
-                         f"--input={tmp_path / 'in.txt'}", "--beam=2", "--json"], cwd=repo,
+                         f"--input={tmp_path / 'in.txt'}", "--beam=2", "--json",
+                         "--plugin=tests.toy_attention"], cwd=repo,
                         capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr
   rows = [json.loads(line) for line in done.stdout.splitlines()]
@@ -163,6 +164,9 @@ def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path, causal_word)
   bad = subprocess.run([sys.executable, "-m", "textattn.translate", f"--workdir={tmp_path}",
                         "--text=hi"], cwd=repo, capture_output=True, text=True, check=False)
   assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "config.json" in bad.stderr
+  neither = subprocess.run([sys.executable, "-m", "textattn.translate", f"--workdir={run}"],
+                           cwd=repo, capture_output=True, text=True, check=False)
+  assert neither.returncode == 2 and neither.stderr.startswith("error: give the texts with ")
 
 
 def test_the_chapter_config_builds_the_chapters_19_960_216_parameter_model():

@@ -10,7 +10,22 @@ import ml_collections
 
 from textattn import config as config_lib
 from textattn.config import load
-from textattn.errors import one_line
+from textattn.errors import DataError, UsageError, one_line
+
+
+def text_lines(texts: list[str], path: str | None, what: str = "texts") -> list[str]:
+  """The texts of a command that takes them as --text=STR (repeatable) or --input=FILE (its
+  non-blank lines, UTF-8): exactly one of the two (UsageError), a readable file (DataError)."""
+  if bool(texts) == bool(path):
+    raise UsageError(f"give the {what} with --text=STR (repeatable) or --input=FILE (one per "
+                     f"line), not both and not neither.")
+  if not path:
+    return list(texts)
+  try:
+    with open(path, encoding="utf-8") as f:
+      return [line.rstrip("\n") for line in f if line.strip()]
+  except (OSError, UnicodeDecodeError) as e:
+    raise DataError(f"--input={path}: cannot be read as UTF-8 text ({e}).") from None
 
 
 def field_paths(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from textattn.errors import DataError, user_errors
 
@@ -35,18 +34,9 @@ def main(argv) -> None:
   values = flags.FLAGS
   if not values["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  if bool(values.text) == bool(values.input):
-    print("error: give the prompts with --text=STR (repeatable) or --input=FILE (one per line), "
-          "not both and not neither.", file=sys.stderr)
-    sys.exit(2)
   with user_errors():
-    prompts = values.text
-    if values.input:
-      try:
-        with open(values.input, encoding="utf-8") as f:
-          prompts = [line.rstrip("\n") for line in f if line.strip()]
-      except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"--input={values.input}: cannot be read as UTF-8 text ({e}).") from None
+    from textattn.command_line import text_lines  # (lazy, as run: --help stays instant)
+    prompts = text_lines(values.text, values.input, "prompts")
     generator = load(values.workdir, values.checkpoint, values.plugin)
     outputs = generator.generate(prompts, max_tokens=values.max_tokens,
                                  temperature=values.temperature, top_k=values.top_k,

@@ -1,7 +1,8 @@
 """Translate with a trained translation workdir.
 
     python -m textattn.translate --workdir=runs/spa_eng --text="How are you?" [--beam=4]
-    python -m textattn.translate --workdir=runs/spa_eng --input=sentences.txt --json
+    python -m textattn.translate --workdir=runs/spa_eng --input=sentences.txt --json \
+        [--plugin=MODULE]
 
 One translation per input line (standardised words, as the model was trained: lower case, no
 punctuation), or with --json one JSON line {"text", "translation"[, "score"]}. --beam=0 is
@@ -18,10 +19,11 @@ import sys
 from textattn.errors import DataError, user_errors
 
 
-def load(workdir: str, checkpoint: str = "best"):
-  """The translator of a translation workdir (textattn/tasks/translation.py's Translator)."""
+def load(workdir: str, checkpoint: str = "best", plugins=()):
+  """The translator of a translation workdir (textattn/tasks/translation.py's Translator);
+  `plugins`: the modules the run was trained with --plugin."""
   from textattn import run  # (lazy: `python -m textattn.translate --help` stays instant)
-  translator = run.load(workdir, checkpoint)
+  translator = run.load(workdir, checkpoint, plugins)
   if not hasattr(translator, "translate"):
     raise DataError(f"{workdir} is not a translation run (it is a {translator.config.task} "
                     f"run); use python -m textattn.predict for classifiers.")
@@ -34,22 +36,13 @@ def main(argv) -> None:
   values = flags.FLAGS
   if not values["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  if bool(values.text) == bool(values.input):
-    print("error: give the texts with --text=STR (repeatable) or --input=FILE (one per line), "
-          "not both and not neither.", file=sys.stderr)
-    sys.exit(2)
   if values.beam < 0:
     print(f"error: --beam={values.beam} must be >= 0 (0 = greedy search).", file=sys.stderr)
     sys.exit(2)
   with user_errors():
-    texts = values.text
-    if values.input:
-      try:
-        with open(values.input, encoding="utf-8") as f:
-          texts = [line.rstrip("\n") for line in f if line.strip()]
-      except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"--input={values.input}: cannot be read as UTF-8 text ({e}).") from None
-    translator = load(values.workdir, values.checkpoint)
+    from textattn.command_line import text_lines  # (lazy, as run: --help stays instant)
+    texts = text_lines(values.text, values.input)
+    translator = load(values.workdir, values.checkpoint, values.plugin)
     outputs = translator.translate(texts, values.beam)
   for text, output in zip(texts, outputs):
     print(json.dumps({"text": text, "translation": output}, ensure_ascii=False)
@@ -65,5 +58,7 @@ if __name__ == "__main__":
   flags.DEFINE_integer("beam", 0, "Beam size; 0 = greedy search.")
   flags.DEFINE_bool("json", False, "JSON lines {text, translation} instead of plain lines.")
   flags.DEFINE_string("checkpoint", "best", "best, last, or a step.")
+  flags.DEFINE_multi_string("plugin", [], "A module to import first that registers the "
+                            "attention variant the run used (as textattn.main --plugin).")
   flags.mark_flag_as_required("workdir")
   app.run(main)
