@@ -8,7 +8,8 @@
 #     bash experiments/pretrained/transfer_tweets.sh runs/transfer_tweets
 #   python experiments/summarize_runs.py runs/transfer_tweets
 # Rows (ROWS, default all, in this order; ROWS="" none): softmax, then per variant its transfer, naive and
-# control runs; each row for every seed before the next row. Then (EXTRA, default all; "" none) the
+# control runs (KINDS, default "transfer naive control": which of the three); each row for every
+# seed before the next row. Then (EXTRA, default all; "" none) the
 # transfer from the task-fine-tuned teacher (the softmax run of the same seed:
 # attention_transfer.teacher) and, for the Hedgehog map, with its weights loss too. Resumable (finished runs are
 # skipped), and several copies may share one output directory (e.g. one per core, under
@@ -40,17 +41,23 @@ source "$(dirname "$0")/runs.sh"  # run NAME SEED ARGS...
 mkdir -p "$out"
 seeds=${SEEDS:-0 1 2}
 for seed in $seeds; do run softmax "$seed"; done
+kinds=" ${KINDS:-transfer naive control} "
 for row in ${ROWS-additive linear_hedgehog hybrid linear_elu1 linear_t2r}; do
   # shellcheck disable=SC2086
   for seed in $seeds; do
+    [[ $kinds == *" transfer "* ]] || break
     run "${row}_transfer" "$seed" ${variant[$row]} --config.attention_transfer.num_steps="$steps" \
       ${stage[$row]:-}
   done
   # shellcheck disable=SC2086
-  for seed in $seeds; do run "${row}_naive" "$seed" ${variant[$row]}; done
+  for seed in $seeds; do
+    [[ $kinds == *" naive "* ]] || break
+    run "${row}_naive" "$seed" ${variant[$row]}
+  done
   # The control: the stage's steps added to the fine-tuning (190 + steps), same schedule shape.
   # shellcheck disable=SC2086
   for seed in $seeds; do
+    [[ $kinds == *" control "* ]] || break
     run "${row}_control" "$seed" ${variant[$row]} --config.num_train_steps=$((190 + steps))
   done
 done
