@@ -27,12 +27,17 @@ def setting():
   mask = jnp.asarray(np.arange(12)[None, :] < np.array([12, 9, 6, 12])[:, None])
   tokens = jnp.where(mask, tokens, 0)
 
+  made = {}  # (each init compiles for a few seconds; jax arrays are immutable, so share them)
+
   def params_for(name, **options):
     """The classifier with attention `name`, started from the checkpoint (finetune's start)."""
-    model = bert.BertClassifier(c, 2, pooling="mean", attention=name, attention_impl="xla",
-                                attention_options=tuple(sorted(options.items())))
-    return jax.tree.map(jnp.asarray,
-                        hf.init_params(model, pretrained, jax.random.key(0), 12)[0])
+    key = (name, tuple(sorted(options.items())))
+    if key not in made:
+      model = bert.BertClassifier(c, 2, pooling="mean", attention=name, attention_impl="xla",
+                                  attention_options=key[1])
+      made[key] = jax.tree.map(jnp.asarray,
+                               hf.init_params(model, pretrained, jax.random.key(0), 12)[0])
+    return made[key]
   return c, pretrained, tokens, mask, params_for
 
 
@@ -101,6 +106,7 @@ def test_the_cosine_schedule_decays_the_stages_rate_to_zero(setting):
   teacher, params = params_for("softmax"), params_for("additive")
   trains = transfer.trainable(params, teacher, "new")
   tx, step = transfer.make_step(c, "additive", teacher, trains, rate)
+  step = jax.jit(step)
   state = tx.init(params)
   for _ in range(4):
     params, state, _, _ = step(params, state, tokens, mask)

@@ -89,7 +89,8 @@ def test_learned_maps_match_float64_values_and_gradients(name, kernel):
 
   with jax.enable_x64(True):
     args = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), (q, k, v, params))
-    want = values_and_grads(attend64, args, jnp.asarray(cotangent, jnp.float64))
+    want = jax.jit(lambda *a: values_and_grads(  # (one compiled program, not op by op)
+        attend64, a, jnp.asarray(cotangent, jnp.float64)))(*args)
   for what, g, w in zip(("out", "d_q", "d_k", "d_v", "d_params"), got, want):
     for path_g, path_w in zip(jax.tree.leaves(g), jax.tree.leaves(w)):
       assert_relatively_close(path_g, path_w, 2e-5, f"{name} {kernel} {what}")
@@ -153,8 +154,9 @@ def test_window_linear_hybrid_matches_float64_values_and_gradients(causal, kerne
                                             a, cotangent))(q, k, v, fq, fk, g)
   with jax.enable_x64(True):
     args = tuple(jnp.asarray(a, jnp.float64) for a in (q, k, v, fq, fk, g))
-    want = values_and_grads(lambda q, k, v, fq, fk, g: reference_hybrid(
-        q, k, v, fq, fk, mask, g, 3, causal), args, jnp.asarray(cotangent, jnp.float64))
+    want = jax.jit(lambda *a: values_and_grads(  # (one compiled program, not op by op)
+        lambda q, k, v, fq, fk, g: reference_hybrid(q, k, v, fq, fk, mask, g, 3, causal), a,
+        jnp.asarray(cotangent, jnp.float64)))(*args)
   for what, a, b in zip(("out", "d_q", "d_k", "d_v", "d_fq", "d_fk", "d_g"), got, want):
     assert_relatively_close(a, b, 2e-5, what)
   if causal:  # a later key changes no earlier output
@@ -168,19 +170,20 @@ def test_window_linear_with_a_window_over_the_row_is_softmax_with_the_same_weigh
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(2, 9, 8)), jnp.float32)
   mask = jnp.asarray(rng.random((2, 9)) > 0.2).at[:, 0].set(True)
+  def apply(module, params):  # (compiled: one program, not op by op)
+    return jax.jit(module.apply)({"params": params}, x, mask)
+
   for hybrid_name, softmax_name in (("window_linear", "softmax"), ("causal_window_linear",
                                                                    "causal")):
     hybrid = attention.get(hybrid_name).build(num_heads=2, window=9)
-    params = hybrid.init(jax.random.key(0), x, mask)["params"]
-    softmax = attention.get(softmax_name).build(num_heads=2, implementation="xla")
+    params = jax.jit(hybrid.init)(jax.random.key(0), x, mask)["params"]
     kept = {name: params[name] for name in ("query", "key", "value", "out")}
+    want = apply(attention.get(softmax_name).build(num_heads=2, implementation="xla"), kept)
     for kernel in ("xla", "chunked"):
       hybrid = attention.get(hybrid_name).build(num_heads=2, window=9, implementation=kernel)
-      np.testing.assert_allclose(hybrid.apply({"params": params}, x, mask),
-                                 softmax.apply({"params": kept}, x, mask), atol=2e-6)
+      np.testing.assert_allclose(apply(hybrid, params), want, atol=2e-6)
     short = attention.get(hybrid_name).build(num_heads=2, window=2)
-    assert np.abs(short.apply({"params": params}, x, mask)
-                  - softmax.apply({"params": kept}, x, mask)).max() > 1e-3
+    assert np.abs(apply(short, params) - want).max() > 1e-3
 
 
 def test_auto_counts_the_configured_window():

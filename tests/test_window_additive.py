@@ -64,8 +64,9 @@ def test_window_additive_matches_float64_values_and_gradients(kernel):
       a, cotangent * mask[:, :, None, None]))(q, k, v, alpha, beta, bias)
   with jax.enable_x64(True):
     args = tuple(jnp.asarray(a, jnp.float64) for a in (q, k, v, alpha, beta, bias))
-    want = values_and_grads(lambda *a: slot_reference(*a[:3], mask, *a[3:]), args,
-                            jnp.asarray(cotangent * mask[:, :, None, None], jnp.float64))
+    want = jax.jit(lambda *a: values_and_grads(  # (one compiled program, not op by op)
+        lambda *a: slot_reference(*a[:3], mask, *a[3:]), a,
+        jnp.asarray(cotangent * mask[:, :, None, None], jnp.float64)))(*args)
   real = mask[:, :, None, None]
   assert_relatively_close(np.asarray(got[0]) * real, np.asarray(want[0]) * real, 2e-5, "out")
   for what, a, b in zip(("d_q", "d_k", "d_v", "d_alpha", "d_beta", "d_bias"), got[1:], want[1:]):
@@ -76,26 +77,28 @@ def test_a_window_over_the_row_and_no_slot_is_softmax_with_the_same_weights():
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(2, 9, 8)), jnp.float32)
   mask = jnp.asarray(rng.random((2, 9)) > 0.2).at[:, 0].set(True)
+  def apply(module, params):  # (compiled: one program, not op by op)
+    return jax.jit(module.apply)({"params": params}, x, mask) * mask[..., None]
+
   build = attention.get("window_additive").build
-  params = build(num_heads=2, window=9).init(jax.random.key(0), x, mask)["params"]
-  softmax = attention.get("softmax").build(num_heads=2, implementation="xla")
+  params = jax.jit(build(num_heads=2, window=9).init)(jax.random.key(0), x, mask)["params"]
   kept = {name: params[name] for name in ("query", "key", "value", "out")}
-  want = softmax.apply({"params": kept}, x, mask) * mask[..., None]
+  want = apply(attention.get("softmax").build(num_heads=2, implementation="xla"), kept)
   closed = dict(params, slot_bias=jnp.full((2,), -1e30, jnp.float32))  # exp(-1e30 - m) = 0
   for kernel in ("xla", "chunked"):
-    got = build(num_heads=2, window=9, implementation=kernel).apply({"params": closed}, x, mask)
-    np.testing.assert_allclose(got * mask[..., None], want, atol=2e-6)
-  opened = build(num_heads=2, window=9).apply({"params": params}, x, mask) * mask[..., None]
+    got = apply(build(num_heads=2, window=9, implementation=kernel), closed)
+    np.testing.assert_allclose(got, want, atol=2e-6)
+  opened = apply(build(num_heads=2, window=9), params)
   assert np.abs(opened - want).max() > 1e-3  # the slot (bias 0) takes weight
 
 
 def test_attention_transfer_trains_the_scoring_kernels_and_slot_bias_as_new():
   from textattn.recipes import attention_transfer
   x, mask = jnp.ones((1, 5, 8)), jnp.ones((1, 5), bool)
-  student = {"encoder": {"block_0": {"attention": attention.get("window_additive").build(
-      num_heads=2, window=2).init(jax.random.key(0), x, mask)["params"]}}}
-  teacher = {"encoder": {"block_0": {"attention": attention.get("softmax").build(
-      num_heads=2, implementation="xla").init(jax.random.key(0), x, mask)["params"]}}}
+  student = {"encoder": {"block_0": {"attention": jax.eval_shape(attention.get(
+      "window_additive").build(num_heads=2, window=2).init, jax.random.key(0), x, mask)["params"]}}}
+  teacher = {"encoder": {"block_0": {"attention": jax.eval_shape(attention.get("softmax").build(
+      num_heads=2, implementation="xla").init, jax.random.key(0), x, mask)["params"]}}}
   trains = attention_transfer.trainable(student, teacher, "new")["encoder"]["block_0"]
   assert {name for name, leaf in trains["attention"].items()
           if all(jax.tree.leaves(leaf))} == {"alpha_kernel", "beta_kernel", "slot_bias"}
