@@ -75,7 +75,8 @@ def main(runs, paired=None):
   for group in order:
     runs_of = groups[group]
     accuracies = 100 * np.array([a for _, a in runs_of.values()])
-    sd = accuracies.std(ddof=1) if len(accuracies) > 1 else float("nan")
+    accuracy = (f"{accuracies.mean():.2f} ± {accuracies.std(ddof=1):.2f}" if len(accuracies) > 1
+                else f"{accuracies[0]:.2f}")  # (one seed: no spread to state)
     first = runs_of[min(runs_of)][0]
     wall = f"{np.mean(times[group]):.0f}" if times[group] else "-"
     cells = ""
@@ -83,9 +84,9 @@ def main(runs, paired=None):
       p = paired_summary(table, paired, group) if group != paired else None
       stages = [t for t in (stage_seconds(w) for w, _ in runs_of.values()) if t is not None]
       cells = (f" {p['mean_diff']:+.2f} [{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}] (n={p['n']}) |"
-               if p and p["n"] > 1 else " – |")
+               if p and p["n"] > 1 else f" {p['mean_diff']:+.2f} (n=1) |" if p else " – |")
       cells += f" {np.mean(stages):.0f} |" if stages else " – |"
-    print(f"| {group} | {parameters(first):,} | {wall} | {accuracies.mean():.2f} ± {sd:.2f} | "
+    print(f"| {group} | {parameters(first):,} | {wall} | {accuracy} | "
           f"{','.join(map(str, sorted(runs_of)))} |{cells}")
   print("\nMcNemar, seed-0 test predictions, neighbours in the order above:")
   for a, b in itertools.pairwise(order):
