@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 
+from textattn.command_line import text_lines
 from textattn.errors import DataError, user_errors
 
 
@@ -35,7 +36,6 @@ def main(argv) -> None:
   if not values["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   with user_errors():
-    from textattn.command_line import text_lines  # (lazy, as run: --help stays instant)
     prompts = text_lines(values.text, values.input, "prompts")
     generator = load(values.workdir, values.checkpoint, values.plugin)
     outputs = generator.generate(prompts, max_tokens=values.max_tokens,

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+from textattn.command_line import text_lines
 from textattn.errors import DataError, user_errors
 
 
@@ -40,7 +41,6 @@ def main(argv) -> None:
     print(f"error: --beam={values.beam} must be >= 0 (0 = greedy search).", file=sys.stderr)
     sys.exit(2)
   with user_errors():
-    from textattn.command_line import text_lines  # (lazy, as run: --help stays instant)
     texts = text_lines(values.text, values.input)
     translator = load(values.workdir, values.checkpoint, values.plugin)
     outputs = translator.translate(texts, values.beam)
