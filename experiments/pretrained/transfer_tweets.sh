@@ -11,7 +11,7 @@
 # control runs (KINDS, default "transfer naive control": which of the three); each row for every
 # seed before the next row. Then (EXTRA, default all; "" none) the
 # transfer from the task-fine-tuned teacher (the softmax run of the same seed:
-# attention_transfer.teacher) and, for the Hedgehog map, with its weights loss too. Resumable (finished runs are
+# attention_transfer.teacher) and, for the Hedgehog map (when EXTRA has it), with its weights loss too. Resumable (finished runs are
 # skipped), and several copies may share one output directory (e.g. one per core, under
 # `taskset -c N`): a run in progress is locked (flock) and the other copies pass it by.
 set -euo pipefail
@@ -69,8 +69,11 @@ for row in ${EXTRA-additive linear_hedgehog}; do
       ${stage[$row]:-} --config.attention_transfer.teacher="$out/softmax_s$seed"
   done
 done
+# The Hedgehog map with its weights loss too: one of EXTRA's rows (it runs when EXTRA has linear_hedgehog).
+extra=" ${EXTRA-additive linear_hedgehog} "
 # shellcheck disable=SC2086
 for seed in $seeds; do
+  [[ $extra == *" linear_hedgehog "* ]] || break
   run linear_hedgehog_transfer_ce "$seed" ${variant[linear_hedgehog]} \
     --config.attention_transfer.num_steps="$steps" --config.attention_transfer.weights_loss=1.0
 done
