@@ -237,6 +237,11 @@ def test_a_transfer_stage_needs_a_pretrained_encoder():
   with pytest.raises(UsageError, match=r"^config.attention_transfer.teacher='runs/softmax' is "
                                        r"read only by the transfer stage"):
     classification_config.validate(config, None)
+  config.attention_transfer.update(num_steps=5, teacher="", distill=0.5)
+  config.model.pretrained = "models/bert"
+  with pytest.raises(UsageError, match=r"^config.attention_transfer.distill=0.5 distils a "
+                                       r"fine-tuned softmax run's predictions"):
+    classification_config.validate(config, None)
 
 
 def test_a_finished_softmax_run_is_a_teacher_the_student_starts_from(tmp_path, monkeypatch):
@@ -262,7 +267,7 @@ def test_a_finished_softmax_run_is_a_teacher_the_student_starts_from(tmp_path, m
   config.model.attention = "additive"
   config.attention_transfer = transfer.default_config()
   config.attention_transfer.update(num_steps=2, log_every_steps=1,
-                                   teacher=str(tmp_path / "teacher"))
+                                   teacher=str(tmp_path / "teacher"), distill=0.5)
   stages = []
   run_stage = transfer.run_stage
 
@@ -272,6 +277,11 @@ def test_a_finished_softmax_run_is_a_teacher_the_student_starts_from(tmp_path, m
   monkeypatch.setattr(transfer, "run_stage", recorded)
   runner.train_and_evaluate(config, str(tmp_path / "student"))
   [start] = stages
+  # distill > 0: the teacher's predictions of the training split, kept in the workdir
+  saved = np.load(tmp_path / "student" / transfer.TEACHER_FILE)
+  assert saved.shape == (len(file_source.FileSource(config).read(
+      config.val_fraction, config.data_seed).texts["train"]), 2)
+  np.testing.assert_allclose(np.exp(saved).sum(-1), 1.0, rtol=1e-5)
   flat_start, flat_teacher = hf.flatten(start), hf.flatten(teacher)
   shared = [name for name in flat_start if "/attention/" not in name]
   assert "logits/kernel" in shared and len(shared) > 20
@@ -289,3 +299,54 @@ def test_a_finished_softmax_run_is_a_teacher_the_student_starts_from(tmp_path, m
   config.attention_transfer.teacher = str(tmp_path / "nowhere")
   with pytest.raises(UsageError, match=r"has no config.json"):
     runner.train_and_evaluate(config, str(tmp_path / "another_2"))
+
+
+def test_distillation_is_a_float64_kl_mixed_with_the_cross_entropy_row_by_row():
+  """attention_transfer.distill: step.distillation_losses is T^2 KL(p_T || q_T) (float64
+  reference), zero when the student predicts what the teacher does; train_step's loss is the
+  (1 - w) CE + w KD mix; TrainIterator batches the teacher's rows with their own inputs."""
+  import optax
+
+  from textattn.data.batches import TrainIterator
+  from textattn.data.splits import Split
+  from textattn.tasks.classification import step
+  from textattn.train_state import TrainState
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(6, 3)) * 3
+  teacher = np.log(rng.dirichlet(np.ones(3), size=6))
+  for temperature in (1.0, 2.5):
+    t = teacher / temperature
+    p = np.exp(t - np.log(np.exp(t).sum(-1, keepdims=True)))
+    s = logits / temperature
+    log_q = s - np.log(np.exp(s).sum(-1, keepdims=True))
+    want = temperature ** 2 * np.sum(p * (np.log(p) - log_q), -1)
+    np.testing.assert_allclose(step.distillation_losses(jnp.asarray(logits, jnp.float32),
+                                                        jnp.asarray(teacher, jnp.float32),
+                                                        temperature), want, rtol=1e-5, atol=1e-6)
+    same = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32))
+    np.testing.assert_allclose(step.distillation_losses(same * 1.0, same, temperature), 0.0,
+                               atol=1e-5)
+
+  inputs = rng.integers(1, 9, size=(8, 4)).astype(np.int32)
+  labels = rng.integers(0, 3, size=8).astype(np.int32)
+  split = Split(inputs, labels)
+  extras = {"teacher_log_probs": np.log(rng.dirichlet(np.ones(3), size=8)).astype(np.float32),
+            "row": np.arange(8)}
+  batch = next(TrainIterator(split, 4, seed=3, extras=extras))
+  rows = batch["row"]
+  np.testing.assert_array_equal(batch["inputs"], inputs[rows])
+  np.testing.assert_array_equal(batch["teacher_log_probs"], extras["teacher_log_probs"][rows])
+  del batch["row"]
+
+  def apply_fn(variables, tokens, train=False, rngs=None, token_embeddings=None):
+    return jnp.mean(variables["params"]["w"][tokens], axis=1)
+  params = {"w": jnp.asarray(rng.normal(size=(9, 3)), jnp.float32)}
+  state = TrainState.create(apply_fn=apply_fn, params=params, tx=optax.sgd(0.1),
+                            dropout_key=jax.random.key_data(jax.random.key(0)))
+  out = apply_fn({"params": params}, batch["inputs"])
+  ce = optax.softmax_cross_entropy_with_integer_labels(out, batch["labels"])
+  kd = step.distillation_losses(out, batch["teacher_log_probs"], 2.0)
+  _, sums = step.train_step(state, batch, distill=0.25, temperature=2.0)
+  np.testing.assert_allclose(sums["loss_sum"], np.sum(0.75 * ce + 0.25 * kd), rtol=1e-5)
+  _, plain = step.train_step(state, batch)
+  np.testing.assert_allclose(plain["loss_sum"], np.sum(ce), rtol=1e-5)

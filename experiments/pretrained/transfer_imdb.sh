@@ -27,7 +27,9 @@ seeds=${SEEDS:-0 1 2}
 # their compute control softmax_again (that finished run fine-tuned STEPS more: a softmax student
 # of a 1-step stage that trains nothing, train=new, so it starts from exactly the run's weights),
 # additive_transfer_ft_long (its stage 3 x TRANSFER_STEPS; diverged at a constant rate, RESULTS §31)
-# and additive_transfer_ft_cosine (the same, the stage's rate cosine-decayed to 0); and
+# and additive_transfer_ft_cosine (the same, the stage's rate cosine-decayed to 0);
+# additive_transfer_ft_distill (additive_transfer_ft whose fine-tuning also distils the teacher's
+# predictions: attention_transfer.distill=DISTILL, default 0.5, at TEMPERATURE, default 2); and
 # window_additive_transfer_ft (the window (+-WINDOW, default 16) + additive-slot hybrid, from the
 # fine-tuned teacher).
 rows=${ROWS:-softmax linear_transfer additive_transfer additive_naive}
@@ -42,9 +44,7 @@ for seed in $seeds; do
     --config.attention_transfer.num_steps="$stage"
   teacher=(--config.attention_transfer.num_steps="$stage" \
            --config.attention_transfer.teacher="$out/softmax_s$seed")
-  if has linear_transfer_ft || has additive_transfer_ft || has softmax_again \
-     || has additive_transfer_ft_long || has additive_transfer_ft_cosine \
-     || has window_additive_transfer_ft; then
+  if [[ " $rows " =~ _ft|softmax_again ]]; then
     finished "$out/softmax_s$seed" || continue  # (the teacher: that seed's finished softmax run)
   fi
   # shellcheck disable=SC2086
@@ -57,6 +57,9 @@ for seed in $seeds; do
   has additive_transfer_ft_cosine && run additive_transfer_ft_cosine "$seed" "${additive[@]}" \
     "${teacher[@]}" --config.attention_transfer.num_steps=$((3 * stage)) \
     --config.attention_transfer.schedule=cosine
+  has additive_transfer_ft_distill && run additive_transfer_ft_distill "$seed" "${additive[@]}" \
+    "${teacher[@]}" --config.attention_transfer.distill="${DISTILL:-0.5}" \
+    --config.attention_transfer.distill_temperature="${TEMPERATURE:-2}"
   has window_additive_transfer_ft && run window_additive_transfer_ft "$seed" \
     --config.model.attention=window_additive --config.model.window.size="${WINDOW:-16}" \
     --config.attention_transfer.train=new+out+qk "${teacher[@]}"

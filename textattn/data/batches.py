@@ -42,8 +42,15 @@ class TrainIterator:
 
   def __init__(self, split: Split, global_batch_size: int, seed: int, process_index: int = 0,
                process_count: int = 1, lengths: np.ndarray | None = None, length_pool: int = 0,
-               trim: Callable[[dict, int], dict] | None = None):
+               trim: Callable[[dict, int], dict] | None = None,
+               extras: dict[str, np.ndarray] | None = None):
     self.split = split
+    # Per-row arrays besides inputs and labels (e.g. a teacher's "teacher_log_probs" [N, C]),
+    # batched with the same rows.
+    self.extras = dict(extras or {})
+    for name, rows in self.extras.items():
+      if len(rows) != len(split):
+        raise ValueError(f"extras[{name!r}] has {len(rows)} rows for a split of {len(split)}.")
     if lengths is not None and len(lengths) != len(split):
       raise ValueError(f"lengths has {len(lengths)} entries for a split of {len(split)} rows.")
     self.lengths, self.length_pool, self.trim = lengths, int(length_pool), trim
@@ -100,6 +107,7 @@ class TrainIterator:
     if self._index == self.steps_per_epoch:
       self._epoch, self._index = self._epoch + 1, 0
     batch = {"inputs": self.split.inputs[rows], "labels": self.split.labels[rows]}
+    batch.update((name, values[rows]) for name, values in self.extras.items())
     if self.trim is not None:
       width = int(self.lengths[global_rows].max()) if self.lengths is not None else None
       batch = self.trim(batch, width)

@@ -28,6 +28,10 @@ losses (and relative errors, and the seconds since the stage began) go to
 DIR/attention_transfer.jsonl. The stage is deterministic: a run killed during it
 repeats it exactly when restarted; a run killed later resumes from its checkpoint and never
 repeats it. The config's `attention_transfer` fields join the run contract (config.json).
+
+With a fine-tuned teacher, the fine-tuning can also distil its predictions (`distill` > 0:
+Hinton et al.'s loss, classification/step.py), which it gives the training split once
+(TEACHER_FILE in the workdir).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ SCHEDULES = ("constant", "cosine")
 
 
 CURVE_FILE = "attention_transfer.jsonl"
+TEACHER_FILE = "teacher_log_probs.npy"  # the teacher's log-probabilities of the training split
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -76,6 +81,13 @@ def default_config() -> ml_collections.ConfigDict:
   # teacher): its best checkpoint is the teacher, and the student starts from all its weights
   # (encoder and head), not the raw checkpoint's.
   c.teacher = ""
+  # Distillation during the fine-tuning that follows the stage (0: off): each training example's
+  # loss is (1 - distill) x cross-entropy + distill x T^2 KL(teacher || student) at temperature
+  # T = distill_temperature (Hinton et al. 2015), the teacher's predictions (the finished
+  # softmax run `teacher`, so it needs one) computed once over the training split and kept in
+  # the workdir (TEACHER_FILE).
+  c.distill = 0.0
+  c.distill_temperature = 2.0
   return c
 
 
@@ -105,6 +117,17 @@ def validate_config(config) -> None:
     raise UsageError(f"config.attention_transfer.teacher={part.teacher!r} is read only by the "
                      f"transfer stage, which num_steps=0 turns off; set "
                      f"config.attention_transfer.num_steps (e.g. 200), or teacher=''.")
+  if not isinstance(part.distill, float | int) or not 0 <= part.distill <= 1:
+    raise UsageError(f"config.attention_transfer.distill={part.distill!r} must be a number in "
+                     f"[0, 1] (the distillation loss's share; 0: off).")
+  if (not isinstance(part.distill_temperature, float | int)
+      or not part.distill_temperature > 0):
+    raise UsageError(f"config.attention_transfer.distill_temperature="
+                     f"{part.distill_temperature!r} must be a positive number.")
+  if part.distill and not part.teacher:
+    raise UsageError(f"config.attention_transfer.distill={part.distill} distils a fine-tuned "
+                     f"softmax run's predictions, and teacher='' names none; set "
+                     f"config.attention_transfer.teacher to its workdir, or distill=0.")
   if part.num_steps and not config.model.pretrained:
     raise UsageError(f"config.attention_transfer.num_steps={part.num_steps} trains a pretrained "
                      f"encoder's new attention to imitate its softmax attention; set "

@@ -12,12 +12,16 @@ checks), step.py, kernels.py, classifier.py, explain.py, predictions.py.
 
 from __future__ import annotations
 
+import functools
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from textattn import data as data_lib
 from textattn import models, platform, progress, tasks
+from textattn.data import atomic_write
 from textattn.errors import UsageError
 from textattn.metrics import summarize_eval
 from textattn.models import baselines
@@ -119,6 +123,31 @@ def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
   return make_job(config, data, workdir, is_main, bert_config=bert_config, source=source)
 
 
+def distill_weight(config) -> float:
+  """config.attention_transfer.distill (0 without the recipe)."""
+  return float(config.attention_transfer.distill) if "attention_transfer" in config else 0.0
+
+
+def teacher_log_probs(config, data, workdir: str | None, is_main: bool,
+                      bert_config) -> np.ndarray:
+  """float32 [N, classes]: the log-probabilities the teacher run (attention_transfer.teacher)
+  gives the training split, read from the workdir when an earlier start saved them (a resume
+  does not recompute them)."""
+  path = os.path.join(workdir, attention_transfer.TEACHER_FILE) if workdir else None
+  if path and os.path.isfile(path):
+    saved = np.load(path)
+    if saved.shape == (len(data.train), len(data.class_names)):
+      return saved
+  teacher = classifier.softmax_teacher(config.attention_transfer.teacher, config, bert_config,
+                                       data.class_names)
+  probabilities = teacher.probabilities(data.train.inputs,
+                                        progress="teacher predictions" if is_main else None)
+  log_probs = np.log(np.maximum(probabilities, np.finfo(np.float32).tiny)).astype(np.float32)
+  if path and is_main:
+    atomic_write(path, lambda f: np.save(f, log_probs), "wb")
+  return log_probs
+
+
 def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
              bert_config=None, source=None) -> tasks.Job:
   """The runner's Job for `data` (a data.Dataset); `pretrained`: the fresh start's (token table,
@@ -128,8 +157,14 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
   mesh = platform.config_mesh(config)
   model = models.build_model(kernel_config, len(data.class_names), vocab_size=data.vocab_size,
                              pretrained_config=bert_config, mesh=mesh)
+  train_step, extras = step.train_step, None
+  if distill_weight(config):
+    extras = {"teacher_log_probs": teacher_log_probs(config, data, workdir, is_main, bert_config)}
+    train_step = functools.partial(
+        step.train_step, distill=float(config.attention_transfer.distill),
+        temperature=float(config.attention_transfer.distill_temperature))
   train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
-                                      *platform.row_block(mesh))
+                                      *platform.row_block(mesh), extras=extras)
   evaluator = None
 
   def evaluate(state, split, prefix):
@@ -172,7 +207,7 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
         teacher = None  # (the pretrained checkpoint) or a finished softmax run's parameters
         if config.attention_transfer.teacher:
           teacher = classifier.softmax_teacher(config.attention_transfer.teacher, config,
-                                               bert_config, data.class_names)
+                                               bert_config, data.class_names).params
         params, curve = attention_transfer.run_stage(config, model, source, data.train.inputs,
                                                      announce=is_main, teacher_params=teacher)
         if is_main:
@@ -190,7 +225,7 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
   eval_split = config.eval_split
   return tasks.Job(
       data=data, module=model, init_length=config.max_len, train_iter=train_iter,
-      train_step=step.train_step, evaluate=evaluate, report=report,
+      train_step=train_step, evaluate=evaluate, report=report,
       describe=lambda params: (f"Model: {models.describe(config)}\n"
                                + models.parameter_table(params)),
       eval_split=eval_split, eval_prefix="val" if eval_split == "validation" else "test",

@@ -230,10 +230,10 @@ def _records(path: str, text: str, extension: str, columns: str = "") -> list[tu
                   f"text per line), .csv, .tsv, .jsonl.")
 
 
-def softmax_teacher(workdir: str, config, bert_config, class_names) -> dict:
-  """The parameters of `workdir`'s best checkpoint, for attention transfer's teacher
-  (config.attention_transfer.teacher): it must be a classification run with softmax attention,
-  fine-tuned from the same pretrained encoder (same config.json) on the same classes."""
+def softmax_teacher(workdir: str, config, bert_config, class_names) -> Classifier:
+  """`workdir`'s classifier at its best checkpoint (its .params), for attention transfer's
+  teacher (config.attention_transfer.teacher): it must be a classification run with softmax
+  attention, fine-tuned from the same pretrained encoder (same config.json) on the same classes."""
   field = f"config.attention_transfer.teacher={workdir!r}"
   path = os.path.join(workdir, "config.json")
   if not os.path.isfile(path):
@@ -265,4 +265,4 @@ def softmax_teacher(workdir: str, config, bert_config, class_names) -> dict:
   if list(loaded.class_names) != list(class_names):
     raise UsageError(f"{field} has classes {list(loaded.class_names)}; this run's are "
                      f"{list(class_names)}.")
-  return loaded.params
+  return loaded

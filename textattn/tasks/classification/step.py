@@ -29,8 +29,22 @@ def _sum_all(x: jax.Array) -> jax.Array:
   return jnp.sum(x)
 
 
-def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+def distillation_losses(logits, teacher_log_probs, temperature: float) -> jax.Array:
+  """[B]: T^2 KL(p_T || q_T), p_T = softmax(teacher logits / T) (from the teacher's log
+  probabilities: softmax(log p / T) = softmax(z / T)) and q_T the student's (Hinton et al. 2015;
+  the T^2 keeps its gradients' scale as T changes)."""
+  teacher = jax.nn.log_softmax(teacher_log_probs.astype(jnp.float32) / temperature, -1)
+  student = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, -1)
+  return temperature ** 2 * jnp.sum(jnp.exp(teacher) * (teacher - student), -1)
+
+
+def train_step(state: TrainState, batch: dict, distill: float = 0.0,
+               temperature: float = 1.0) -> tuple[TrainState, dict]:
   """One optimiser step. Metrics are sums (divide by "count" when reporting).
+
+  With `distill` > 0 the batch holds "teacher_log_probs" [B, classes] (a fine-tuned teacher's,
+  attention_transfer.distill) and each example's loss is (1 - distill) x its cross-entropy +
+  distill x distillation_losses (at `temperature`); the metrics' loss is that mix.
 
   With state.table_squares (optimizer "keras_adam") the loss is also differentiated with respect
   to the looked-up embedding rows, and the optimizer gets the token table's per-occurrence
@@ -50,6 +64,9 @@ def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
       losses = optax.softmax_cross_entropy(logits, targets)
     else:
       losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+    if distill:
+      losses = (1.0 - distill) * losses + distill * distillation_losses(
+          logits, batch["teacher_log_probs"], temperature)
     return jnp.mean(losses), (losses, logits)
 
   if state.table_squares:
