@@ -275,19 +275,28 @@ def test_a_finished_softmax_run_is_a_teacher_the_student_starts_from(tmp_path, m
     stages.append(run_stage(*args, **kwargs)[0])
     return stages[-1], []
   monkeypatch.setattr(transfer, "run_stage", recorded)
+  from textattn.tasks.classification import step
+  plain_step, distilled = step.train_step, []
+
+  def spied_step(state, batch, **kwargs):
+    distilled.append(kwargs)
+    return plain_step(state, batch, **kwargs)
+  monkeypatch.setattr(step, "train_step", spied_step)
   runner.train_and_evaluate(config, str(tmp_path / "student"))
   [start] = stages
-  # distill > 0: the teacher's predictions of the training split, kept in the workdir
-  saved = np.load(tmp_path / "student" / transfer.TEACHER_FILE)
-  assert saved.shape == (len(file_source.FileSource(config).read(
-      config.val_fraction, config.data_seed).texts["train"]), 2)
-  np.testing.assert_allclose(np.exp(saved).sum(-1), 1.0, rtol=1e-5)
+  # distill > 0: the fine-tuning's loss mixes in the teacher's predictions of the training split
+  # (kept in the workdir), row for row
+  assert distilled and distilled[0] == {"distill": 0.5, "temperature": 2.0}
+  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
+  saved = np.exp(np.load(tmp_path / "student" / transfer.TEACHER_FILE))
+  wanted = textattn.load(str(tmp_path / "teacher")).predict_proba(raw.texts["train"])
+  np.testing.assert_allclose(saved, wanted, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(saved, np.roll(wanted, 1, axis=0), rtol=1e-5, atol=1e-6)  # (rows differ)
   flat_start, flat_teacher = hf.flatten(start), hf.flatten(teacher)
   shared = [name for name in flat_start if "/attention/" not in name]
   assert "logits/kernel" in shared and len(shared) > 20
   for name in shared:  # (the stage trains only attention parameters)
     np.testing.assert_array_equal(flat_start[name], flat_teacher[name], err_msg=name)
-  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
   probabilities = textattn.load(str(tmp_path / "student")).predict_proba(raw.texts["test"])
   np.testing.assert_allclose(probabilities, compare.load_predictions(str(tmp_path / "student"))[1],
                              rtol=1e-6, atol=1e-7)
@@ -296,6 +305,12 @@ def test_a_finished_softmax_run_is_a_teacher_the_student_starts_from(tmp_path, m
   with pytest.raises(UsageError, match=r"has 'additive' attention; the teacher must be a softmax "
                                        r"run\.$"):
     runner.train_and_evaluate(config, str(tmp_path / "another"))
+  config.attention_transfer.teacher = str(tmp_path / "teacher")
+  config.max_len = teacher_config.max_len + 1
+  with pytest.raises(UsageError, match=r"has max_len=\d+, this run \d+; the teacher must be "
+                                       r"fine-tuned on the same data, split and encoding\.$"):
+    runner.train_and_evaluate(config, str(tmp_path / "another_3"))
+  config.max_len = teacher_config.max_len
   config.attention_transfer.teacher = str(tmp_path / "nowhere")
   with pytest.raises(UsageError, match=r"has no config.json"):
     runner.train_and_evaluate(config, str(tmp_path / "another_2"))

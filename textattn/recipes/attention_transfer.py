@@ -117,11 +117,12 @@ def validate_config(config) -> None:
     raise UsageError(f"config.attention_transfer.teacher={part.teacher!r} is read only by the "
                      f"transfer stage, which num_steps=0 turns off; set "
                      f"config.attention_transfer.num_steps (e.g. 200), or teacher=''.")
-  if not isinstance(part.distill, float | int) or not 0 <= part.distill <= 1:
+  if (isinstance(part.distill, bool) or not isinstance(part.distill, float | int)
+      or not 0 <= part.distill <= 1):
     raise UsageError(f"config.attention_transfer.distill={part.distill!r} must be a number in "
                      f"[0, 1] (the distillation loss's share; 0: off).")
   if (not isinstance(part.distill_temperature, float | int)
-      or not part.distill_temperature > 0):
+      or not 0 < part.distill_temperature < float("inf")):
     raise UsageError(f"config.attention_transfer.distill_temperature="
                      f"{part.distill_temperature!r} must be a positive number.")
   if part.distill and not part.teacher:

@@ -258,6 +258,17 @@ def softmax_teacher(workdir: str, config, bert_config, class_names) -> Classifie
   if teacher.model.pooling != config.model.pooling:
     raise UsageError(f"{field} pools with {teacher.model.pooling!r}, this run with "
                      f"{config.model.pooling!r}; its head fits only the same pooling.")
+  for name in ("dataset", "val_fraction", "data_seed", "max_len", "layout"):
+    # (the teacher reads the student's encoded training rows, and trained on the same carve-out:
+    # it never saw the student's validation rows)
+    mine, theirs = config.get(name), teacher.get(name)
+    if name == "dataset" and os.path.isfile(str(mine)) and os.path.isfile(str(theirs)):
+      mine, theirs = os.path.realpath(mine), os.path.realpath(theirs)
+    if hasattr(mine, "to_dict"):
+      mine, theirs = mine.to_dict(), theirs.to_dict() if hasattr(theirs, "to_dict") else theirs
+    if mine != theirs:
+      raise UsageError(f"{field} has {name}={theirs!r}, this run {mine!r}; the teacher must be "
+                       f"fine-tuned on the same data, split and encoding.")
   if finetune.read_config(workdir) != bert_config:
     raise UsageError(f"{field} was fine-tuned from another encoder than "
                      f"{config.model.pretrained!r} (its {finetune.WORKDIR_FILE} differs).")
