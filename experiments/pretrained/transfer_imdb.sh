@@ -60,6 +60,13 @@ for seed in $seeds; do
   has additive_transfer_ft_distill && run additive_transfer_ft_distill "$seed" "${additive[@]}" \
     "${teacher[@]}" --config.attention_transfer.distill="${DISTILL:-0.5}" \
     --config.attention_transfer.distill_temperature="${TEMPERATURE:-2}"
+  # Pilots of two levers for pure additive (one seed each, 2026-11-29): a higher fine-tuning rate
+  # (LR, default 1.5e-4: 3x imdb_minilm's 5e-5) at the same steps, and twice the fine-tuning steps.
+  has additive_transfer_ft_lr && run additive_transfer_ft_lr "$seed" "${additive[@]}" \
+    "${teacher[@]}" --config.optimizer.learning_rate="${LR:-1.5e-4}"
+  has additive_transfer_ft_steps2 && run additive_transfer_ft_steps2 "$seed" "${additive[@]}" \
+    "${teacher[@]}" --config.num_train_steps=$((2 * steps)) \
+    --config.optimizer.warmup_steps=$((2 * steps / 10))
   has window_additive_transfer_ft && run window_additive_transfer_ft "$seed" \
     --config.model.attention=window_additive --config.model.window.size="${WINDOW:-16}" \
     --config.attention_transfer.train=new+out+qk "${teacher[@]}"
