@@ -37,6 +37,8 @@ additive=(--config.model.attention=additive --config.attention_transfer.train=ne
 has() { [[ " $rows " == *" $1 "* ]]; }
 for seed in $seeds; do
   has softmax && run softmax "$seed"
+  # softmax at the additive pilot's rate (is the reference itself better there?)
+  has softmax_lr && run softmax_lr "$seed" --config.optimizer.learning_rate="${LR:-1.5e-4}"
   # shellcheck disable=SC2086
   has linear_transfer && run linear_transfer "$seed" $linear \
     --config.attention_transfer.num_steps="$stage"
