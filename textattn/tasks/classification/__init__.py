@@ -148,6 +148,17 @@ def teacher_log_probs(config, data, workdir: str | None, is_main: bool,
   return log_probs
 
 
+def distilled_step(config, data, workdir, is_main, bert_config):
+  """(train_step, the TrainIterator's extras): step.train_step with, under
+  attention_transfer.distill, the distillation bound and the teacher's predictions batched."""
+  if not distill_weight(config):
+    return step.train_step, None
+  extras = {"teacher_log_probs": teacher_log_probs(config, data, workdir, is_main, bert_config)}
+  return functools.partial(
+      step.train_step, distill=float(config.attention_transfer.distill),
+      temperature=float(config.attention_transfer.distill_temperature)), extras
+
+
 def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
              bert_config=None, source=None) -> tasks.Job:
   """The runner's Job for `data` (a data.Dataset); `pretrained`: the fresh start's (token table,
@@ -157,12 +168,7 @@ def make_job(config, data, workdir: str | None, is_main: bool, pretrained=None,
   mesh = platform.config_mesh(config)
   model = models.build_model(kernel_config, len(data.class_names), vocab_size=data.vocab_size,
                              pretrained_config=bert_config, mesh=mesh)
-  train_step, extras = step.train_step, None
-  if distill_weight(config):
-    extras = {"teacher_log_probs": teacher_log_probs(config, data, workdir, is_main, bert_config)}
-    train_step = functools.partial(
-        step.train_step, distill=float(config.attention_transfer.distill),
-        temperature=float(config.attention_transfer.distill_temperature))
+  train_step, extras = distilled_step(config, data, workdir, is_main, bert_config)
   train_iter = data_lib.TrainIterator(data.train, config.batch_size, config.seed,
                                       *platform.row_block(mesh), extras=extras)
   evaluator = None

@@ -261,7 +261,7 @@ def softmax_teacher(workdir: str, config, bert_config, class_names) -> Classifie
   for name in ("dataset", "val_fraction", "data_seed", "max_len", "layout"):
     # (the teacher reads the student's encoded training rows, and trained on the same carve-out:
     # it never saw the student's validation rows)
-    mine, theirs = config.get(name), teacher.get(name)
+    mine, theirs = config[name], teacher.get(name)  # (the teacher's saved config.json)
     if name == "dataset" and os.path.isfile(str(mine)) and os.path.isfile(str(theirs)):
       mine, theirs = os.path.realpath(mine), os.path.realpath(theirs)
     if hasattr(mine, "to_dict"):
