@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from textattn.errors import UsageError
@@ -22,3 +22,10 @@ def check_integer(field: str, value: Any, low: int) -> int:
   if not isinstance(value, int) or isinstance(value, bool) or value < low:
     raise UsageError(f"config.{field}={value!r} is invalid; it must be an integer >= {low}.")
   return value
+
+
+def check_number(field: str, value: Any, ok: Callable[[float], bool], allowed: str) -> None:
+  """UsageError naming config.<field> and its value unless it is a real number (not a bool) for
+  which ok(value) holds; `allowed` ends the sentence ("a positive number")."""
+  if isinstance(value, bool) or not isinstance(value, float | int) or not ok(value):
+    raise UsageError(f"config.{field}={value!r} must be {allowed}.")

@@ -49,7 +49,7 @@ import numpy as np
 import optax
 
 from textattn import attention as attention_lib
-from textattn.checks import check_choice, check_integer
+from textattn.checks import check_choice, check_integer, check_number
 from textattn.data import atomic_write
 from textattn.errors import UsageError
 from textattn.models import bert, encoder
@@ -104,12 +104,10 @@ def validate_config(config) -> None:
   check_integer("attention_transfer.log_every_steps", part.log_every_steps, 1)
   check_choice("attention_transfer.train", part.train, TRAINS)
   check_choice("attention_transfer.schedule", part.schedule, SCHEDULES)
-  if not isinstance(part.learning_rate, float | int) or not part.learning_rate > 0:
-    raise UsageError(f"config.attention_transfer.learning_rate={part.learning_rate!r} must be a "
-                     f"positive number.")
-  if not isinstance(part.weights_loss, float | int) or not part.weights_loss >= 0:
-    raise UsageError(f"config.attention_transfer.weights_loss={part.weights_loss!r} must be a "
-                     f"number >= 0 (0: match the attention outputs only).")
+  check_number("attention_transfer.learning_rate", part.learning_rate, lambda x: x > 0,
+               "a positive number")
+  check_number("attention_transfer.weights_loss", part.weights_loss, lambda x: x >= 0,
+               "a number >= 0 (0: match the attention outputs only)")
   if not isinstance(part.teacher, str):
     raise UsageError(f"config.attention_transfer.teacher={part.teacher!r} must be a workdir path, "
                      f"or '' for the pretrained checkpoint.")
@@ -117,14 +115,10 @@ def validate_config(config) -> None:
     raise UsageError(f"config.attention_transfer.teacher={part.teacher!r} is read only by the "
                      f"transfer stage, which num_steps=0 turns off; set "
                      f"config.attention_transfer.num_steps (e.g. 200), or teacher=''.")
-  if (isinstance(part.distill, bool) or not isinstance(part.distill, float | int)
-      or not 0 <= part.distill <= 1):
-    raise UsageError(f"config.attention_transfer.distill={part.distill!r} must be a number in "
-                     f"[0, 1] (the distillation loss's share; 0: off).")
-  if (not isinstance(part.distill_temperature, float | int)
-      or not 0 < part.distill_temperature < float("inf")):
-    raise UsageError(f"config.attention_transfer.distill_temperature="
-                     f"{part.distill_temperature!r} must be a positive number.")
+  check_number("attention_transfer.distill", part.distill, lambda x: 0 <= x <= 1,
+               "a number in [0, 1] (the distillation loss's share; 0: off)")
+  check_number("attention_transfer.distill_temperature", part.distill_temperature,
+               lambda x: 0 < x < float("inf"), "a positive number")
   if part.distill and not part.teacher:
     raise UsageError(f"config.attention_transfer.distill={part.distill} distils a fine-tuned "
                      f"softmax run's predictions, and teacher='' names none; set "

@@ -123,11 +123,6 @@ def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
   return make_job(config, data, workdir, is_main, bert_config=bert_config, source=source)
 
 
-def distill_weight(config) -> float:
-  """config.attention_transfer.distill (0 without the recipe)."""
-  return float(config.attention_transfer.distill) if "attention_transfer" in config else 0.0
-
-
 def teacher_log_probs(config, data, workdir: str | None, is_main: bool,
                       bert_config) -> np.ndarray:
   """float32 [N, classes]: the log-probabilities the teacher run (attention_transfer.teacher)
@@ -151,7 +146,7 @@ def teacher_log_probs(config, data, workdir: str | None, is_main: bool,
 def distilled_step(config, data, workdir, is_main, bert_config):
   """(train_step, the TrainIterator's extras): step.train_step with, under
   attention_transfer.distill, the distillation bound and the teacher's predictions batched."""
-  if not distill_weight(config):
+  if "attention_transfer" not in config or not config.attention_transfer.distill:
     return step.train_step, None
   extras = {"teacher_log_probs": teacher_log_probs(config, data, workdir, is_main, bert_config)}
   return functools.partial(
