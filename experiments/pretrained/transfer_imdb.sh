@@ -66,6 +66,9 @@ for seed in $seeds; do
   # (LR, default 1.5e-4: 3x imdb_minilm's 5e-5) at the same steps, and twice the fine-tuning steps.
   has additive_transfer_ft_lr && run additive_transfer_ft_lr "$seed" "${additive[@]}" \
     "${teacher[@]}" --config.optimizer.learning_rate="${LR:-1.5e-4}"
+  # 5x the rate (LR5, default 2.5e-4), 2026-11-29: does the 3x row's gain go on?
+  has additive_transfer_ft_lr5 && run additive_transfer_ft_lr5 "$seed" "${additive[@]}" \
+    "${teacher[@]}" --config.optimizer.learning_rate="${LR5:-2.5e-4}"
   has additive_transfer_ft_steps2 && run additive_transfer_ft_steps2 "$seed" "${additive[@]}" \
     "${teacher[@]}" --config.num_train_steps=$((2 * steps)) \
     --config.optimizer.warmup_steps=$((2 * steps / 10))
