@@ -5,7 +5,7 @@
 # too, as on the tweets); a linear row after transfer (ROW_LINEAR, default Hedgehog's map); and
 # additive naively swapped (today's 10-point loss, at this budget). The stage's steps come on
 # top (TRANSFER_STEPS, default 200). Resumable; copies may share the directory (runs.sh).
-#   MINILM=DIR/all-MiniLM-L6-v2 TFDS_DATA_DIR=... SEEDS="0 1 2" \
+#   MINILM=DIR/all-MiniLM-L6-v2 TFDS_DATA_DIR=... SEEDS="0 1 2" [BASE_LR=1.5e-4] \
 #     bash experiments/pretrained/transfer_imdb.sh runs/transfer_imdb
 #   python experiments/summarize_runs.py runs/transfer_imdb --paired=softmax
 set -euo pipefail
@@ -15,6 +15,9 @@ stage=${TRANSFER_STEPS:-200}
 common=(--config=imdb_minilm --config.model.pretrained="${MINILM:?set MINILM to the model directory}"
         --config.max_len=128 --config.num_train_steps="$steps"
         --config.optimizer.warmup_steps=$((steps / 10)) --config.evals_per_epoch=4)
+# BASE_LR: every row's fine-tuning rate (default imdb_minilm's 5e-5); 1.5e-4 is softmax's better
+# rate (softmax_lr, 2026-11-29), so a study at it pairs each row with the stronger reference.
+if [[ -n "${BASE_LR:-}" ]]; then common+=(--config.optimizer.learning_rate="$BASE_LR"); fi
 linear=${ROW_LINEAR:---config.model.attention=linear --config.model.linear.feature_map=hedgehog}
 # shellcheck source=experiments/pretrained/runs.sh
 source "$(dirname "$0")/runs.sh"  # run NAME SEED ARGS...
