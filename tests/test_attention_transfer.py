@@ -2,6 +2,7 @@
 fixture: zero loss when the student is the teacher, a loss that falls in a few steps, and only
 the parameters meant to train move."""
 
+import functools
 import json
 import pathlib
 
@@ -44,13 +45,15 @@ def setting():
 def test_the_loss_is_zero_when_the_student_is_the_teacher(setting):
   c, _, tokens, mask, params_for = setting
   teacher = params_for("softmax")
-  @jax.jit
-  def loss_against(student, teacher, tokens, mask):
+  @functools.partial(jax.jit, static_argnames="whole_block")
+  def loss_against(student, teacher, tokens, mask, whole_block=False):
     inputs = transfer.layer_inputs(c, teacher, tokens, mask)
-    return transfer.transfer_loss(c, "softmax", student, teacher, inputs, mask)
-  total, parts = loss_against(teacher, teacher, tokens, mask)
-  assert float(total) == 0.0 and parts["layer"].shape == (c.num_layers,)
-  assert np.all(np.asarray(parts["relative"]) == 0.0)
+    return transfer.transfer_loss(c, "softmax", student, teacher, inputs, mask,
+                                  whole_block=whole_block)
+  for whole_block in (False, True):
+    total, parts = loss_against(teacher, teacher, tokens, mask, whole_block)
+    assert float(total) == 0.0 and parts["layer"].shape == (c.num_layers,)
+    assert np.all(np.asarray(parts["relative"]) == 0.0)
   zero = jax.tree.map(jnp.zeros_like, teacher)  # outputs zeros: relative error exactly 1
   np.testing.assert_allclose(np.asarray(loss_against(zero, teacher, tokens, mask)[1]["relative"]),
                              1.0, rtol=1e-6)
@@ -61,6 +64,7 @@ def test_the_loss_is_zero_when_the_student_is_the_teacher(setting):
     ("linear", {"feature_map": "hedgehog"}, "new", 0.0),
     ("linear", {"feature_map": "hedgehog"}, "new+out", 1.0),
     ("additive", {}, "new+out", 0.0),
+    ("additive", {}, "block", 0.0),
 ])
 def test_a_few_steps_lower_the_loss_and_move_only_the_trainable_parameters(setting, student,
                                                                            options, train,
@@ -71,12 +75,16 @@ def test_a_few_steps_lower_the_loss_and_move_only_the_trainable_parameters(setti
   trains = transfer.trainable(params, teacher, train)
   flat = {jax.tree_util.keystr(p): t for p, t in jax.tree_util.tree_leaves_with_path(trains)}
   assert any(flat.values())
-  assert not any(t for k, t in flat.items() if "attention" not in k)
+  if train == "block":  # every block parameter (the feed-forward's too), nothing outside blocks
+    assert all(t == ("block_" in k) for k, t in flat.items()), flat
+    assert any(t for k, t in flat.items() if "ffn_in" in k)
+  else:
+    assert not any(t for k, t in flat.items() if "attention" not in k)
   if train == "new":
     assert not any(t for k, t in flat.items() if "['out']" in k or "['query']" in k)
   tx, step = transfer.make_step(c, student, teacher, trains, 1e-2,
                                 options=tuple(sorted(options.items())),
-                                weights_loss=weights_loss)
+                                weights_loss=weights_loss, whole_block=train == "block")
   step = jax.jit(step)
   state = tx.init(params)
   before = params
@@ -241,6 +249,10 @@ def test_a_transfer_stage_needs_a_pretrained_encoder():
   config.model.pretrained = "models/bert"
   with pytest.raises(UsageError, match=r"^config.attention_transfer.distill=0.5 distils a "
                                        r"fine-tuned softmax run's predictions"):
+    classification_config.validate(config, None)
+  config.attention_transfer.update(distill=0.0, train="block", weights_loss=1.0)
+  with pytest.raises(UsageError, match=r"^config.attention_transfer.weights_loss=1.0 matches "
+                                       r"attention weights, and train='block'"):
     classification_config.validate(config, None)
 
 

@@ -72,6 +72,12 @@ for seed in $seeds; do
   # 5x the rate (LR5, default 2.5e-4), 2026-11-29: does the 3x row's gain go on?
   has additive_transfer_ft_lr5 && run additive_transfer_ft_lr5 "$seed" "${additive[@]}" \
     "${teacher[@]}" --config.optimizer.learning_rate="${LR5:-2.5e-4}"
+  # The stage training whole blocks to match their outputs (train=block, Adam BLOCK_LR, default
+  # 3e-3: transfer_probe_block.txt), then the 5x row's fine-tuning, 2026-11-29.
+  has additive_transfer_ft_block && run additive_transfer_ft_block "$seed" \
+    --config.model.attention=additive "${teacher[@]}" --config.attention_transfer.train=block \
+    --config.attention_transfer.learning_rate="${BLOCK_LR:-3e-3}" \
+    --config.optimizer.learning_rate="${LR5:-2.5e-4}"
   has additive_transfer_ft_steps2 && run additive_transfer_ft_steps2 "$seed" "${additive[@]}" \
     "${teacher[@]}" --config.num_train_steps=$((2 * steps)) \
     --config.optimizer.warmup_steps=$((2 * steps / 10))

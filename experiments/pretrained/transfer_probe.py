@@ -1,7 +1,8 @@
 """How well the attention transfer stage's settings imitate the teacher, before any fine-tuning
 (issue 55; how transfer_tweets.sh's stage settings were chosen): the stage alone on the disaster
 tweets, printing each layer's relative output error (textattn/recipes/attention_transfer.py:
-the loss over the teacher's mean square output) on 128 held-out tweets every 50 steps (or
+the loss over the teacher's mean square output; and each block's output error over the
+teacher block's change, whole_block's) on 128 held-out tweets every 50 steps (or
 `--data`: any CSV with a "text" column, e.g. IMDB reviews at `--max_len 128`).
 
     python experiments/pretrained/transfer_probe.py --model DIR/all-MiniLM-L6-v2 \
@@ -58,23 +59,27 @@ def main():
   teacher, student = params("softmax", (), 0), params(args.attention, options, 7)
   mask = transfer.trainable(student, teacher, args.train)
   tx, step = transfer.make_step(c, args.attention, teacher, mask, args.learning_rate,
-                                options=options)
+                                options=options, whole_block=args.train == "block")
   step, state = jax.jit(step), tx.init(student)
 
   @jax.jit
-  def relative(p, tokens):
+  def relative(p, tokens):  # per layer: the attention outputs', the blocks' (whole_block)
     inputs = transfer.layer_inputs(c, teacher, tokens, tokens != 0)
-    return transfer.transfer_loss(c, args.attention, p, teacher, inputs, tokens != 0,
-                                  options=options)[1]["relative"]
+    return [transfer.transfer_loss(c, args.attention, p, teacher, inputs, tokens != 0,
+                                   options=options, whole_block=b)[1]["relative"]
+            for b in (False, True)]
+
+  def show(i, p):
+    attention, block = (np.round(np.asarray(r), 3) for r in relative(p, held))
+    print(f"step {i} ({time.perf_counter() - start:.0f} s): relative error per layer of the "
+          f"attention outputs {attention}, of the blocks' outputs {block}", flush=True)
   start = time.perf_counter()
-  print("step 0: relative error per layer", np.round(np.asarray(relative(student, held)), 3))
+  show(0, student)
   for i in range(1, args.steps + 1):
     batch = train[rng.integers(0, len(train), 32)]
     student, state, _, _ = step(student, state, batch, batch != 0)
     if i % 50 == 0 or i == args.steps:
-      print(f"step {i} ({time.perf_counter() - start:.0f} s): relative error per layer",
-            np.round(np.asarray(relative(student, held)), 3), flush=True)
-
+      show(i, student)
 
 if __name__ == "__main__":
   main()

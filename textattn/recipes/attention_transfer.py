@@ -16,7 +16,10 @@ attention transfer"), and the loss is exactly 0 when the student is the teacher 
 softmax). What trains (`trainable`): the student attention's parameters the teacher does not have
 (a feature map, a hybrid's mix, additive attention's alpha/beta) and, by default, its output
 projection "out" ("new", "new+out", "new+out+qk": queries and keys too); everything else is
-frozen (optax.masked: no update, no optimizer state).
+frozen (optax.masked: no update, no optimizer state). "block" instead trains each whole block
+(attention, feed-forward, LayerNorms) to reproduce the teacher block's output h_{l+1} from h_l,
+the same loss over the block's output (MOHAWK's hidden-state alignment, Bick et al. 2024): the
+feed-forward can then adapt to what the new attention can and cannot express.
 
 In a run (`config.attention_transfer.num_steps > 0` with `config.model.pretrained`): a fresh
 start's encoder parameters are the checkpoint's (finetune.start_params) plus the student's new
@@ -55,7 +58,7 @@ from textattn.errors import UsageError
 from textattn.models import bert, encoder
 from textattn.pretrained import hf
 
-TRAINS = ("new", "new+out", "new+out+qk")
+TRAINS = ("new", "new+out", "new+out+qk", "block")
 SCHEDULES = ("constant", "cosine")
 
 
@@ -70,7 +73,7 @@ def default_config() -> ml_collections.ConfigDict:
   # "constant", or "cosine": the rate decays to 0 over num_steps (a 600-step additive stage
   # diverged at step 325 at a constant 1e-2: RESULTS §31).
   c.schedule = "constant"
-  c.train = "new+out"  # TRAINS
+  c.train = "new+out"  # TRAINS ("block": whole blocks, matching their outputs)
   c.log_every_steps = 25
   # Hedgehog's loss beside the outputs' (0: off): this times the cross-entropy between each
   # layer's softmax attention weights and the student's (linear attention's normalised
@@ -108,6 +111,10 @@ def validate_config(config) -> None:
                "a positive number")
   check_number("attention_transfer.weights_loss", part.weights_loss, lambda x: x >= 0,
                "a number >= 0 (0: match the attention outputs only)")
+  if part.weights_loss and part.train == "block":
+    raise UsageError(f"config.attention_transfer.weights_loss={part.weights_loss} matches "
+                     f"attention weights, and train='block' matches the blocks' outputs; set "
+                     f"weights_loss=0, or another train.")
   if not isinstance(part.teacher, str):
     raise UsageError(f"config.attention_transfer.teacher={part.teacher!r} must be a workdir path, "
                      f"or '' for the pretrained checkpoint.")
@@ -130,7 +137,8 @@ def validate_config(config) -> None:
 
 
 def layer_inputs(config: bert.BertConfig, teacher_params, tokens, padding_mask):
-  """[h_0, ..., h_{L-1}]: the teacher's hidden state entering each block (dropout off)."""
+  """[h_0, ..., h_L]: the teacher's hidden state entering each block, then the last block's
+  output (dropout off)."""
   c = config
   x = bert.BertEmbeddings(c).apply({"params": teacher_params["encoder"]["embeddings"]}, tokens,
                                    jnp.zeros_like(tokens), deterministic=True)
@@ -139,7 +147,7 @@ def layer_inputs(config: bert.BertConfig, teacher_params, tokens, padding_mask):
     inputs.append(x)
     x = bert.BertBlock(c, "softmax", "xla").apply(
         {"params": teacher_params["encoder"][f"block_{i}"]}, x, padding_mask, deterministic=True)
-  return inputs
+  return inputs + [x]
 
 
 def _attention(config: bert.BertConfig, name: str, implementation: str,
@@ -170,19 +178,34 @@ def weights_cross_entropy(query, key, fq, fk, padding_mask):
 
 def transfer_loss(config: bert.BertConfig, student: str, student_params, teacher_params,
                   inputs, padding_mask, *, implementation: str = "xla",
-                  options: tuple[tuple[str, Any], ...] = (), weights_loss: float = 0.0):
+                  options: tuple[tuple[str, Any], ...] = (), weights_loss: float = 0.0,
+                  whole_block: bool = False):
   """(total, per-layer parts): the module docstring's loss plus `weights_loss` times each
   layer's weights_cross_entropy; parts (float32 [L] each): "layer" the output loss,
   "relative" it over the teacher's mean square output (1.0: no better than outputting zeros,
-  comparable across layers and variants) and, with weights_loss > 0, "weights_ce"."""
+  comparable across layers and variants) and, with weights_loss > 0, "weights_ce". `inputs`:
+  layer_inputs'. whole_block (train="block"): each block's output is compared, and "relative"
+  is the loss over the mean square of the teacher block's change h_{l+1} - h_l (1.0: no better
+  than passing its input through)."""
+  if whole_block and weights_loss:
+    raise ValueError("weights_loss matches attention weights; whole_block matches outputs only.")
   teacher_attention = _attention(config, "softmax", "xla")
   student_attention = _attention(config, student, implementation, options)
+  student_block = bert.BertBlock(config, student, implementation, attention_options=options)
   real = padding_mask.astype(jnp.float32)[..., None]
   count = jnp.maximum(jnp.sum(real) * config.hidden_size, 1.0)
   mutable = ["intermediates"] if weights_loss else False
   losses, energies, entropies = [], [], []
-  for i, h in enumerate(inputs):
+  for i, h in enumerate(inputs[:config.num_layers]):
     block = f"block_{i}"
+    if whole_block:
+      got = student_block.apply({"params": student_params["encoder"][block]}, h, padding_mask,
+                                deterministic=True)
+      error = (got.astype(jnp.float32) - inputs[i + 1].astype(jnp.float32)) * real
+      losses.append(jnp.sum(error * error) / count)
+      change = (inputs[i + 1].astype(jnp.float32) - h.astype(jnp.float32)) * real
+      energies.append(jnp.sum(change * change) / count)
+      continue
     want = teacher_attention.apply(
         {"params": teacher_params["encoder"][block]["attention"]}, h, padding_mask,
         mutable=mutable)
@@ -214,6 +237,10 @@ def transfer_loss(config: bert.BertConfig, student: str, student_params, teacher
 def trainable(student_params, teacher_params, train: str = "new+out"):
   """A pytree of bools like student_params: True where the stage trains (module docstring)."""
   check_choice("attention_transfer.train", train, TRAINS)
+  if train == "block":  # every parameter of every block (new or not); nothing outside them
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: any(str(getattr(k, "key", k)).startswith("block_") for k in path),
+        student_params)
   named = {"out"} | ({"query", "key"} if train == "new+out+qk" else set())
   teacher = {tuple(getattr(k, "key", k) for k in path): leaf.shape for path, leaf
              in jax.tree_util.tree_leaves_with_path(teacher_params)}
@@ -238,10 +265,11 @@ def learning_rate(part) -> float | optax.Schedule:
 
 def make_step(config: bert.BertConfig, student: str, teacher_params, mask_tree,
               learning_rate: float | optax.Schedule, *, implementation: str = "xla",
-              options: tuple[tuple[str, Any], ...] = (), weights_loss: float = 0.0):
+              options: tuple[tuple[str, Any], ...] = (), weights_loss: float = 0.0,
+              whole_block: bool = False):
   """(optimizer, step): step(student_params, opt_state, tokens, padding_mask) ->
   (student_params, opt_state, total, transfer_loss's per-layer parts), pure (jit it). Adam on
-  the trainable leaves only; the others are returned unchanged."""
+  the trainable leaves only; the others are returned unchanged. whole_block: transfer_loss's."""
   tx = optax.masked(optax.adam(learning_rate), mask_tree)
 
   def step(student_params, opt_state, tokens, padding_mask):
@@ -249,7 +277,7 @@ def make_step(config: bert.BertConfig, student: str, teacher_params, mask_tree,
     loss = functools.partial(transfer_loss, config, student, teacher_params=teacher_params,
                              inputs=inputs, padding_mask=padding_mask,
                              implementation=implementation, options=options,
-                             weights_loss=weights_loss)
+                             weights_loss=weights_loss, whole_block=whole_block)
     (total, parts), grads = jax.value_and_grad(lambda p: loss(student_params=p), has_aux=True)(
         student_params)
     grads = jax.tree.map(lambda g, m: g if m else jnp.zeros_like(g), grads, mask_tree)
@@ -281,7 +309,7 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teache
         if name in wanted and tuple(np.shape(value)) == tuple(np.shape(wanted[name]))}})
   teacher, student = (jax.tree.map(jnp.asarray, p) for p in (teacher, student))
   mask_tree = trainable(student, teacher, part.train)
-  if part.weights_loss and part.train != "new+out+qk" and not any(
+  if part.weights_loss and part.train not in ("new+out+qk", "block") and not any(
       t for path, t in jax.tree_util.tree_leaves_with_path(mask_tree)
       if "feature_map" in jax.tree_util.keystr(path)):
     raise UsageError(f"config.attention_transfer.weights_loss={part.weights_loss} would train "
@@ -291,7 +319,8 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teache
   options = attention_lib.build_options(attention_lib.get(m.attention), m)
   tx, step = make_step(c, m.attention, teacher, mask_tree, learning_rate(part),
                        implementation=implementation, options=options,
-                       weights_loss=float(part.weights_loss))
+                       weights_loss=float(part.weights_loss),
+                       whole_block=part.train == "block")
   step = jax.jit(step)
   opt_state = tx.init(student)
   rng = np.random.default_rng(config.seed)
@@ -300,8 +329,9 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teache
   if announce:
     count = sum(int(np.size(x)) for x, t in zip(jax.tree.leaves(student),
                                                  jax.tree.leaves(mask_tree), strict=True) if t)
+    what = "blocks'" if part.train == "block" else "attention"
     print(f"Attention transfer: {part.num_steps} steps training {count:,} {m.attention} "
-          f"attention parameters to imitate the softmax teacher ...", flush=True)
+          f"{what} parameters to imitate the softmax teacher ...", flush=True)
   for i in range(1, part.num_steps + 1):
     if at + batch > len(order):
       order, at = rng.permutation(len(train_inputs)), 0
