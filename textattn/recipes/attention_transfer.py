@@ -326,6 +326,7 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teache
   rng = np.random.default_rng(config.seed)
   order, at, batch = rng.permutation(len(train_inputs)), 0, config.batch_size
   curve, window, started = [], [], time.perf_counter()
+  reference = " block's change" if part.train == "block" else "'s output"
   if announce:
     count = sum(int(np.size(x)) for x, t in zip(jax.tree.leaves(student),
                                                  jax.tree.leaves(mask_tree), strict=True) if t)
@@ -346,7 +347,7 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teache
       if announce:
         print(f"  transfer step {i}/{part.num_steps}: loss {float(mean['layer'].sum()):.4g} "
               f"(per layer: {', '.join(f'{v:.3g}' for v in mean['layer'])}; relative to the "
-              f"teacher's output: {', '.join(f'{v:.3g}' for v in mean['relative'])})"
+              f"teacher{reference}: {', '.join(f'{v:.3g}' for v in mean['relative'])})"
               + (f"; weights cross-entropy {float(mean['weights_ce'].sum()):.4g}"
                  if "weights_ce" in mean else ""), flush=True)
   if teacher_params is not None:
