@@ -81,5 +81,6 @@ def main():
     if i % 50 == 0 or i == args.steps:
       show(i, student)
 
+
 if __name__ == "__main__":
   main()
