@@ -78,6 +78,15 @@ for seed in $seeds; do
     --config.model.attention=additive "${teacher[@]}" --config.attention_transfer.train=block \
     --config.attention_transfer.learning_rate="${BLOCK_LR:-3e-3}" \
     --config.optimizer.learning_rate="${LR5:-2.5e-4}"
+  # Fastformer as its paper writes it (additive_value: u = g_k * v, so the checkpoint's value
+  # weights are kept), with and without its "+ q" residual, the 5x row's settings, 2026-11-29.
+  has additive_value_transfer_ft_lr5 && run additive_value_transfer_ft_lr5 "$seed" \
+    "${additive[@]}" --config.model.attention=additive_value "${teacher[@]}" \
+    --config.optimizer.learning_rate="${LR5:-2.5e-4}"
+  has additive_value_nores_transfer_ft_lr5 && run additive_value_nores_transfer_ft_lr5 "$seed" \
+    "${additive[@]}" --config.model.attention=additive_value \
+    --config.model.additive_value.query_residual=false "${teacher[@]}" \
+    --config.optimizer.learning_rate="${LR5:-2.5e-4}"
   has additive_transfer_ft_steps2 && run additive_transfer_ft_steps2 "$seed" "${additive[@]}" \
     "${teacher[@]}" --config.num_train_steps=$((2 * steps)) \
     --config.optimizer.warmup_steps=$((2 * steps / 10))

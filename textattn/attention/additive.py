@@ -62,6 +62,16 @@ def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kern
   return query * global_key[:, None]
 
 
+def additive_value_attention(query: Array, key: Array, value: Array, padding_mask: Array,
+                             alpha_kernel: Array, beta_kernel: Array) -> Array:
+  """The Fastformer paper's core (its eq. for u_i): `additive_attention` with a value
+  projection, u_i = g_k * v_i [batch, length, heads, dim] (the authors' code, and "additive",
+  use u_i = g_k * q_i)."""
+  beta, mixed = key_weights(query, key, padding_mask, alpha_kernel, beta_kernel)
+  global_key = jnp.einsum("blh,blhd->bhd", beta.astype(mixed.dtype), mixed)
+  return value * global_key[:, None].astype(value.dtype)
+
+
 def token_scores(x: Array, kernel: Array) -> Array:
   """Each token's score per head, float32 [batch, length, heads]: x [b, l, heads, dim] (all
   heads' features) against a scoring kernel [heads * dim, heads], over sqrt(dim)."""
@@ -272,3 +282,46 @@ registry.register(registry.Variant(
     kernels=(("xla", "linear (XLA)"), ("native", "native"), ("pallas", "pallas"),
              ("pallas_tpu", "pallas")),
     description="Fastformer additive attention, linear in length (arXiv 2108.09084)"))
+
+
+class AdditiveValueAttention(nn.Module):
+  """Fastformer as its paper writes it: output = W_o (g_k * v) + q, v a value projection named
+  "value" (softmax's name, so a pretrained encoder's value weights start it: issue 55), one
+  kernel (XLA); "additive" is the authors' code's form (u = g_k * q). query_residual=False
+  (config.model.additive_value.query_residual) drops the "+ q": W_o (g_k * v), a softmax
+  layer's shape and parameters plus the two scoring kernels."""
+  num_heads: int
+  implementation: str = "xla"
+  dtype: Any = jnp.float32
+  query_residual: bool = True
+
+  @nn.compact
+  def __call__(self, x: Array, padding_mask: Array) -> Array:
+    query, key, alpha_kernel, beta_kernel = fastformer_projections(self, x, self.num_heads,
+                                                                   self.dtype)
+    value = DenseGeneral(features=query.shape[-2:], dtype=self.dtype, kernel_init=dense_init(),
+                         name="value")(x)
+    u = additive_value_attention(query, key, value, padding_mask,
+                                 alpha_kernel.astype(self.dtype), beta_kernel.astype(self.dtype))
+    if self.query_residual:
+      return fastformer_output(u, query, self.dtype)
+    return DenseGeneral(x.shape[-1], axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
+                        name="out")(u)
+
+
+def _value_keywords(query_residual) -> dict:
+  if not isinstance(query_residual, bool):
+    raise UsageError(f"config.model.additive_value.query_residual={query_residual!r} must be "
+                     f"True (the paper's W_o u + q) or False (W_o u).")
+  return {"query_residual": query_residual}
+
+
+registry.register(registry.Variant(
+    name="additive_value",
+    build=AdditiveValueAttention,
+    options="additive_value",
+    option_defaults=(("query_residual", True),),
+    option_keywords=_value_keywords,
+    kernels=(("xla", "linear (XLA)"),),
+    description="Fastformer additive attention with a value projection, as the paper writes it "
+                "(u_i = g_k * v_i; 'additive' reuses the query)"))
