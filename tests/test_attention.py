@@ -177,6 +177,69 @@ def test_additive_matches_float64_transcription(scoring, impl):
   np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=1e-5)
 
 
+def float64_additive_value(x, mask, params, heads, query_residual):
+  """The Fastformer paper's form (numpy_additive with u = g_k * v) in jax.numpy, every step
+  float64 (call under jax.enable_x64): differentiable, the reference's gradients."""
+  x = x.astype(jnp.float64)
+  p = jax.tree.map(lambda a: a.astype(jnp.float64), params)
+  batch, length, embed = x.shape
+  d = embed // heads
+  q, k, v = (jnp.einsum("ble,ehd->blhd", x, p[n]["kernel"]) + p[n]["bias"]
+             for n in ("query", "key", "value"))
+
+  def softmax_tokens(t, w):
+    s = jnp.where(mask[:, :, None], t.reshape(batch, length, heads * d) @ w / np.sqrt(d),
+                  -jnp.inf)
+    s = jnp.where(mask.any(1)[:, None, None], s, 0.0)
+    e = jnp.where(mask[:, :, None], jnp.exp(s - s.max(1, keepdims=True)), 0.0)
+    return e / jnp.maximum(e.sum(1, keepdims=True), 1e-300)
+
+  g_q = jnp.einsum("blh,blhd->bhd", softmax_tokens(q, p["alpha_kernel"]), q)
+  mixed = k * g_q[:, None]
+  g_k = jnp.einsum("blh,blhd->bhd", softmax_tokens(mixed, p["beta_kernel"]), mixed)
+  out = jnp.einsum("blhd,hde->ble", v * g_k[:, None], p["out"]["kernel"]) + p["out"]["bias"]
+  return out + q.reshape(batch, length, embed) if query_residual else out
+
+
+@pytest.mark.parametrize("query_residual", [True, False])
+def test_additive_value_matches_float64_values_and_gradients(query_residual):
+  batch, length, embed, heads = 3, 11, 32, 4
+  rng = np.random.default_rng(3)
+  x = jnp.asarray(rng.standard_normal((batch, length, embed)), jnp.float32)
+  mask = jnp.asarray(np.arange(length)[None] < np.array([length, 5, 0])[:, None])
+  module = attention.get("additive_value").build(num_heads=heads, implementation="xla",
+                                                 query_residual=query_residual)
+  params = module.init(jax.random.key(0), x, mask)["params"]
+  # large scoring kernels, so that the softmaxes over tokens are far from uniform
+  params = {**params, "alpha_kernel": 3 * params["alpha_kernel"] + 1,
+            "beta_kernel": 3 * params["beta_kernel"] - 1}
+  cotangent = rng.standard_normal((batch, length, embed))
+
+  def loss(fn, p, x):
+    return jnp.sum(fn(p, x).astype(jnp.float64 if x.dtype == jnp.float64 else jnp.float32)
+                   * cotangent.astype(x.dtype))
+  got = jax.value_and_grad(functools.partial(loss, lambda p, x: module.apply({"params": p}, x,
+                                                                             mask)),
+                           argnums=(0, 1))
+  (_, (got_p, got_x)), y = got(params, x), module.apply({"params": params}, x, mask)
+  with jax.enable_x64(True):
+    reference = functools.partial(float64_additive_value, mask=mask, heads=heads,
+                                  query_residual=query_residual)
+    p64, x64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), (params, x))
+    want = reference(x64, params=p64)
+    _, (want_p, want_x) = jax.value_and_grad(
+        functools.partial(loss, lambda p, x: reference(x, params=p)), argnums=(0, 1))(p64, x64)
+    want, want_p, want_x = jax.tree.map(np.asarray, (want, want_p, want_x))
+  np.testing.assert_allclose(np.asarray(y), want, atol=1e-5, rtol=1e-5)
+  if not query_residual:  # the example with no real token: W_o 0 + b
+    np.testing.assert_allclose(want[2], np.broadcast_to(params["out"]["bias"], want[2].shape))
+  np.testing.assert_allclose(np.asarray(got_x), want_x, atol=2e-4, rtol=2e-4)
+  assert jax.tree.structure(got_p) == jax.tree.structure(want_p)
+  for g, w in zip(jax.tree.leaves(got_p), jax.tree.leaves(want_p)):
+    np.testing.assert_allclose(np.asarray(g), w, atol=2e-4, rtol=2e-4)
+  assert np.abs(want_p["value"]["kernel"]).max() > 0  # the value projection is used
+
+
 def additive_inputs(batch, length, heads, head_dim, scoring, seed=0):
   """q, k, a padding mask (row 0 full, row 1 all padding, the rest random lengths) and the two
   scoring kernels in the `scoring` form."""

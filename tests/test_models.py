@@ -231,7 +231,8 @@ def test_input_longer_than_max_len_is_a_clear_value_error():
 
 
 def test_attention_registry_is_complete():
-  assert attention.names() == ("softmax", "causal", "additive", "causal_additive",
+  assert attention.names() == ("softmax", "causal", "additive", "additive_value",
+                               "causal_additive",
                                "causal_additive_recurrent", "linear", "causal_linear",
                                "sliding_window", "local", "performer", "causal_performer",
                                "window_linear", "causal_window_linear", "window_additive")

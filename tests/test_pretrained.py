@@ -261,6 +261,19 @@ def test_additive_attention_keeps_every_weight_with_a_place_and_initialises_the_
   assert logits.shape == (2, 3) and np.isfinite(np.asarray(logits)).all()
 
 
+def test_additive_value_keeps_the_checkpoint_s_value_weights(tiny):
+  # Fastformer as its paper writes it has a value projection: the checkpoint's starts it.
+  model = bert.BertClassifier(tiny.config, num_classes=3, attention="additive_value",
+                              attention_impl="xla", attention_options=(("query_residual", False),))
+  params, report = hf.init_params(model, tiny, jax.random.key(0), 16)
+  assert not any("/attention/" in name for name in report.unused)
+  assert report.kept == sorted(f"encoder/{name}" for name in tiny.params)
+  flat = hf.flatten(params)
+  for name in tiny.params:
+    if "/value/" in name:
+      np.testing.assert_array_equal(flat[f"encoder/{name}"], tiny.params[name])
+
+
 def test_mean_pooling_ignores_padding(tiny):
   model = bert.BertClassifier(tiny.config, num_classes=2, pooling="mean", attention_impl="xla")
   params, _ = hf.init_params(model, tiny, jax.random.key(0), 16)

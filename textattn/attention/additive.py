@@ -309,19 +309,11 @@ class AdditiveValueAttention(nn.Module):
                         name="out")(u)
 
 
-def _value_keywords(query_residual) -> dict:
-  if not isinstance(query_residual, bool):
-    raise UsageError(f"config.model.additive_value.query_residual={query_residual!r} must be "
-                     f"True (the paper's W_o u + q) or False (W_o u).")
-  return {"query_residual": query_residual}
-
-
 registry.register(registry.Variant(
     name="additive_value",
     build=AdditiveValueAttention,
     options="additive_value",
     option_defaults=(("query_residual", True),),
-    option_keywords=_value_keywords,
     kernels=(("xla", "linear (XLA)"),),
     description="Fastformer additive attention with a value projection, as the paper writes it "
                 "(u_i = g_k * v_i; 'additive' reuses the query)"))
