@@ -1,4 +1,6 @@
-"""Fastformer additive attention (Wu et al. 2021, arXiv 2108.09084); registers "additive".
+"""Fastformer additive attention (Wu et al. 2021, arXiv 2108.09084); registers "additive" (the
+authors' code's form, the query doubling as the value) and "additive_value" (the paper's, with a
+value projection: XLA only; `AdditiveValueAttention`).
 
 Linear in the sequence length. Four kernels behind one signature: `additive_attention`, the XLA
 function ("xla"); `native_additive_attention`, the same maths as two C++ XLA FFI kernels (CPU,
