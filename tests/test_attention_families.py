@@ -485,6 +485,27 @@ def test_config_options_reach_the_attention_and_bad_ones_are_refused():
       models.build_model(config, num_classes=2)
 
 
+def test_additive_value_option_reaches_the_module_and_a_non_bool_is_refused():
+  import ml_collections
+
+  from tests.test_models import small_config
+  tokens = jnp.asarray(np.random.default_rng(0).integers(1, 50, (2, 16)))
+  outputs, params = [], None
+  for residual in (True, False):
+    config = small_config("additive_value", "xla")
+    config.model.additive_value = attention.default_options("additive_value")
+    config.model.additive_value.query_residual = residual
+    model = models.build_model(config, num_classes=2)
+    params = params or model.init(jax.random.key(0), tokens)  # the same parameters for both
+    outputs.append(np.asarray(model.apply(params, tokens)))
+  assert np.abs(outputs[0] - outputs[1]).max() > 1e-3  # the "+ q" is there, then not
+  config = small_config("additive_value", "xla")
+  config.model.additive_value = ml_collections.ConfigDict({"query_residual": "no"})
+  with pytest.raises(UsageError, match=re.escape(
+      "config.model.additive_value.query_residual='no' must be True")):
+    models.build_model(config, num_classes=2)
+
+
 def test_performer_feature_count_from_the_config():
   from tests.test_models import small_config
   config = small_config("performer", "xla")

@@ -65,6 +65,7 @@ def test_the_loss_is_zero_when_the_student_is_the_teacher(setting):
     ("linear", {"feature_map": "hedgehog"}, "new+out", 1.0),
     ("additive", {}, "new+out", 0.0),
     ("additive", {}, "block", 0.0),
+    ("additive_value", {"query_residual": False}, "new+out+qk", 0.0),
 ])
 def test_a_few_steps_lower_the_loss_and_move_only_the_trainable_parameters(setting, student,
                                                                            options, train,
@@ -82,6 +83,8 @@ def test_a_few_steps_lower_the_loss_and_move_only_the_trainable_parameters(setti
     assert not any(t for k, t in flat.items() if "attention" not in k)
   if train == "new":
     assert not any(t for k, t in flat.items() if "['out']" in k or "['query']" in k)
+  if train.startswith("new"):  # the checkpoint's value projection stays as it is
+    assert not any(t for k, t in flat.items() if "['value']" in k)
   tx, step = transfer.make_step(c, student, teacher, trains, 1e-2,
                                 options=tuple(sorted(options.items())),
                                 weights_loss=weights_loss, whole_block=train == "block")

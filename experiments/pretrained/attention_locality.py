@@ -1,17 +1,20 @@
 """Where a pretrained encoder's softmax heads put their weight (issue 55: why additive attention
-cannot imitate them). For each layer and head, on N texts, the mean over real query tokens of the
-attention weight on keys within +-RADIUS positions (itself included), on [CLS] and [SEP] (the
-"no-op" sinks), and how query-dependent the weights are: the mean total-variation distance
-between a query's weights and the head's mean weights over the queries of that text (0: every
-query weighs the keys alike, a single pooled vector, what Fastformer's global key gives; 1:
-disjoint). Fastformer's output for token t is W_o(g * x_t) with one pooled g per head and text:
-no head whose weight sits on t's neighbours, or differs from query to query, can be matched.
+cannot imitate them). For each layer and head, on N texts (each text's real query tokens
+averaged, then the texts), the attention weight on the query's own token, on its neighbours
+within 1..RADIUS positions, on [CLS] and [SEP] (the "no-op" sinks), and how query-dependent the
+weights are: the total-variation distance between a query's weights and the mean of its text's
+queries' (0: every query weighs the keys alike, one pooled vector per text, which is all
+Fastformer's global key is; at most 1 - 1/n for n real queries). Fastformer's output for token
+t is W_o(g_k * q_t) + q_t ("additive"; "additive_value": W_o(g_k * v_t) [+ q_t]) with one pooled
+g_k per head and text: weight on t itself it can mimic; weight on t's neighbours, or weights
+that differ from query to query, it cannot.
 
     python experiments/pretrained/attention_locality.py --model DIR/all-MiniLM-L6-v2 \
         [--tfds imdb_reviews --split test --max_len 128] [--texts 64] [--radius 2]
 
-Prints one row per layer (heads' median and range) and the whole encoder's share of heads with
-most of their weight local (> 0.5). A description of the checkpoint, not a result of ours.
+Prints one row per layer (heads' median and range) and the encoder's count of heads with most
+of their weight on their own token, and on their neighbours. A description of the checkpoint,
+not a result of ours.
 """
 
 import argparse
@@ -20,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from textattn.attention import softmax as softmax_lib  # noqa: F401 -- registers "softmax"
+from textattn import attention as attention_lib
 from textattn.models import bert
 from textattn.pretrained import hf
 from textattn.recipes import attention_transfer as transfer
@@ -33,16 +36,21 @@ def texts_of(args) -> list[str]:
 
 
 def head_statistics(weights: np.ndarray, real: np.ndarray, sinks: np.ndarray, radius: int):
-  """weights [h, t, i] of one text, real [l] bool, sinks [l] bool -> (local, sink, spread) [h]."""
+  """weights [h, t, i] of one text, real [l] bool, sinks [l] bool -> (self, near, sink,
+  spread) [h] each, over the text's real queries."""
   length = weights.shape[-1]
   offsets = np.abs(np.arange(length)[:, None] - np.arange(length)[None, :])
   queries = real.astype(np.float64)
   count = queries.sum()
-  local = ((weights * (offsets <= radius)).sum(-1) * queries).sum(-1) / count
-  sink = ((weights * sinks[None, None, :]).sum(-1) * queries).sum(-1) / count
+
+  def per_query_mean(x):  # [h, t] -> [h]
+    return (x * queries).sum(-1) / count
+  itself = per_query_mean((weights * (offsets == 0)).sum(-1))
+  near = per_query_mean((weights * ((offsets >= 1) & (offsets <= radius))).sum(-1))
+  sink = per_query_mean((weights * sinks[None, None, :]).sum(-1))
   mean = (weights * queries[None, :, None]).sum(1, keepdims=True) / count
-  spread = ((0.5 * np.abs(weights - mean).sum(-1)) * queries).sum(-1) / count
-  return local, sink, spread
+  spread = per_query_mean(0.5 * np.abs(weights - mean).sum(-1))
+  return itself, near, sink, spread
 
 
 def main():
@@ -62,9 +70,10 @@ def main():
   params = hf.init_params(model, pretrained, jax.random.key(0), args.max_len)[0]
   real = ids != 0
   inputs = transfer.layer_inputs(c, params, jnp.asarray(ids), jnp.asarray(real))
-  attention = transfer._attention(c, "softmax", "xla")
+  attention = attention_lib.get("softmax").build(num_heads=c.num_heads, implementation="xla")
   sinks = np.isin(ids, [pretrained.tokenizer.token_id(t) for t in ("[CLS]", "[SEP]")])
-  shares = []
+  names = ("on itself", f"within 1..{args.radius}", "on [CLS]/[SEP]", "query dependence (TV)")
+  per_layer = []
   for layer in range(c.num_layers):
     _, taught = attention.apply({"params": params["encoder"][f"block_{layer}"]["attention"]},
                                 inputs[layer], jnp.asarray(real), mutable=["intermediates"])
@@ -73,15 +82,16 @@ def main():
     scores = jnp.where(jnp.asarray(real)[:, None, None, :], scores, -jnp.inf)
     weights = np.asarray(jax.nn.softmax(scores, axis=-1), np.float64)
     stats = np.mean([head_statistics(weights[b], real[b], sinks[b], args.radius)
-                     for b in range(len(ids))], axis=0)  # [3, heads]
-    shares.append(stats[0])
+                     for b in range(len(ids))], axis=0)  # [4, heads]
+    per_layer.append(stats)
     print(f"layer {layer}: " + "; ".join(
         f"{name} median {np.median(s):.2f} [{s.min():.2f}, {s.max():.2f}]"
-        for name, s in zip((f"weight within +-{args.radius}", "on [CLS]/[SEP]",
-                            "query dependence (TV)"), stats)))
-  local = np.concatenate(shares)
-  print(f"heads with most weight within +-{args.radius}: {int((local > 0.5).sum())} of "
-        f"{local.size}; {args.texts} {args.tfds} {args.split} texts, {args.max_len} tokens")
+        for name, s in zip(names, stats)))
+  stats = np.concatenate(per_layer, axis=1)
+  print(f"heads with most weight on their own token: {int((stats[0] > 0.5).sum())} of "
+        f"{stats.shape[1]}, on their neighbours within 1..{args.radius}: "
+        f"{int((stats[1] > 0.5).sum())}; {args.texts} {args.tfds} {args.split} texts, "
+        f"{args.max_len} tokens")
 
 
 if __name__ == "__main__":

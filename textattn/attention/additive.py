@@ -250,12 +250,13 @@ def fastformer_projections(module: nn.Module, x: Array, num_heads: int, dtype: A
   return query, key, alpha_kernel, beta_kernel
 
 
-def fastformer_output(u: Array, query: Array, dtype: Any) -> Array:
-  """W_o u + q (the authors' residual to the query), [.., heads, head_dim] -> [.., embed]."""
+def fastformer_output(u: Array, query: Array, dtype: Any, residual: bool = True) -> Array:
+  """W_o u + q (the authors' residual to the query; W_o u without it), [.., heads, head_dim] ->
+  [.., embed]."""
   embed = query.shape[-2] * query.shape[-1]
   out = DenseGeneral(embed, axis=(-2, -1), dtype=dtype, kernel_init=dense_init(),
                      name="out")(u)
-  return out + query.reshape(query.shape[:-2] + (embed,))
+  return out + query.reshape(query.shape[:-2] + (embed,)) if residual else out
 
 
 class AdditiveAttention(nn.Module):
@@ -287,9 +288,10 @@ registry.register(registry.Variant(
 
 
 class AdditiveValueAttention(nn.Module):
-  """Fastformer as its paper writes it: output = W_o (g_k * v) + q, v a value projection named
+  """Fastformer's output as its paper writes it: W_o (g_k * v) + q, v a value projection named
   "value" (softmax's name, so a pretrained encoder's value weights start it: issue 55), one
-  kernel (XLA); "additive" is the authors' code's form (u = g_k * q). query_residual=False
+  kernel (XLA); "additive" is the authors' code's form (u = g_k * q). The scoring is
+  "additive"'s (the authors' code's kernels [heads * dim, heads], shared across heads). query_residual=False
   (config.model.additive_value.query_residual) drops the "+ q": W_o (g_k * v), a softmax
   layer's shape and parameters plus the two scoring kernels."""
   num_heads: int
@@ -305,10 +307,14 @@ class AdditiveValueAttention(nn.Module):
                          name="value")(x)
     u = additive_value_attention(query, key, value, padding_mask,
                                  alpha_kernel.astype(self.dtype), beta_kernel.astype(self.dtype))
-    if self.query_residual:
-      return fastformer_output(u, query, self.dtype)
-    return DenseGeneral(x.shape[-1], axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
-                        name="out")(u)
+    return fastformer_output(u, query, self.dtype, residual=self.query_residual)
+
+
+def _value_keywords(query_residual) -> dict:
+  if not isinstance(query_residual, bool):
+    raise UsageError(f"config.model.additive_value.query_residual={query_residual!r} must be "
+                     f"True (the paper's W_o u + q) or False (W_o u).")
+  return {"query_residual": query_residual}
 
 
 registry.register(registry.Variant(
@@ -316,6 +322,7 @@ registry.register(registry.Variant(
     build=AdditiveValueAttention,
     options="additive_value",
     option_defaults=(("query_residual", True),),
+    option_keywords=_value_keywords,
     kernels=(("xla", "linear (XLA)"),),
     description="Fastformer additive attention with a value projection, as the paper writes it "
                 "(u_i = g_k * v_i; 'additive' reuses the query)"))
