@@ -11,6 +11,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -486,8 +487,6 @@ def test_config_options_reach_the_attention_and_bad_ones_are_refused():
 
 
 def test_additive_value_option_reaches_the_module_and_a_non_bool_is_refused():
-  import ml_collections
-
   from tests.test_models import small_config
   tokens = jnp.asarray(np.random.default_rng(0).integers(1, 50, (2, 16)))
   outputs, params = [], None

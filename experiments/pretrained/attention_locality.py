@@ -22,6 +22,7 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tensorflow_datasets as tfds
 
 from textattn import attention as attention_lib
 from textattn.models import bert
@@ -30,7 +31,6 @@ from textattn.recipes import attention_transfer as transfer
 
 
 def texts_of(args) -> list[str]:
-  import tensorflow_datasets as tfds
   rows = tfds.load(args.tfds, split=f"{args.split}[:{args.texts}]", shuffle_files=False)
   return [row["text"].decode() for row in tfds.as_numpy(rows)]
 

@@ -59,16 +59,14 @@ def additive_attention(query: Array, key: Array, padding_mask: Array, alpha_kern
 
   Every step is O(length): cost is linear in sequence length.
   """
-  beta, mixed = key_weights(query, key, padding_mask, alpha_kernel, beta_kernel)
-  global_key = jnp.einsum("blh,blhd->bhd", beta.astype(mixed.dtype), mixed)
-  return query * global_key[:, None]
+  return additive_value_attention(query, key, query, padding_mask, alpha_kernel, beta_kernel)
 
 
 def additive_value_attention(query: Array, key: Array, value: Array, padding_mask: Array,
                              alpha_kernel: Array, beta_kernel: Array) -> Array:
-  """The Fastformer paper's core (its eq. for u_i): `additive_attention` with a value
-  projection, u_i = g_k * v_i [batch, length, heads, dim] (the authors' code, and "additive",
-  use u_i = g_k * q_i)."""
+  """The Fastformer paper's core (its eq. for u_i): u_i = g_k * v_i [batch, length, heads, dim],
+  g_k as in `additive_attention` (which is this with the query as the value, the authors'
+  code's form)."""
   beta, mixed = key_weights(query, key, padding_mask, alpha_kernel, beta_kernel)
   global_key = jnp.einsum("blh,blhd->bhd", beta.astype(mixed.dtype), mixed)
   return value * global_key[:, None].astype(value.dtype)
@@ -291,9 +289,9 @@ class AdditiveValueAttention(nn.Module):
   """Fastformer's output as its paper writes it: W_o (g_k * v) + q, v a value projection named
   "value" (softmax's name, so a pretrained encoder's value weights start it: issue 55), one
   kernel (XLA); "additive" is the authors' code's form (u = g_k * q). The scoring is
-  "additive"'s (the authors' code's kernels [heads * dim, heads], shared across heads). query_residual=False
-  (config.model.additive_value.query_residual) drops the "+ q": W_o (g_k * v), a softmax
-  layer's shape and parameters plus the two scoring kernels."""
+  "additive"'s (the authors' code's kernels [heads * dim, heads], shared across heads).
+  query_residual=False (config.model.additive_value.query_residual) drops the "+ q":
+  W_o (g_k * v), a softmax layer's shape and parameters plus the two scoring kernels."""
   num_heads: int
   implementation: str = "xla"
   dtype: Any = jnp.float32
