@@ -1,9 +1,10 @@
 """The optimiser: an optax chain (warm-up, constant, cosine or linear schedule, clipping, weight
-decay, layer-wise learning-rate decay) and Adam exactly as the seed Keras model computes it
-("keras_adam")."""
+decay, layer-wise learning-rate decay, LoRA: textattn/lora.py) and Adam exactly as the seed Keras
+model computes it ("keras_adam")."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import NamedTuple
@@ -13,6 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from textattn import lora
 from textattn.checks import check_choice
 from textattn.errors import UsageError
 
@@ -40,9 +42,11 @@ def defaults() -> ml_collections.ConfigDict:
 
 
 def full_defaults() -> ml_collections.ConfigDict:
-  """`defaults` with the opt-in adam part: a whole optimizer config (textattn.defaults.optimizer)."""
+  """`defaults` with the opt-in parts (adam, lora): a whole optimizer config
+  (textattn.defaults.optimizer)."""
   config = defaults()
   config.adam = adam_config()
+  config.lora = lora_config()
   return config
 
 
@@ -54,6 +58,11 @@ def adam_config() -> ml_collections.ConfigDict:
   part.b2 = 0.999
   part.eps = 1e-7  # Keras Adam's default, as in the seed
   return part
+
+
+def lora_config() -> ml_collections.ConfigDict:
+  """config.optimizer.lora, an opt-in part: LoRA's rank (0: off) and what it adapts (lora.py)."""
+  return lora.default_config()
 
 
 def validate_config(opt: ml_collections.ConfigDict) -> None:
@@ -74,25 +83,56 @@ def validate_config(opt: ml_collections.ConfigDict) -> None:
   if not 0.0 < opt.layer_decay <= 1.0:
     raise UsageError(f"config.optimizer.layer_decay={opt.layer_decay} must be in (0, 1] (1 = the "
                      f"same rate for every layer).")
+  lora.validate_config(opt.lora)
+  if opt.lora.rank and opt.layer_decay != 1.0:
+    raise UsageError(f"config.optimizer.lora.rank={opt.lora.rank} trains low-rank factors, which "
+                     f"layer-wise decay (layer_decay={opt.layer_decay}) cannot scale: use one of "
+                     f"the two, leaving layer_decay=1 or lora.rank=0.")
 
 
 def make_optimizer(opt: ml_collections.ConfigDict, total_steps: int,
-                   trainable: Callable[[tuple], bool] | None = None
+                   trainable: Callable[[tuple], bool] | None = None, seed: int = 0
                    ) -> optax.GradientTransformation:
   """adam | adamw | rmsprop with linear warm-up then constant, cosine or linear decay, optional
   global-norm clipping and weight decay (decoupled for adamw; added to the gradient, i.e. L2,
   otherwise), and layer-wise learning-rate decay when opt.layer_decay < 1 (a pretrained
   encoder's layers, found by name: scale_by_depth).
   `trainable(path)`: whether the parameter at that tree path trains (None: all do); the others
-  are never updated (a baseline's fixed statistics, a stage that trains only new weights)."""
+  are never updated (a baseline's fixed statistics, a stage that trains only new weights).
+  With opt.lora.rank > 0 (LoRA), the parameters `opt.lora.targets` names train through
+  low-rank factors drawn from `seed`, those `opt.lora.train` names (and `trainable` allows) in
+  full, and the rest not at all."""
   tx = _make_optimizer(opt, total_steps)
   if opt.layer_decay < 1.0:  # (at 1 the chain, and so the checkpointed state, is as before)
     tx = optax.chain(tx, scale_by_depth(opt.layer_decay))
+  if opt.lora.rank:
+    adapted = lora.lora(_make_optimizer(opt, total_steps), opt.lora.rank, opt.lora.alpha, seed)
+    return optax.multi_transform({"lora": adapted, "train": tx, "frozen": optax.set_to_zero()},
+                                 functools.partial(_lora_labels, opt.lora, trainable))
   if trainable is None:
     return tx
   labels = lambda params: jax.tree_util.tree_map_with_path(
       lambda path, _: "train" if trainable(path) else "frozen", params)
   return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+def _lora_labels(part: ml_collections.ConfigDict, trainable, params):
+  """Each parameter's group under LoRA: "lora", "train" or "frozen" (make_optimizer)."""
+  targets, train = re.compile(part.targets), re.compile(part.train)
+
+  def label(path, _):
+    name = "/".join(str(getattr(key, "key", key)) for key in path)
+    if targets.search(name):
+      return "lora"
+    return "train" if train.search(name) and (trainable is None or trainable(path)) else "frozen"
+
+  labels = jax.tree_util.tree_map_with_path(label, params)
+  if "lora" not in jax.tree.leaves(labels):
+    some = "/".join(str(getattr(key, "key", key)) for key in jax.tree_util.tree_leaves_with_path(
+        params)[0][0])
+    raise UsageError(f"config.optimizer.lora.targets={part.targets!r} names no parameter of this "
+                     f"model (whose parameters are named like {some!r}); LoRA needs at least one.")
+  return labels
 
 
 def _make_optimizer(opt: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:

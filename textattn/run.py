@@ -64,10 +64,12 @@ def fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return config
 
 
-# The runner's opt-in parts (config.py's complete): how the run uses the machine, and the Adam
-# family's moment decays; a config sets them only to change them (`config.platform =
-# platform.default_config()`, or on the command line: --config.platform.num_cpu_devices=8).
-PARTS = {"platform": platform.default_config, "optimizer.adam": optim.adam_config}
+# The runner's opt-in parts (config.py's complete): how the run uses the machine, the Adam
+# family's moment decays, and LoRA (textattn/lora.py; off at rank 0); a config sets them only to
+# change them (`config.platform = platform.default_config()`, or on the command line:
+# --config.platform.num_cpu_devices=8).
+PARTS = {"platform": platform.default_config, "optimizer.adam": optim.adam_config,
+         "optimizer.lora": optim.lora_config}
 
 
 def parts(task: str) -> dict:
@@ -248,7 +250,8 @@ def train_only(config: ml_collections.ConfigDict, job: tasks.Job) -> list[tuple[
   replicated = platform.replicated(platform.config_mesh(config))
   plan = dataclasses.replace(schedule(config, job.train_iter.steps_per_epoch), log_every=0,
                              checkpoint_every=0)
-  tx = optim.make_optimizer(config.optimizer, plan.total_steps, trainable=job.trainable)
+  tx = optim.make_optimizer(config.optimizer, plan.total_steps, trainable=job.trainable,
+                            seed=config.seed)
   init = _initializer(config, job, tx)
   rng, start = jax.random.key(config.seed), job.pretrained()
   state_sharding = jax.tree.map(lambda _: replicated, jax.eval_shape(init, rng, *start))
@@ -327,7 +330,8 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
   replicated = platform.replicated(platform.config_mesh(config))
   job = task.prepare(config, workdir, is_main)
   plan = schedule(config, job.train_iter.steps_per_epoch)
-  tx = optim.make_optimizer(config.optimizer, plan.total_steps, trainable=job.trainable)
+  tx = optim.make_optimizer(config.optimizer, plan.total_steps, trainable=job.trainable,
+                            seed=config.seed)
   contract = checkpointing.run_contract(config, checkpointing.data_fingerprint(job.data),
                                         plan.total_steps, plan.eval_every,
                                         plan.checkpoint_every)

@@ -8,7 +8,8 @@
 #     bash experiments/pretrained/transfer_tweets.sh runs/transfer_tweets
 #   python experiments/summarize_runs.py runs/transfer_tweets
 # Rows (ROWS, default all, in this order; ROWS="" none): softmax, then per variant its transfer, naive and
-# control runs (KINDS, default "transfer naive control": which of the three); each row for every
+# control runs (KINDS, default "transfer naive control": which of the three; "lora" adds the transfer
+# fine-tuned through rank-8 LoRA factors instead, at LORA_LR, default 5e-4); each row for every
 # seed before the next row. Then (EXTRA, default all; "" none) the
 # transfer from the task-fine-tuned teacher (the softmax run of the same seed:
 # attention_transfer.teacher) and, for the Hedgehog map (when EXTRA has it), with its weights loss too. Resumable (finished runs are
@@ -53,6 +54,14 @@ for row in ${ROWS-additive linear_hedgehog hybrid linear_elu1 linear_t2r}; do
   for seed in $seeds; do
     [[ $kinds == *" naive "* ]] || break
     run "${row}_naive" "$seed" ${variant[$row]}
+  done
+  # LoRA (textattn/lora.py): the same stage, then rank-8 factors on the attention projections,
+  # the new attention parameters and the head in full, the rest frozen.
+  # shellcheck disable=SC2086
+  for seed in $seeds; do
+    [[ $kinds == *" lora "* ]] || break
+    run "${row}_transfer_lora${LORA_LR:+_$LORA_LR}" "$seed" ${variant[$row]} --config.attention_transfer.num_steps="$steps" \
+      ${stage[$row]:-} --config.optimizer.lora.rank=8 --config.optimizer.learning_rate="${LORA_LR:-5e-4}"
   done
   # The control: the stage's steps added to the fine-tuning (190 + steps), same schedule shape.
   # shellcheck disable=SC2086

@@ -63,6 +63,10 @@ def validate_config(config) -> None:
       raise UsageError(f"config.optimizer.layer_decay={config.optimizer.layer_decay} decays the "
                        f"rates of a pretrained encoder's layers; set config.model.pretrained, or "
                        f"leave layer_decay=1.")
+    if config.optimizer.lora.rank:
+      raise UsageError(f"config.optimizer.lora.rank={config.optimizer.lora.rank} adapts a "
+                       f"pretrained encoder's weights and freezes the rest; set "
+                       f"config.model.pretrained, or leave lora.rank=0.")
     return
   spec = m.pretrained
   if not isinstance(spec, str):

@@ -102,6 +102,9 @@ def validate(config, device_count: int | None) -> None:
   check_choice("model.dtype", m.dtype, tuple(DTYPES))
   if not 0 <= m.dropout_rate < 1:
     raise UsageError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
+  if config.optimizer.lora.rank:
+    raise UsageError(f"config.optimizer.lora.rank={config.optimizer.lora.rank} adapts a "
+                     f"pretrained model's weights; a language model has none: leave it at 0.")
   if config.optimizer.layer_decay != 1.0:
     raise UsageError(f"config.optimizer.layer_decay={config.optimizer.layer_decay} decays a "
                      f"pretrained encoder's layers; a language model has none: leave it at 1.")

@@ -105,6 +105,9 @@ def validate(config, device_count: int | None) -> None:
   if config.model.share_embeddings and not config.shared_vocab:
     raise UsageError("config.model.share_embeddings=True needs one vocabulary for both sides: "
                      "set config.shared_vocab=True (or share_embeddings=False).")
+  if config.optimizer.lora.rank:
+    raise UsageError(f"config.optimizer.lora.rank={config.optimizer.lora.rank} adapts a "
+                     f"pretrained model's weights; a translation model has none: leave it at 0.")
   if config.optimizer.layer_decay != 1.0:
     raise UsageError(f"config.optimizer.layer_decay={config.optimizer.layer_decay} decays the "
                      f"rates of a pretrained encoder's layers (a classification run's "
