@@ -18,6 +18,7 @@ from tests.test_train import assert_trees_identical, restore_params
 from textattn import checkpointing, errors, lora, optim
 from textattn import run as runner
 from textattn.errors import UsageError
+from textattn.models import bert
 from textattn.pretrained import hf
 
 
@@ -135,7 +136,6 @@ def test_a_swapped_in_attentions_new_parameters_train_in_full(attention, options
   """The default groups on a student encoder: its attention projections' kernels through the
   factors, its new attention parameters (not the checkpoint's) and the head in full, the rest
   frozen (the LayerNorm named norm_attention too)."""
-  from textattn.models import bert
   config = hf.load(str(FIXTURE)).config
   model = bert.BertClassifier(config, 2, attention=attention, attention_impl="xla",
                               attention_options=options)

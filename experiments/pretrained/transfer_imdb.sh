@@ -90,6 +90,12 @@ for seed in $seeds; do
   has additive_transfer_ft_steps2 && run additive_transfer_ft_steps2 "$seed" "${additive[@]}" \
     "${teacher[@]}" --config.num_train_steps=$((2 * steps)) \
     --config.optimizer.warmup_steps=$((2 * steps / 10))
+  # The 5x row's stage, then fine-tuning through rank-8 LoRA factors on the attention projections
+  # (textattn/lora.py; the new attention parameters and the head in full) at LORA_LR (default
+  # 5e-4) instead of the whole model, LoLCATs' second stage, 2026-12-01.
+  has additive_transfer_ft_lora && run additive_transfer_ft_lora${LORA_LR:+_$LORA_LR} "$seed" \
+    "${additive[@]}" "${teacher[@]}" --config.optimizer.lora.rank=8 \
+    --config.optimizer.learning_rate="${LORA_LR:-5e-4}"
   has window_additive_transfer_ft && run window_additive_transfer_ft "$seed" \
     --config.model.attention=window_additive --config.model.window.size="${WINDOW:-16}" \
     --config.attention_transfer.train=new+out+qk "${teacher[@]}"
