@@ -52,8 +52,11 @@ def test_the_loss_is_zero_when_the_student_is_the_teacher(setting):
                                   whole_block=whole_block)
   for whole_block in (False, True):
     total, parts = loss_against(teacher, teacher, tokens, mask, whole_block)
-    assert float(total) == 0.0 and parts["layer"].shape == (c.num_layers,)
-    assert np.all(np.asarray(parts["relative"]) == 0.0)
+    # Zero up to float32 rounding: XLA may fuse the teacher's and the student's copy of the
+    # same layer differently (it does with the suite's CPU flags, tests/conftest.py); a wrong
+    # layer, input or mask gives relative errors of order 1.
+    assert float(total) <= 1e-12 and parts["layer"].shape == (c.num_layers,)
+    assert np.all(np.asarray(parts["relative"]) <= 1e-6), parts["relative"]
   zero = jax.tree.map(jnp.zeros_like, teacher)  # outputs zeros: relative error exactly 1
   np.testing.assert_allclose(np.asarray(loss_against(zero, teacher, tokens, mask)[1]["relative"]),
                              1.0, rtol=1e-6)

@@ -15,8 +15,9 @@ import sys
 import pytest
 
 SHARDED = ("softmax", "causal", "additive", "causal_additive_recurrent")
-# (data, sequence); 4 shards are checked on the 2 x 4 mesh, which also splits the batch
-MESHES = ((1, 2), (1, 8), (2, 4))
+# (data, sequence); 4 shards are checked on the 2 x 4 mesh, which also splits the batch. (Two
+# shards: the language-model test below, 1 x 2 and 2 x 2, for the causal forms.)
+MESHES = ((1, 8), (2, 4))
 TOLERANCE = 1e-5  # relative to the largest value of the compared output or gradient
 
 
@@ -137,9 +138,9 @@ def _inputs(batch=2, length=32, embed=8):
   x = jnp.asarray(rng.normal(size=(batch, length, embed)), jnp.float32)
   cotangent = jnp.asarray(rng.normal(size=(batch, length, embed)), jnp.float32)
   mask = np.ones((batch, length), bool)
-  # Row 0: padding at 5-7 (the end of a shard for S = 4 and 8, inside one for S = 2), then from
-  # 20 on (whole shards). Row 1: its first three positions (causal rows seeing no real key), one
-  # inside a shard (13) and the last two.
+  # Row 0: padding at 5-7 (the end of a shard for S = 4 and 8), then from 20 on (whole shards).
+  # Row 1: its first three positions (causal rows seeing no real key), one inside a shard (13)
+  # and the last two.
   mask[0, 5:8] = False
   mask[0, 20:] = False
   mask[1, :3] = False

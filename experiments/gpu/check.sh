@@ -35,10 +35,11 @@ bench() {
   wired -m textattn.benchmark --mode=train_step --config=configs/imdb_keras_example.py \
     --warmup=5 --repeats=50 --out_dir=/tmp/bench --overwrite "$@" 2>&1 | grep -E "^train_step|rror" | head -3
 }
-[ "$REHEARSE" = 1 ] && BATCHES=${BATCHES:-32}  # (the same commands at every batch size)
+# (a rehearsal checks the command once: the loops only change flag values)
+[ "$REHEARSE" = 1 ] && BATCHES=${BATCHES:-32} ATTENTIONS=${ATTENTIONS:-additive} DETERMINISTIC=False
 for batch in ${BATCHES:-32 256}; do
-  for attention in softmax additive; do
-    for deterministic in True False; do
+  for attention in ${ATTENTIONS:-softmax additive}; do
+    for deterministic in ${DETERMINISTIC:-True False}; do
       echo "batch=$batch $attention deterministic=$deterministic"
       bench --batch_size=$batch --config.model.attention=$attention \
         --config.platform.deterministic=$deterministic
