@@ -180,7 +180,8 @@ def _exactness_of(name: str, segment_ids) -> dict:
   kwargs = {"num_heads": 2, "implementation": "xla", "dtype": jnp.float32, "name": "attention"}
   extra = {} if segment_ids is None else {"segment_ids": segment_ids}
   one = variant.build(**kwargs)
-  params = one.init(jax.random.key(0), x, mask)
+  # (jitted: op by op, an init compiles ~200 small programs, most of this check's time)
+  params = jax.jit(one.init)(jax.random.key(0), x, mask)
 
   def outputs_and_gradients(module):
     def loss(params, x):
@@ -280,8 +281,8 @@ def _lm_segments(name: str) -> dict:
   ids, positions = jnp.asarray(ids), jnp.asarray(np.stack([positions, np.arange(30)]))
   changed = inputs.at[0, 12:18].set((inputs[0, 12:18] + 7) % 200 + 3)  # inside document 2
   one = lm_model.build(config, 258)
-  params = one.init(jax.random.key(0), inputs)
-  reference = one.apply(params, inputs, ids, positions)
+  params = jax.jit(one.init)(jax.random.key(0), inputs)  # (jitted: one compile, not hundreds)
+  reference = jax.jit(one.apply)(params, inputs, ids, positions)
   result = {}
   for data, shards in ((1, 2), (2, 2)):
     mesh = sharding.make_mesh(data, shards)
