@@ -36,7 +36,7 @@ bench() {
     --warmup=5 --repeats=50 --out_dir=/tmp/bench --overwrite "$@" 2>&1 | grep -E "^train_step|rror" | head -3
 }
 # (a rehearsal checks the command once: the loops only change flag values)
-[ "$REHEARSE" = 1 ] && BATCHES=${BATCHES:-32} ATTENTIONS=${ATTENTIONS:-additive} DETERMINISTIC=False
+[ "$REHEARSE" = 1 ] && BATCHES=${BATCHES:-32} ATTENTIONS=${ATTENTIONS:-additive} DETERMINISTIC=${DETERMINISTIC:-False}
 for batch in ${BATCHES:-32 256}; do
   for attention in ${ATTENTIONS:-softmax additive}; do
     for deterministic in ${DETERMINISTIC:-True False}; do
