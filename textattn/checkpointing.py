@@ -29,7 +29,6 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
-from orbax.checkpoint._src.metadata import array_metadata_store
 from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 
 from textattn import config as config_lib
@@ -57,10 +56,11 @@ def _one_writer_per_array_on_a_cpu() -> None:
   devices). The files are the same either way. GPUs (Orbax's own default there) and TPUs keep
   Orbax's choice. Registered once a process (Orbax warns on each override)."""
   handler = ocp.type_handlers.get_type_handler(jax.Array)
+  # (Orbax has no public reader of the choice: an Orbax without these attributes keeps its own.)
   if jax.default_backend() == "cpu" and getattr(handler, "_use_replica_parallel", False):
     ocp.type_handlers.register_type_handler(jax.Array, ocp.type_handlers.ArrayHandler(
-        use_replica_parallel=False, array_metadata_store=array_metadata_store.Store()),
-        override=True)
+        use_replica_parallel=False,
+        array_metadata_store=getattr(handler, "_array_metadata_store", None)), override=True)
 
 
 def checkpoint_manager(workdir: str, keep: int, metric: str = "val/accuracy",
