@@ -1,6 +1,7 @@
 """textattn.predict / textattn.load: a trained workdir used on new text."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -66,8 +67,16 @@ def test_cli_writes_json_lines_and_refuses_bad_requests_in_one_line(trained, tmp
   assert [r["text"] for r in rows] == ["what a good film", "bad \ufffd\ufffd bytes here", ""]
   assert "1 line(s) are not valid UTF-8" in done.stderr
   assert rows[2]["label"] is None and "1 blank text(s)" in done.stderr  # (the empty line)
+  # A training run's save in flight (Orbax's temporary step directory) is left alone: readers
+  # once ran Orbax's start-up clean-up, which deleted it (and could print a thread's traceback
+  # when they exited quickly, as the --checkpoint=999 error below does).
+  in_flight = tmp / "run" / "checkpoints" / "80.orbax-checkpoint-tmp-1764640000"
+  in_flight.mkdir()
+  (in_flight / "part").write_text("written by the training run")
   one = run("--text=a good one", "--text=awful")
   assert one.returncode == 0 and len(one.stdout.splitlines()) == 2
+  assert (in_flight / "part").read_text() == "written by the training run"
+  shutil.rmtree(in_flight)
   broken = tmp_path / "broken.jsonl"
   broken.write_text('{"text": "fine"}\n{"text": \n[1, 2]\n')
   other = tmp_path / "other.jsonl"

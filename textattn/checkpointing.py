@@ -40,23 +40,20 @@ FAILED_DIR = "checkpoints-failed-verification"
 
 
 def _hide_expected_warnings(record) -> bool:
-  """A logging filter for two Orbax warnings about what is meant: "Requested `tracked_metric`;
-  did not provide metrics." on every save without metrics (a stop's own checkpoint on SIGINT/
-  SIGTERM and, with final_params="last", those between evaluations: only evaluated steps compete
-  for best), and the registry's note when _one_writer_per_array_on_a_cpu replaces a handler."""
-  message = record.getMessage()
-  return not ("did not provide metrics" in message
-              or "overriding jax.Array" in message)
+  """Drops two Orbax warnings about what is meant: "did not provide metrics" (saves between
+  evaluations and on SIGINT/SIGTERM: only evaluated steps compete for best), and the registry's
+  note when _one_writer_per_array_on_a_cpu replaces a handler."""
+  return not any(part in record.getMessage()
+                 for part in ("did not provide metrics", "overriding jax.Array"))
 
 
 def _one_writer_per_array_on_a_cpu() -> None:
   """On a CPU, Orbax's replica-parallel saving (each of R devices holding a replicated array
-  writes 1/R of it) is turned off: the devices share one host's memory and disk, so it only
-  costs eager slice programs to compile, R per array (~1.5 s a save of a tiny model on 8
-  devices). The files are the same either way. GPUs (Orbax's own default there) and TPUs keep
-  Orbax's choice. Registered once a process (Orbax warns on each override)."""
+  writes 1/R of it) is off: the devices share one host's memory and disk, so it only cost R
+  eager slice programs per array to compile (~1.5 s a save of a tiny model on 8 devices). Either
+  way restores the same (tests/test_checkpointing.py). GPUs (off by Orbax's default) and TPUs
+  keep Orbax's choice. Only private attributes tell it: an Orbax without them keeps its own."""
   handler = ocp.type_handlers.get_type_handler(jax.Array)
-  # (Orbax has no public reader of the choice: an Orbax without these attributes keeps its own.)
   if jax.default_backend() == "cpu" and getattr(handler, "_use_replica_parallel", False):
     ocp.type_handlers.register_type_handler(jax.Array, ocp.type_handlers.ArrayHandler(
         use_replica_parallel=False,
@@ -64,8 +61,11 @@ def _one_writer_per_array_on_a_cpu() -> None:
 
 
 def checkpoint_manager(workdir: str, keep: int, metric: str = "val/accuracy",
-                       higher_is_better: bool = True) -> ocp.CheckpointManager:
-  """Keeps the latest `keep` checkpoints plus the best by `metric` (the task's Job names it)."""
+                       higher_is_better: bool = True, read_only=False) -> ocp.CheckpointManager:
+  """Keeps the latest `keep` checkpoints plus the best by `metric` (the task's Job names it).
+  read_only (predict, load, a teacher): creates nothing and leaves temporary step directories
+  alone, which may be a running training's save in flight (Orbax's start-up clean-up deleted
+  them, from a background thread that could outlive a quick error exit)."""
   logging.get_absl_logger().addFilter(_hide_expected_warnings)  # (added once)
   _one_writer_per_array_on_a_cpu()
   policy = preservation.AnyPreservationPolicy([
@@ -75,8 +75,8 @@ def checkpoint_manager(workdir: str, keep: int, metric: str = "val/accuracy",
   ])
   # best_fn as well as the policy: without it Orbax neither writes the metrics to disk nor
   # answers best_step() with anything but the latest step.
-  options = ocp.CheckpointManagerOptions(preservation_policy=policy, create=True,
-                                         cleanup_tmp_directories=True,
+  options = ocp.CheckpointManagerOptions(preservation_policy=policy, create=not read_only,
+                                         cleanup_tmp_directories=not read_only,
                                          best_fn=lambda metrics: metrics[metric],
                                          best_mode="max" if higher_is_better else "min")
   return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
@@ -319,9 +319,9 @@ def state_shapes(abstract_state) -> dict:
 
 
 def open_manager(workdir: str, keep: int, metric: str = "val/accuracy",
-                 higher_is_better: bool = True) -> ocp.CheckpointManager:
+                 higher_is_better: bool = True, read_only: bool = False) -> ocp.CheckpointManager:
   try:
-    return checkpoint_manager(workdir, keep, metric, higher_is_better)
+    return checkpoint_manager(workdir, keep, metric, higher_is_better, read_only)
   except Exception as e:  # e.g. a damaged checkpoint's metrics or metadata
     directory = os.path.join(workdir, "checkpoints")
     logging.debug("Opening the checkpoints in %s failed: %s", directory, e)

@@ -129,7 +129,7 @@ def restore_params(workdir: str, checkpoint: str, config, model, length: int | N
   `higher_is_better`: what "best" is chosen by (the task's Job.metric). What every task's
   `load` restores with."""
   manager = checkpointing.open_manager(workdir, int(config.keep_checkpoints), metric,
-                                       higher_is_better)
+                                       higher_is_better, read_only=True)
   try:
     steps = sorted(manager.all_steps())
     if not steps:
