@@ -61,7 +61,8 @@ def _one_writer_per_array_on_a_cpu() -> None:
 
 
 def checkpoint_manager(workdir: str, keep: int, metric: str = "val/accuracy",
-                       higher_is_better: bool = True, read_only=False) -> ocp.CheckpointManager:
+                       higher_is_better: bool = True,
+                       read_only: bool = False) -> ocp.CheckpointManager:
   """Keeps the latest `keep` checkpoints plus the best by `metric` (the task's Job names it).
   read_only (predict, load, a teacher): creates nothing and leaves temporary step directories
   alone, which may be a running training's save in flight (Orbax's start-up clean-up deleted
