@@ -22,7 +22,7 @@ from textattn.attention import window_additive
 WINDOW = 3  # L = 11: four blocks in the chunked kernel, the last padded
 
 
-def slot_reference(q, k, v, mask, alpha, beta, bias):
+def slot_reference(q, k, v, mask, alpha, beta, bias, window=WINDOW):
   """out [B, L, H, D] by the formula, with the masks written out: alpha over each head's query
   scores (all heads' features against alpha's column) gives g_q; p = k * g_q per head, beta
   likewise over p; k_g, v_g the beta-weighted keys and values; then each query's softmax over
@@ -39,7 +39,7 @@ def slot_reference(q, k, v, mask, alpha, beta, bias):
   b = over_tokens(p.reshape(B, L, H * D) @ beta / np.sqrt(D))
   k_g, v_g = jnp.sum(b[..., None] * k, axis=1), jnp.sum(b[..., None] * v, axis=1)
   t, i = np.arange(L)[:, None], np.arange(L)[None, :]
-  seen = (np.abs(t - i) <= WINDOW)[None, None] & mask[:, None, None, :]  # [B, 1, L, L]
+  seen = (np.abs(t - i) <= window)[None, None] & mask[:, None, None, :]  # [B, 1, L, L]
   scores = jnp.einsum("bthd,bihd->bhti", q, k) / np.sqrt(D)
   slot = jnp.einsum("bthd,bhd->bht", q, k_g) / np.sqrt(D) + bias[None, :, None]
   top = jnp.maximum(jnp.max(jnp.where(seen, scores, -np.inf), axis=-1), slot)
@@ -51,8 +51,10 @@ def slot_reference(q, k, v, mask, alpha, beta, bias):
   return out
 
 
-@pytest.mark.parametrize("kernel", ["xla", "chunked"])
-def test_window_additive_matches_float64_values_and_gradients(kernel):
+# window 0: each token attends to itself and the slot only (the chunked kernel's blocks of one)
+@pytest.mark.parametrize("kernel, window", [("xla", WINDOW), ("chunked", WINDOW), ("xla", 0),
+                                            ("chunked", 0)])
+def test_window_additive_matches_float64_values_and_gradients(kernel, window):
   rng = np.random.default_rng(5)
   q, k, v, cotangent = (rng.normal(size=(B, L, H, D)).astype(np.float32) for _ in range(4))
   alpha, beta = (rng.normal(size=(H * D, H)).astype(np.float32) for _ in range(2))
@@ -60,12 +62,12 @@ def test_window_additive_matches_float64_values_and_gradients(kernel):
   mask, _ = padding_and_segments()
   fn = window_additive.KERNELS[kernel]
   got = jax.jit(lambda *a: values_and_grads(
-      lambda q, k, v, al, be, bi: fn(q, k, v, jnp.asarray(mask), al, be, bi, window=WINDOW),
+      lambda q, k, v, al, be, bi: fn(q, k, v, jnp.asarray(mask), al, be, bi, window=window),
       a, cotangent * mask[:, :, None, None]))(q, k, v, alpha, beta, bias)
   with jax.enable_x64(True):
     args = tuple(jnp.asarray(a, jnp.float64) for a in (q, k, v, alpha, beta, bias))
     want = jax.jit(lambda *a: values_and_grads(  # (one compiled program, not op by op)
-        lambda *a: slot_reference(*a[:3], mask, *a[3:]), a,
+        lambda *a: slot_reference(*a[:3], mask, *a[3:], window), a,
         jnp.asarray(cotangent * mask[:, :, None, None], jnp.float64)))(*args)
   real = mask[:, :, None, None]
   assert_relatively_close(np.asarray(got[0]) * real, np.asarray(want[0]) * real, 2e-5, "out")
@@ -102,3 +104,26 @@ def test_attention_transfer_trains_the_scoring_kernels_and_slot_bias_as_new():
   trains = attention_transfer.trainable(student, teacher, "new")["encoder"]["block_0"]
   assert {name for name, leaf in trains["attention"].items()
           if all(jax.tree.leaves(leaf))} == {"alpha_kernel", "beta_kernel", "slot_bias"}
+
+
+def test_window_0_reaches_the_model_and_a_negative_window_is_refused():
+  import re
+
+  from tests.test_models import small_config
+  from textattn import models
+  from textattn.errors import UsageError
+  tokens = jnp.asarray(np.random.default_rng(0).integers(1, 50, (2, 16)))
+  config = small_config("window_additive", "auto")
+  config.model.window = attention.default_options("window_additive")
+  outputs = {}
+  for size in (15, 0):  # (15: the whole row of 16; 0 taken for "unset" would give the same)
+    config.model.window.size = size
+    model = models.build_model(config, num_classes=2)
+    if size == 15:
+      params = jax.jit(model.init)(jax.random.key(0), tokens)
+    outputs[size] = np.asarray(jax.jit(model.apply)(params, tokens))
+  assert np.abs(outputs[0] - outputs[15]).max() > 1e-4
+  config.model.window.size = -1
+  with pytest.raises(UsageError, match=re.escape("config.model.window.size=-1 must be a number "
+                                                 "of positions, 0 or more")):
+    models.build_model(config, num_classes=2)

@@ -34,7 +34,7 @@ seeds=${SEEDS:-0 1 2}
 # additive_transfer_ft_distill (additive_transfer_ft whose fine-tuning also distils the teacher's
 # predictions: attention_transfer.distill=DISTILL, default 0.5, at TEMPERATURE, default 2); and
 # window_additive_transfer_ft (the window (+-WINDOW, default 16) + additive-slot hybrid, from the
-# fine-tuned teacher).
+# fine-tuned teacher); slot_additive_transfer_ft (the same at window 0: the token and the slot).
 rows=${ROWS:-softmax linear_transfer additive_transfer additive_naive}
 additive=(--config.model.attention=additive --config.attention_transfer.train=new+out+qk)
 has() { [[ " $rows " == *" $1 "* ]]; }
@@ -98,6 +98,11 @@ for seed in $seeds; do
     --config.optimizer.learning_rate="${LORA_LR:-5e-4}"
   has window_additive_transfer_ft && run window_additive_transfer_ft "$seed" \
     --config.model.attention=window_additive --config.model.window.size="${WINDOW:-16}" \
+    --config.attention_transfer.train=new+out+qk "${teacher[@]}"
+  # The hybrid without its window (2026-12-02): each token attends to itself and the additive
+  # slot only, O(length): is it the window or the slot that closes the gap?
+  has slot_additive_transfer_ft && run slot_additive_transfer_ft "$seed" \
+    --config.model.attention=window_additive --config.model.window.size=0 \
     --config.attention_transfer.train=new+out+qk "${teacher[@]}"
 done
 if has additive_naive; then

@@ -25,6 +25,10 @@ Kernels (the same function): xla `window_additive_attention`, the [length, lengt
 a banded mask (the reference); chunked `blocked_window_additive_attention`, blocks of `window`
 queries against their own and neighbouring blocks, O(length * window) memory. "auto" picks
 chunked from CHUNKED_FROM_WINDOWS windows on. No cached decoding and no segment ids.
+
+Window 0 (config.model.window.size=0) keeps no neighbours: each token attends to itself and the
+slot only, O(length) like "additive", with no local softmax (the ablation asking what the
+window does in attention transfer, RESULTS section 31).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import jax.numpy as jnp
 from textattn.attention import additive, registry, sliding_window
 from textattn.attention.common import Array, dense_init
 from textattn.attention.sliding_window import block_offsets, in_band, to_blocks, with_neighbours
+from textattn.errors import UsageError
 from textattn.flax_layers import DenseGeneral
 
 WINDOW = sliding_window.WINDOW
@@ -126,6 +131,8 @@ class WindowAdditiveAttention(nn.Module):
   def __call__(self, x: Array, padding_mask: Array, decode: bool = False) -> Array:
     if decode:
       raise ValueError("decode=True: window_additive is bidirectional and has no decoding step.")
+    if self.window < 0:
+      raise ValueError(f"window={self.window} must be 0 or more positions.")
     embed = x.shape[-1]
     heads = self.num_heads
     head_dim = self.head_dim or embed // heads
@@ -142,6 +149,15 @@ class WindowAdditiveAttention(nn.Module):
                         name="out")(out.astype(self.dtype))
 
 
+def window_keywords(size: int) -> dict:
+  """config.model.window.size -> the build keyword `window`; 0 allowed (the token and the
+  slot only)."""
+  if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+    raise UsageError(f"config.model.window.size={size!r} must be a number of positions, 0 or "
+                     f"more (0: each token attends to itself and the global slot).")
+  return {"window": size}
+
+
 def forward_flops(batch: int, length: int, heads: int, head_dim: int,
                   window: int = WINDOW) -> float:
   """QK^T and PV over each query's band (min(2 window + 1, L) keys) and the slot: 4 B H L
@@ -155,7 +171,7 @@ registry.register(registry.Variant(
     build=WindowAdditiveAttention,
     options="window",
     option_defaults=(("size", WINDOW),),
-    option_keywords=sliding_window.window_keywords,
+    option_keywords=window_keywords,
     implementations=IMPLEMENTATIONS,
     resolve=resolve,
     forward_flops=forward_flops,
