@@ -4,6 +4,7 @@ HuffPost News Category config on a fixture in that format."""
 
 import json
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -123,6 +124,35 @@ def test_cache_is_keyed_by_every_file(tmp_path, monkeypatch):
   write_tsv(validation, rows("va", 3))
   assert split_sizes(ip.load_dataset(config, None)) == (30, 3, 9)
   assert len(list(cache.glob("train-word-*.npz"))) == 4
+
+
+def test_a_file_changed_while_read_stops_the_run_and_caches_nothing(tmp_path, monkeypatch):
+  train = write_tsv(tmp_path / "train.tsv", rows("tr", 30))
+  config = make_config(tmp_path, train)
+  original = file_source.FileSource.read
+
+  def read_while_it_grows(self, *args):  # (a copy still running while the run reads it)
+    raw = original(self, *args)
+    with open(train, "a", encoding="utf-8") as f:
+      f.write("late0 shared\tb\n")
+    return raw
+
+  monkeypatch.setattr(file_source.FileSource, "read", read_while_it_grows)
+  with pytest.raises(ip.DataError, match=r"train.tsv changed while it was being read .*"
+                                         r"Nothing was cached\."):
+    ip.load_dataset(config, None)
+  assert not list(pathlib.Path(config.cache_dir).glob("train-*"))
+  monkeypatch.setattr(file_source.FileSource, "read", original)
+  assert len(ip.load_dataset(config, None).train) > 0  # the finished file: read and cached
+  assert list(pathlib.Path(config.cache_dir).glob("train-*"))
+
+
+def test_a_column_named_twice_in_the_header_is_refused(tmp_path):
+  train = write_tsv(tmp_path / "train.tsv", [f"{r}\tmore" for r in rows("tr", 30)],
+                    header="text\tlabel\ttext")
+  with pytest.raises(ip.DataError, match=re.escape(
+      "line 1: column 'text' appears 2 times in the header (columns 1, 3); rename all but one")):
+    ip.load_dataset(make_config(tmp_path, train), None)
 
 
 @pytest.mark.parametrize("field, value, message", [

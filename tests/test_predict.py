@@ -1,6 +1,7 @@
 """textattn.predict / textattn.load: a trained workdir used on new text."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from tests.test_train import REPO, tiny_config, write_sentiment_jsonl
 from textattn import compare
 from textattn import run as runner
 from textattn.data import file_source
+from textattn.errors import DataError
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +86,27 @@ def test_cli_writes_json_lines_and_refuses_bad_requests_in_one_line(trained, tmp
   for args, message in [(["--text=x", "--checkpoint=999"], "--checkpoint='999' is not available"),
                         ([], "give the texts with --text=STR"),
                         ([f"--input={broken}"], "line 2: invalid JSON"),
-                        ([f"--input={other}"], "line 2: field(s) ['text'] not found")]:
+                        ([f"--input={other}"], "line 2: field(s) ['text'] not found"),
+                        # (refused before the model loads, not after every text is predicted)
+                        ([f"--input={texts}", f"--output={tmp_path}"], "is a directory; give")]:
     bad = run(*args)
     assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("comma.csv", "text,label\nHello, world,pos\n", "line 2: expected 2 fields (the header has 2)"),
+    ("quote.csv", 'text,label\n"abc"def,pos\n', "line 2: malformed CSV"),
+    ("twice.tsv", "text\tlabel\ttext\na\tpos\tb\n", "column 'text' appears 2 times"),
+    ("list.jsonl", '{"text": ["a", "b"]}\n', "line 1: field 'text' must be a string, found list"),
+    ("zero.jsonl", '{"text": 0}\n', "line 1: field 'text' must be a string, found int"),
+], ids=["extra_field", "bad_quote", "duplicate_column", "json_list", "json_number"])
+def test_a_file_to_predict_is_read_as_strictly_as_training_reads_it(trained, tmp_path, name,
+                                                                     content, message):
+  # Training refuses each of these in one line; prediction once read them silently otherwise
+  # ("Hello" as the text and "world" as the label; the last "text" column; "['a', 'b']").
+  tmp, _, _ = trained
+  path = tmp_path / name
+  path.write_text(content, encoding="utf-8")
+  with pytest.raises(DataError, match=re.escape(message)):
+    textattn.load(str(tmp / "run")).read_texts(str(path))

@@ -35,6 +35,21 @@ from textattn.data.cache import atomic_write
 from textattn.errors import DataError, user_errors
 
 
+def check_output(path: str) -> None:
+  """A DataError unless `path` can be a file written by atomic_write (which makes its folders):
+  not a directory, and its nearest existing ancestor a writable directory."""
+  if path.endswith(("/", os.sep)) or os.path.isdir(path):
+    raise DataError(f"--output={path} is a directory; give a file name, e.g. "
+                    f"{os.path.join(path, 'predictions.jsonl')}.")
+  ancestor = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(ancestor):
+    ancestor = os.path.dirname(ancestor)
+  if not os.path.isdir(ancestor):
+    raise DataError(f"--output={path}: {ancestor} is a file, not a folder.")
+  if not os.access(ancestor, os.W_OK):
+    raise DataError(f"--output={path}: the folder {ancestor} is not writable.")
+
+
 def main(argv) -> None:
   from absl import flags, logging
   del argv
@@ -46,6 +61,8 @@ def main(argv) -> None:
           "neither.", file=sys.stderr)
     sys.exit(2)
   with user_errors():
+    if values.output:
+      check_output(values.output)  # (before the work, not after it)
     import textattn  # (lazy: `python -m textattn.predict --help` stays instant)
     model = textattn.load(values.workdir, values.checkpoint, values.plugin)
     if not hasattr(model, "predict"):
@@ -70,7 +87,11 @@ def main(argv) -> None:
           f"label and probabilities are null.", file=sys.stderr)
   lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
   if values.output:
-    atomic_write(values.output, lambda f: f.write(lines))
+    with user_errors():
+      try:
+        atomic_write(values.output, lambda f: f.write(lines))
+      except OSError as error:
+        raise DataError(f"--output={values.output}: cannot be written ({error.strerror}).") from None
     print(f"Wrote {len(rows)} predictions to {values.output} (checkpoint step {model.step}).",
           file=sys.stderr)
   else:

@@ -166,7 +166,8 @@ def load_dataset(config, workdir: str | None, *, write: bool = True,
     raise ValueError("config.model.pretrained is set: load_dataset needs the model's tokenizer.")
   if tokenizer is None and config.tokenizer == "byte":
     tokenizer = tokenizer_lib.ByteTokenizer()
-  cache = Cache(config, data_source.identity(write), writable=write)
+  identity = data_source.identity(write)
+  cache = Cache(config, identity, writable=write)
   if tokenizer is None:
     tokenizer = cache.load_vocab()
   cached = cache.load_arrays(tokenizer) if tokenizer is not None else None
@@ -183,9 +184,16 @@ def load_dataset(config, workdir: str | None, *, write: bool = True,
       print(f"Reading {data_source.description} and encoding it (cached for later runs) ...",
             flush=True)
     raw = data_source.read(config.val_fraction, config.data_seed)
-    # Key the cache by what was actually read, and never cache mocked TFDS data.
-    cache = Cache(config, data_source.identity(write) if data_source.cacheable() else None,
-                  writable=write)
+    # Key the cache by what was read, and never cache mocked TFDS data. A local file that
+    # changed while it was read (still being copied?) may have been read in part: caching that
+    # under the finished file's key would serve it to every later run, so the run stops instead.
+    # (TFDS writes its own files while preparing a dataset: its reads are TFDS's to check.)
+    read_identity = data_source.identity(write) if data_source.cacheable() else None
+    if isinstance(data_source, FileSource) and read_identity != identity:
+      raise DataError(f"{data_source.description} changed while it was being read (is it "
+                      f"still being written?); run again once it is complete. Nothing was "
+                      f"cached.")
+    cache = Cache(config, read_identity, writable=write)
     standardized = tokenizer_kind(config) in ("word", "ngram")
     if standardized:  # Once per text, not once for counting and again for encoding.
       raw.texts = {s: [tokenizer_lib.standardize(t) for t in texts]

@@ -160,6 +160,7 @@ class FileSource:
         header = [name.strip() for name in header]
         names = f"the header has {len(header)}"
       missing = [f for f in text_fields + [self.label_field] if f not in header]
+      raw_lib.check_unique_columns(path, header, text_fields + [self.label_field])
       if missing:
         raise DataError(f"{path}, line 1: column(s) {missing} not found; "
                         f"{'config.source.columns is' if self.columns else 'the header has'} "
@@ -206,12 +207,7 @@ class FileSource:
                         f"--config.source.label_field).")
       fields = []
       for field in text_fields:
-        value = record[field]
-        if value is None:
-          value = ""
-        if not isinstance(value, str):
-          raise DataError(f"{where}: field {field!r} must be a string, found "
-                          f"{type(value).__name__}.")
+        value = raw_lib.text_value(record[field], where, field)
         try:
           value.encode("utf-8")
         except UnicodeEncodeError:

@@ -89,6 +89,25 @@ def json_records(path: str, text: str) -> Iterator[tuple[int, dict]]:
     yield number, record
 
 
+def check_unique_columns(path: str, header: Sequence[str], used: Sequence[str]) -> None:
+  """A DataError when a column the run reads (`used`) is named more than once in `header`:
+  which of them is meant would be a guess (training and prediction must read the same one)."""
+  for name in dict.fromkeys(used):
+    where = [i + 1 for i, column in enumerate(header) if column == name]
+    if len(where) > 1:
+      raise DataError(f"{path}, line 1: column {name!r} appears {len(where)} times in the "
+                      f"header (columns {', '.join(map(str, where))}); rename all but one.")
+
+
+def text_value(value: Any, where: str, field: str) -> str:
+  """A JSON record's text field as a string (null: ""); anything else is a DataError."""
+  if value is None:
+    return ""
+  if not isinstance(value, str):
+    raise DataError(f"{where}: field {field!r} must be a string, found {type(value).__name__}.")
+  return value
+
+
 def join_fields(values: Sequence[str]) -> str:
   return values[0] if len(values) == 1 else " ".join(values)
 

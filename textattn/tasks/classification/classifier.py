@@ -17,6 +17,7 @@ import io
 import json
 import os
 import sys
+from collections.abc import Sequence
 
 import jax
 import ml_collections
@@ -187,39 +188,45 @@ def read_texts(path: str, config, with_labels: bool = False):
     if with_labels:
       raise DataError(f"{path}: a .txt file has no labels; evaluate a .csv/.tsv/.jsonl file.")
     return [line.rstrip("\r") for line in text.split("\n")[:-1 if text.endswith("\n") else None]]
-  records = _records(path, text, extension, str(config.source.columns))
   wanted = fields + ([config.source.label_field] if with_labels else [])
+  records = _records(path, text, extension, str(config.source.columns), wanted)
   for number, record in records:
     missing = [f for f in wanted if f not in record]
     if missing:
       raise DataError(f"{path}, line {number}: field(s) {missing} not found (the training run's "
                       f"text_fields / label_field); it has {sorted(record)}.")
-  texts = [" ".join(str(r[f] or "") for f in fields) for _, r in records]
+  texts = [" ".join(raw_lib.text_value(r[f], f"{path}, line {number}", f) for f in fields)
+           for number, r in records]
   if not with_labels:
     return texts
   return texts, [raw_lib.label_string(r[config.source.label_field]) or "" for _, r in records]
 
 
-def _records(path: str, text: str, extension: str, columns: str = "") -> list[tuple[int, dict]]:
+def _records(path: str, text: str, extension: str, columns: str = "",
+             used: Sequence[str] = ()) -> list[tuple[int, dict]]:
   """(line number, {field: value}) per record of a .csv/.tsv (a header row, names stripped as in
-  training, unless the run named headerless `columns`) or .jsonl file; malformed input is one
-  DataError naming the line."""
+  training, unless the run named headerless `columns`) or .jsonl file; malformed input (as
+  training reads it: strict quoting, every row as many fields as the header, the `used` columns
+  named once) is one DataError naming the line."""
   if extension in (".csv", ".tsv"):
     csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
     reader = csv.reader(io.StringIO(text, newline=""),
-                        delimiter="," if extension == ".csv" else "\t")
+                        delimiter="," if extension == ".csv" else "\t", strict=True)
     try:
       names = [name.strip() for name in columns.split(",") if name.strip()]
       header = names or [name.strip() for name in next(reader, [])]
+      raw_lib.check_unique_columns(path, header, used)
+      which = (f"the run's columns {','.join(names)}" if names
+               else f"the header has {len(header)}")
       rows = []
       for values in reader:
         if not values:
           continue
         if names and reader.line_num == 1 and [v.strip() for v in values] == names:
           continue  # a header row in a file of a headerless run: not a text
-        if names and len(values) != len(names):
-          raise DataError(f"{path}, line {reader.line_num}: expected {len(names)} fields (the "
-                          f"run's columns {','.join(names)}), found {len(values)}.")
+        if len(values) != len(header):
+          raise DataError(f"{path}, line {reader.line_num}: expected {len(header)} fields "
+                          f"({which}), found {len(values)}.")
         rows.append((reader.line_num, dict(zip(header, values))))
     except csv.Error as e:
       raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
