@@ -167,13 +167,40 @@ def test_the_weights_cross_entropy_is_the_teachers_entropy_when_the_weights_agre
 
 
 def test_matching_weights_is_refused_for_a_student_without_them(setting):
+  from textattn import defaults
   from textattn.errors import UsageError
+  from textattn.tasks.classification import config as classification_config
   c, _, tokens, mask, params_for = setting
   teacher, params = params_for("softmax"), params_for("additive")
   tx, step = transfer.make_step(c, "additive", teacher,
                                 transfer.trainable(params, teacher), 1e-2, weights_loss=1.0)
-  with pytest.raises(UsageError, match=r"'additive' attention has none to match"):
+  with pytest.raises(UsageError, match=r"'additive' attention does not expose"):
     step(params, tx.init(params), tokens, mask)
+  # In a run, before anything loads: additive has no weights, a causal student's are not the
+  # bidirectional teacher's (the loss normalises over all keys), window_linear records none.
+  config = defaults.complete(defaults.classification())
+  config.attention_transfer = transfer.default_config()
+  config.attention_transfer.update(num_steps=5, weights_loss=1.0)
+  config.model.pretrained = "models/bert"
+  for attention in ("additive", "causal_linear", "window_linear"):
+    config.model.attention = attention
+    with pytest.raises(UsageError, match=rf"^config.attention_transfer.weights_loss=1.0 matches "
+                                         rf"attention weights over all keys, which only 'linear' "
+                                         rf"attention exposes .*; '{attention}' has none"):
+      classification_config.validate(config, None)
+  config.model.attention = "linear"
+  classification_config.validate(config, None)
+
+
+def test_a_stage_that_would_train_nothing_is_refused(setting):
+  from textattn.errors import UsageError
+  _, _, _, _, params_for = setting
+  teacher, params = params_for("softmax"), params_for("linear")  # (elu1: no parameters)
+  with pytest.raises(UsageError, match=r"^config.attention_transfer.train='new' trains nothing "
+                                       r"for 'linear' attention"):
+    transfer.check_trains_something(transfer.trainable(params, teacher, "new"), "new", "linear")
+  transfer.check_trains_something(transfer.trainable(params, teacher, "new+out"), "new+out",
+                                  "linear")
 
 
 def test_a_run_with_a_transfer_stage_logs_it_and_resumes_bit_identically(tmp_path, monkeypatch):
@@ -188,6 +215,7 @@ def test_a_run_with_a_transfer_stage_logs_it_and_resumes_bit_identically(tmp_pat
   from tests.test_train import assert_trees_identical, restore_params
   from textattn import checkpointing, errors
   from textattn import run as runner
+  from textattn.pretrained import finetune
   model_dir = tmp_path / "tiny_bert"
   shutil.copytree(FIXTURE, model_dir)
   config = finetune_config(tmp_path, model_dir, num_train_steps=16)
@@ -217,8 +245,15 @@ def test_a_run_with_a_transfer_stage_logs_it_and_resumes_bit_identically(tmp_pat
       raise Killed
     return tx, step_then_die
   monkeypatch.setattr(transfer, "make_step", dies_in_the_stage)
+  # The workdir exists beforehand, so the run leaves what it wrote (a fresh workdir refused or
+  # interrupted before training is removed): as a SIGKILL would, a stage with no checkpoint
+  # yet, whose restart reloads the pretrained weights against the workdir's saved config.
+  (tmp_path / "resumed").mkdir()
   with pytest.raises(Killed):
     runner.train_and_evaluate(config, str(tmp_path / "resumed"))
+  assert (tmp_path / "resumed" / finetune.WORKDIR_FILE).is_file()
+  assert not (tmp_path / "resumed" / "checkpoints").exists() or not any(
+      p.name.isdigit() for p in (tmp_path / "resumed" / "checkpoints").iterdir())
   monkeypatch.setattr(transfer, "make_step", original)
   save = checkpointing.save
 
@@ -306,7 +341,7 @@ def test_a_finished_softmax_run_is_a_teacher_the_student_starts_from(tmp_path, m
   # (kept in the workdir), row for row
   assert distilled and distilled[0] == {"distill": 0.5, "temperature": 2.0}
   raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
-  saved = np.exp(np.load(tmp_path / "student" / transfer.TEACHER_FILE))
+  saved = np.exp(np.load(tmp_path / "student" / transfer.TEACHER_FILE)["log_probs"])
   wanted = textattn.load(str(tmp_path / "teacher")).predict_proba(raw.texts["train"])
   np.testing.assert_allclose(saved, wanted, rtol=1e-5, atol=1e-6)
   assert not np.allclose(saved, np.roll(wanted, 1, axis=0), rtol=1e-5, atol=1e-6)  # (rows differ)
@@ -383,3 +418,41 @@ def test_distillation_is_a_float64_kl_mixed_with_the_cross_entropy_row_by_row():
   np.testing.assert_allclose(sums["loss_sum"], np.sum(0.75 * ce + 0.25 * kd), rtol=1e-5)
   _, plain = step.train_step(state, batch)
   np.testing.assert_allclose(plain["loss_sum"], np.sum(ce), rtol=1e-5)
+
+
+def test_saved_teacher_predictions_serve_only_the_teacher_that_gave_them(tmp_path, monkeypatch):
+  # A workdir restarted before its first checkpoint may name another teacher: its saved
+  # predictions (once checked by shape only) must not be distilled from.
+  from textattn.tasks import classification
+
+  class Teacher:
+    def __init__(self, p):
+      self.p = p
+
+    def probabilities(self, inputs, progress=None):
+      computed.append(self.p)
+      return np.tile(np.float32([self.p, 1 - self.p]), (len(inputs), 1))
+
+  class Train:
+    inputs = np.zeros((4, 3), np.int32)
+
+    def __len__(self):
+      return 4
+
+  computed = []
+  monkeypatch.setattr(classification.classifier, "softmax_teacher",
+                      lambda workdir, *_: Teacher(0.25 if workdir.endswith("a") else 0.75))
+  data = type("Data", (), {"train": Train(), "class_names": ["neg", "pos"]})()
+  config = ml_collections.ConfigDict({"attention_transfer": {"teacher": str(tmp_path / "a")}})
+
+  def log_probs(teacher):
+    config.attention_transfer.teacher = str(tmp_path / teacher)
+    return np.exp(classification.teacher_log_probs(config, data, str(tmp_path), True, None))
+
+  np.testing.assert_allclose(log_probs("a")[:, 0], 0.25)
+  np.testing.assert_allclose(log_probs("a")[:, 0], 0.25)  # saved: not computed again
+  np.testing.assert_allclose(log_probs("b")[:, 0], 0.75)  # another teacher: computed
+  assert computed == [0.25, 0.75]
+  (tmp_path / transfer.TEACHER_FILE).write_bytes(b"damaged")
+  np.testing.assert_allclose(log_probs("b")[:, 0], 0.75)  # unreadable: computed again
+  assert computed == [0.25, 0.75, 0.75]

@@ -73,9 +73,14 @@ def test_bad_lora_settings_are_refused_in_one_sentence():
     optim.validate_config(opt)
   opt.lora.targets = "attention/query/kernel$"
   opt.layer_decay = 0.8
-  with pytest.raises(UsageError, match=r"^config.optimizer.lora.rank=4 trains low-rank factors"):
+  with pytest.raises(UsageError, match=r"^config.optimizer.lora.rank=4 trains low-rank factors, "
+                                       r"which layer-wise decay"):
     optim.validate_config(opt)
-  opt.layer_decay, opt.lora.targets = 1.0, "no_such_parameter"
+  opt.layer_decay, opt.grad_clip_norm = 1.0, 1.0
+  with pytest.raises(UsageError, match=r"^config.optimizer.lora.rank=4 trains low-rank factors, "
+                                       r"whose gradients exist only inside LoRA's update"):
+    optim.validate_config(opt)
+  opt.grad_clip_norm, opt.lora.targets = 0.0, "no_such_parameter"
   with pytest.raises(UsageError, match=r"^config.optimizer.lora.targets='no_such_parameter' "
                                        r"names no parameter of this model"):
     optim.make_optimizer(opt, 10).init({"dense": {"kernel": jnp.ones((2, 2))}})

@@ -84,6 +84,12 @@ def validate_config(opt: ml_collections.ConfigDict) -> None:
     raise UsageError(f"config.optimizer.layer_decay={opt.layer_decay} must be in (0, 1] (1 = the "
                      f"same rate for every layer).")
   lora.validate_config(opt.lora)
+  if opt.lora.rank and opt.grad_clip_norm:
+    raise UsageError(f"config.optimizer.lora.rank={opt.lora.rank} trains low-rank factors, whose "
+                     f"gradients exist only inside LoRA's update, so global-norm clipping "
+                     f"(grad_clip_norm={opt.grad_clip_norm}) would clip them and the fully "
+                     f"trained parameters apart, not together as PEFT does: set grad_clip_norm=0 "
+                     f"or lora.rank=0.")
   if opt.lora.rank and opt.layer_decay != 1.0:
     raise UsageError(f"config.optimizer.lora.rank={opt.lora.rank} trains low-rank factors, which "
                      f"layer-wise decay (layer_decay={opt.layer_decay}) cannot scale: use one of "

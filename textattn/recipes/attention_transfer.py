@@ -63,7 +63,8 @@ SCHEDULES = ("constant", "cosine")
 
 
 CURVE_FILE = "attention_transfer.jsonl"
-TEACHER_FILE = "teacher_log_probs.npy"  # the teacher's log-probabilities of the training split
+# The teacher's log-probabilities of the training split, and which teacher (path, step) gave them
+TEACHER_FILE = "teacher_log_probs.npz"
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -94,6 +95,12 @@ def default_config() -> ml_collections.ConfigDict:
   return c
 
 
+# The variants whose attention weights the weights loss can match: bidirectional linear
+# attention records its features phi(q), phi(k) (a causal student's weights would need the
+# causal mask on both sides; window and hybrid variants record none).
+WEIGHTS_VARIANTS = ("linear",)
+
+
 def enabled(config) -> bool:
   return "attention_transfer" in config and config.attention_transfer.num_steps > 0
 
@@ -115,6 +122,11 @@ def validate_config(config) -> None:
     raise UsageError(f"config.attention_transfer.weights_loss={part.weights_loss} matches "
                      f"attention weights, and train='block' matches the blocks' outputs; set "
                      f"weights_loss=0, or another train.")
+  if part.weights_loss and config.model.attention not in WEIGHTS_VARIANTS:
+    raise UsageError(f"config.attention_transfer.weights_loss={part.weights_loss} matches "
+                     f"attention weights over all keys, which only "
+                     f"{', '.join(map(repr, WEIGHTS_VARIANTS))} attention exposes (its feature "
+                     f"maps); {config.model.attention!r} has none to match: set weights_loss=0.")
   if not isinstance(part.teacher, str):
     raise UsageError(f"config.attention_transfer.teacher={part.teacher!r} must be a workdir path, "
                      f"or '' for the pretrained checkpoint.")
@@ -189,6 +201,9 @@ def transfer_loss(config: bert.BertConfig, student: str, student_params, teacher
   than passing its input through)."""
   if whole_block and weights_loss:
     raise ValueError("weights_loss matches attention weights; whole_block matches outputs only.")
+  if weights_loss and student not in WEIGHTS_VARIANTS:
+    raise UsageError(f"weights_loss={weights_loss} matches attention weights over all keys, "
+                     f"which {student!r} attention does not expose; set weights_loss=0.")
   teacher_attention = _attention(config, "softmax", "xla")
   student_attention = _attention(config, student, implementation, options)
   student_block = bert.BertBlock(config, student, implementation, attention_options=options)
@@ -214,10 +229,6 @@ def transfer_loss(config: bert.BertConfig, student: str, student_params, teacher
         mutable=mutable)
     if weights_loss:
       (want, taught), (got, learnt) = want, got
-      if "features" not in learnt.get("intermediates", {}):
-        raise UsageError(f"config.attention_transfer.weights_loss={weights_loss} matches "
-                         f"attention weights, and {student!r} attention has none to match (the "
-                         f"linear family's feature maps have); set weights_loss=0.")
       [(query, key)] = taught["intermediates"]["query_key"]
       [(fq, fk)] = learnt["intermediates"]["features"]
       entropies.append(weights_cross_entropy(query, key, fq, fk, padding_mask))
@@ -254,6 +265,16 @@ def trainable(student_params, teacher_params, train: str = "new+out"):
       return True  # new to the student (or reshaped): trains
     return train != "new" and bool(inside) and inside[0] in named
   return jax.tree_util.tree_map_with_path(decide, student_params)
+
+
+def check_trains_something(mask_tree, train: str, attention: str) -> None:
+  """A UsageError when `trainable`'s mask is all False: the stage would run its teacher and
+  student passes and change nothing (train='new' for a variant with no parameters of its own,
+  e.g. linear attention with the elu1 map)."""
+  if not any(jax.tree.leaves(mask_tree)):
+    raise UsageError(f"config.attention_transfer.train={train!r} trains nothing for "
+                     f"{attention!r} attention: it has no parameters the softmax checkpoint "
+                     f"lacks; use train='new+out' or 'new+out+qk' (or a learned feature map).")
 
 
 def learning_rate(part) -> float | optax.Schedule:
@@ -309,6 +330,7 @@ def run_stage(config, model, pretrained, train_inputs, *, announce: bool, teache
         if name in wanted and tuple(np.shape(value)) == tuple(np.shape(wanted[name]))}})
   teacher, student = (jax.tree.map(jnp.asarray, p) for p in (teacher, student))
   mask_tree = trainable(student, teacher, part.train)
+  check_trains_something(mask_tree, part.train, m.attention)
   if part.weights_loss and part.train not in ("new+out+qk", "block") and not any(
       t for path, t in jax.tree_util.tree_leaves_with_path(mask_tree)
       if "feature_map" in jax.tree_util.keystr(path)):

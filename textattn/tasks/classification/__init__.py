@@ -12,6 +12,7 @@ checks), step.py, kernels.py, classifier.py, explain.py, predictions.py.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -126,20 +127,24 @@ def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
 def teacher_log_probs(config, data, workdir: str | None, is_main: bool,
                       bert_config) -> np.ndarray:
   """float32 [N, classes]: the log-probabilities the teacher run (attention_transfer.teacher)
-  gives the training split, read from the workdir when an earlier start saved them (a resume
-  does not recompute them)."""
+  gives the training split, read from the workdir when an earlier start saved them for the same
+  teacher (its real path, kept in the file beside them: a restart of a workdir with no
+  checkpoint yet may name another one) and split; a resume does not recompute them (nor need
+  the teacher's workdir still there)."""
   path = os.path.join(workdir, attention_transfer.TEACHER_FILE) if workdir else None
+  teacher_dir = os.path.realpath(config.attention_transfer.teacher)
   if path and os.path.isfile(path):
-    saved = np.load(path)
-    if saved.shape == (len(data.train), len(data.class_names)):
-      return saved
+    with contextlib.suppress(Exception), np.load(path) as saved:  # (unreadable: recomputed)
+      if (str(saved["teacher"]) == teacher_dir
+          and saved["log_probs"].shape == (len(data.train), len(data.class_names))):
+        return saved["log_probs"]
   teacher = classifier.softmax_teacher(config.attention_transfer.teacher, config, bert_config,
                                        data.class_names)
   probabilities = teacher.probabilities(data.train.inputs,
                                         progress="teacher predictions" if is_main else None)
   log_probs = np.log(np.maximum(probabilities, np.finfo(np.float32).tiny)).astype(np.float32)
   if path and is_main:
-    atomic_write(path, lambda f: np.save(f, log_probs), "wb")
+    atomic_write(path, lambda f: np.savez(f, log_probs=log_probs, teacher=teacher_dir), "wb")
   return log_probs
 
 
