@@ -147,6 +147,14 @@ def test_a_file_changed_while_read_stops_the_run_and_caches_nothing(tmp_path, mo
   assert list(pathlib.Path(config.cache_dir).glob("train-*"))
 
 
+def test_an_unclosed_quote_in_a_tsv_is_named_not_read_into_one_text(tmp_path):
+  train = write_tsv(tmp_path / "train.tsv", ['"Great film\tb', 'I loved it"\ta']
+                    + rows("tr", 30))
+  with pytest.raises(ip.DataError, match=re.escape(
+      "train.tsv, line 2: a field holds a tab, so a quote (\") in it was never closed")):
+    ip.load_dataset(make_config(tmp_path, train), None)
+
+
 def test_a_column_named_twice_in_the_header_is_refused(tmp_path):
   train = write_tsv(tmp_path / "train.tsv", [f"{r}\tmore" for r in rows("tr", 30)],
                     header="text\tlabel\ttext")

@@ -174,6 +174,7 @@ class FileSource:
           if len(record) != len(header):
             raise DataError(f"{path}, line {line}: expected {len(header)} fields "
                             f"({delimiter!r}-separated; {names}), found {len(record)}.")
+          raw_lib.check_no_tab_in_tsv_fields(record, delimiter, f"{path}, line {line}")
           if (self.columns and line == 1
               and record[label_column].strip().lower() == self.label_field.lower()):
             raise DataError(f"{path}, line 1: the label column holds "

@@ -99,6 +99,15 @@ def check_unique_columns(path: str, header: Sequence[str], used: Sequence[str]) 
                       f"header (columns {', '.join(map(str, where))}); rename all but one.")
 
 
+def check_no_tab_in_tsv_fields(values: Sequence[str], delimiter: str, where: str) -> None:
+  """In a .tsv a field can hold a tab only inside quotes, so one that does is nearly always a
+  quote opened and never closed, which joined the lines after it into this field: a DataError."""
+  if delimiter == "\t" and any("\t" in value for value in values):
+    raise DataError(f"{where}: a field holds a tab, so a quote (\") in it was never closed and "
+                    f"the lines after it were read into it; close or remove that quote (TSV "
+                    f"fields hold no tabs).")
+
+
 def text_value(value: Any, where: str, field: str) -> str:
   """A JSON record's text field as a string (null: ""); anything else is a DataError."""
   if value is None:

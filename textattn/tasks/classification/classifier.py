@@ -227,6 +227,8 @@ def _records(path: str, text: str, extension: str, columns: str = "",
         if len(values) != len(header):
           raise DataError(f"{path}, line {reader.line_num}: expected {len(header)} fields "
                           f"({which}), found {len(values)}.")
+        raw_lib.check_no_tab_in_tsv_fields(values, reader.dialect.delimiter,
+                                           f"{path}, line {reader.line_num}")
         rows.append((reader.line_num, dict(zip(header, values))))
     except csv.Error as e:
       raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
