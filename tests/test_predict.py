@@ -47,6 +47,13 @@ def test_evaluate_a_labelled_file_and_empty_or_long_texts(trained):
   model = textattn.load(str(tmp / "run"), checkpoint="last")
   metrics = model.evaluate(str(tmp / "reviews.jsonl"))
   assert metrics["eval/count"] == 480 and metrics["eval/accuracy"] > 0.8, metrics
+  assert metrics["eval/skipped_blank"] == 0
+  # Blank texts are left out (training leaves them out; predict gives them no label), counted.
+  with_blanks = tmp / "with_blanks.jsonl"
+  with_blanks.write_text((tmp / "reviews.jsonl").read_text()
+                         + '{"text": " ", "label": "pos"}\n{"text": "", "label": "neg"}\n')
+  again = model.evaluate(str(with_blanks))
+  assert again == {**metrics, "eval/skipped_blank": 2}
   assert "eval/f1_weighted" in metrics and "eval/recall_pos" in metrics
   empty, blank, long = model.predict(["", " \t", "good " * 100])
   # A blank text gets no prediction (training skips them: no class was learnt for "nothing").

@@ -150,8 +150,15 @@ class Classifier:
 
   def evaluate(self, path: str) -> dict:
     """Accuracy, weighted F1 and per-class precision/recall on a labelled file (the training
-    run's text_fields / label_field); labels outside the workdir's classes are an error."""
+    run's text_fields / label_field); labels outside the workdir's classes are an error. Blank
+    texts are left out, as training leaves them out (predict gives them no label), and counted
+    in "eval/skipped_blank"."""
     texts, labels = read_texts(path, self.config, with_labels=True)
+    kept = [i for i, text in enumerate(texts) if not is_blank(text)]
+    skipped = len(texts) - len(kept)
+    texts, labels = [texts[i] for i in kept], [labels[i] for i in kept]
+    if not texts:
+      raise data_lib.DataError(f"{path}: no text to evaluate ({skipped} blank).")
     index = {name: i for i, name in enumerate(self.class_names)}
     unknown = sorted({label for label in labels if label not in index})
     if unknown:
@@ -165,7 +172,7 @@ class Classifier:
             "correct": float(np.sum(truth == predicted)), "confusion": confusion}
     metrics = summarize_eval(sums, self.class_names, "eval")
     metrics.pop("eval/loss")
-    return metrics
+    return {**metrics, "eval/skipped_blank": skipped}
 
 
 
