@@ -381,6 +381,26 @@ def test_a_run_refused_before_training_leaves_no_workdir_it_created(tmp_path, da
   assert (tmp_path / "existing").is_dir()
 
 
+def test_a_run_refused_by_the_lock_of_a_run_that_created_the_workdir_first_leaves_it(
+    tmp_path, monkeypatch):
+  # Two runs start on one new workdir: the second is refused by the first's lock, and must not
+  # remove the workdir it thought it had created (the first run's, training).
+  workdir = tmp_path / "new"
+
+  def refused(self, wait_s=2.0):
+    (workdir / "checkpoint_of_the_first_run").write_text("kept")
+    raise errors.RunError("in use by the first run")
+  monkeypatch.setattr(workdir_lib.WorkdirLock, "acquire", refused)
+  with pytest.raises(errors.RunError, match="in use by the first run"):
+    runner.in_workdir(str(workdir), lambda *_: pytest.fail("ran without the lock"))
+  assert (workdir / "checkpoint_of_the_first_run").read_text() == "kept"
+  monkeypatch.undo()
+  (tmp_path / "file").write_text("")
+  with pytest.raises(errors.RunError, match=r"--workdir=.*file/run cannot be created "
+                                           r"\((FileExistsError|NotADirectoryError)"):
+    runner.in_workdir(str(tmp_path / "file" / "run"), lambda *_: None)
+
+
 def test_lock_file_protocol(tmp_path):
   first = workdir_lib.WorkdirLock(str(tmp_path))
   first.acquire()

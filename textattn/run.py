@@ -275,14 +275,24 @@ def _initializer(config, job: tasks.Job, tx):
 
 
 def in_workdir(workdir: str, body):
-  """body(is_main, lock, progress) holding the workdir lock; a workdir this call created is
-  removed again if body fails (or is interrupted) before it sets progress["training"]."""
+  """body(is_main, lock, progress) holding the workdir lock; a workdir this call created (and
+  whose lock it then held: of two runs starting on one new workdir, the one refused must not
+  remove the other's) is removed again if body fails (or is interrupted) before it sets
+  progress["training"]."""
   is_main = jax.process_index() == 0
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise RunError(f"--workdir={workdir} is a file, not a directory; name a directory (it is "
                    f"created if missing).")
-  created = not os.path.exists(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  try:
+    os.makedirs(os.path.dirname(os.path.abspath(workdir)), exist_ok=True)
+    try:
+      os.mkdir(workdir)  # (atomic: of two runs creating it at once, one is told it exists)
+      created = True
+    except FileExistsError:
+      created = False
+  except OSError as e:
+    raise RunError(f"--workdir={workdir} cannot be created ({type(e).__name__}: "
+                   f"{e.strerror or e}); name a directory in a writable place.") from None
   lock = workdir_lib.WorkdirLock(workdir, enabled=is_main, num_processes=jax.process_count())
   progress = {"training": False}
   try:
@@ -294,7 +304,7 @@ def in_workdir(workdir: str, body):
     checkpointing.stop_together(problem)
     return body(is_main, lock, progress)
   except (Exception, KeyboardInterrupt):
-    if created and is_main and not progress["training"]:
+    if created and is_main and lock.held and not progress["training"]:
       # refused or interrupted before training: leave no trace
       shutil.rmtree(workdir, ignore_errors=True)
     raise
