@@ -414,3 +414,16 @@ def test_lock_file_protocol(tmp_path):
   assert (tmp_path / ".lock").exists()
   second.release()
   assert not (tmp_path / ".lock").exists()
+
+
+def test_a_changed_config_on_resume_keeps_every_earlier_one_aside(tmp_path):
+  import ml_collections
+  config = lambda rate: ml_collections.ConfigDict({"learning_rate": rate})
+  runner.write_config(str(tmp_path), config(1.0), 0)
+  runner.write_config(str(tmp_path), config(2.0), 8)  # resumed at 8 with another config
+  runner.write_config(str(tmp_path), config(3.0), 8)  # and again from the same checkpoint
+  read = lambda name: json.loads((tmp_path / name).read_text())["learning_rate"]
+  assert [read("config.before-step-8.json"), read("config.before-step-8.2.json"),
+          read("config.json")] == [1.0, 2.0, 3.0]
+  runner.write_config(str(tmp_path), config(3.0), 8)  # the same: nothing set aside
+  assert len(list(tmp_path.glob("config.before-step-*"))) == 2

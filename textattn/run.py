@@ -313,18 +313,28 @@ def in_workdir(workdir: str, body):
 
 
 def write_config(workdir: str, config, start_step: int) -> None:
-  """workdir/config.json; on a resume, one that differs is kept aside, never overwritten."""
+  """workdir/config.json; on a resume, one that differs is first kept aside (a copy under a
+  name of its own, config.before-step-N[.K].json), never overwritten: a failed write leaves
+  the old file in place."""
   path = os.path.join(workdir, "config.json")
   current = json.loads(config.to_json_best_effort())
-  if os.path.exists(path) and start_step:
-    try:
-      with open(path) as f:
-        same = json.load(f) == current
-    except (OSError, ValueError):
-      same = False  # unreadable: kept aside like a changed one
-    if not same:
-      os.replace(path, os.path.join(workdir, f"config.before-step-{start_step}.json"))
-  write_json_atomic(path, current)
+  try:
+    if os.path.exists(path) and start_step:
+      try:
+        with open(path) as f:
+          same = json.load(f) == current
+      except (OSError, ValueError):
+        same = False  # unreadable: kept aside like a changed one
+      if not same:
+        aside, k = os.path.join(workdir, f"config.before-step-{start_step}.json"), 1
+        while os.path.exists(aside):  # (resumed from this step before, with another config)
+          k += 1
+          aside = os.path.join(workdir, f"config.before-step-{start_step}.{k}.json")
+        shutil.copy2(path, aside)
+    write_json_atomic(path, current)
+  except OSError as e:
+    raise RunError(f"Cannot write {path} ({type(e).__name__}: {e.strerror or e}); the "
+                   f"workdir must be writable.") from None
 
 
 def _eval_data(job: tasks.Job):
