@@ -427,3 +427,29 @@ def test_a_changed_config_on_resume_keeps_every_earlier_one_aside(tmp_path):
           read("config.json")] == [1.0, 2.0, 3.0]
   runner.write_config(str(tmp_path), config(3.0), 8)  # the same: nothing set aside
   assert len(list(tmp_path.glob("config.before-step-*"))) == 2
+
+
+def test_tensorboard_keeps_the_restored_steps_events_and_hides_the_ones_after_it(tmp_path,
+                                                                                 monkeypatch):
+  # tensorboardX's purge_step P hides every event at a step >= P. A resume from the checkpoint
+  # at step 8 produces steps 9 on again, and step 8's train and val events (logged before its
+  # checkpoint) are not produced again, so P = 9; a replay from step 0 (the NaN guard's, before
+  # any checkpoint) hides every step after 0.
+  import tensorboardX
+
+  from textattn.metrics import MetricWriter
+  purges = []
+
+  class Recorded:
+    def __init__(self, logdir, flush_secs, purge_step=None):
+      purges.append(purge_step)
+
+    def close(self):
+      pass
+  monkeypatch.setattr(tensorboardX, "SummaryWriter", Recorded)
+  writer = MetricWriter(str(tmp_path), enabled=True, start_step=8)
+  writer.rewind(4)
+  writer.rewind(0)
+  assert purges == [9, 5, 1]
+  MetricWriter(str(tmp_path), enabled=True, start_step=0, fresh=True)
+  assert purges[-1] is None

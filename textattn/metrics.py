@@ -65,9 +65,10 @@ class MetricWriter:
         os.remove(old)
     if enabled:
       import tensorboardX  # TensorBoard event files without TensorBoard itself.
-      # purge_step: TensorBoard hides events past the restored step (they are produced again).
-      self._tensorboard = tensorboardX.SummaryWriter(workdir, flush_secs=30,
-                                                     purge_step=start_step or None)
+      # purge_step: TensorBoard hides events at and after it, so start_step + 1 keeps those of
+      # the restored step (logged before its checkpoint, not produced again) and hides the rest.
+      self._tensorboard = tensorboardX.SummaryWriter(
+          workdir, flush_secs=30, purge_step=start_step + 1 if start_step else None)
 
   def rewind(self, step: int) -> None:
     """A replay from `step` (the NaN guard's recovery): rows past it are dropped and TensorBoard
@@ -77,7 +78,7 @@ class MetricWriter:
       import tensorboardX
       self._tensorboard.close()
       self._tensorboard = tensorboardX.SummaryWriter(self.workdir, flush_secs=30,
-                                                     purge_step=step or None)
+                                                     purge_step=step + 1)
 
   @staticmethod
   def read_rows(path: str, warn: bool = True) -> tuple[list[tuple[str, dict]], int]:
