@@ -81,11 +81,17 @@ class Generator:
   def generate(self, prompts: list[str], max_tokens: int = 200, temperature: float = 1.0,
                top_k: int = 0, seed: int = 0) -> list[str]:
     """Each prompt's continuation (text after the prompt, to the end of the document or
-    max_tokens tokens); deterministic for a seed; temperature 0 is greedy."""
+    max_tokens tokens); deterministic for a seed; temperature 0 is greedy. A word tokenizer's
+    continuation starts with the space between the prompt's last word and its first (bytes
+    and BPE continuations carry their own)."""
     encoded = self.tokenizer.encode(list(prompts))
     drawn = sampling.sample(self.model, self.params, encoded, max_tokens, temperature, top_k,
                             seed)
-    return [self.tokenizer.decode(ids) for ids in drawn]
+    texts = [self.tokenizer.decode(ids) for ids in drawn]
+    if self.tokenizer.kind == "word":
+      texts = [" " + text if text and prompt and not prompt[-1].isspace() else text
+               for prompt, text in zip(prompts, texts)]
+    return texts
 
 
 tasks.register(tasks.Task(

@@ -21,7 +21,9 @@ REPORT_FILE = "lm_report.json"
 
 DEFINITION = ("bits_per_byte: total negative log2-likelihood of the test documents' raw UTF-8 "
               "bytes, the end of each document included and its first byte conditioned on "
-              "nothing but the start token, divided by their byte count; loss: nats per "
+              "nothing but the start token and each byte by at most max_len tokens (the "
+              "documents packed into rows of max_len, context reset at each row), divided by "
+              "their byte count; loss: nats per "
               "predicted token ([end] included); perplexity: exp(loss).")
 
 

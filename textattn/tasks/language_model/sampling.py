@@ -19,18 +19,21 @@ import numpy as np
 from textattn.errors import UsageError
 from textattn.tasks.language_model.tokenizers import END_ID, PAD_ID, START_ID
 
-NEG_INF = -1.0e9
-
 
 def next_token(logits: jax.Array, key: jax.Array, temperature: float, top_k: int) -> jax.Array:
-  """Tokens int32 [batch] drawn from logits [batch, vocab] (see the module's docstring)."""
-  logits = logits.astype(jnp.float32).at[:, PAD_ID].set(NEG_INF).at[:, START_ID].set(NEG_INF)
+  """Tokens int32 [batch] drawn from logits [batch, vocab] (see the module's docstring). The
+  banned tokens' logits are -inf after the temperature's scaling (a finite floor divided by a
+  large temperature would come within reach); a top_k of the whole vocabulary keeps it all."""
+  logits = logits.astype(jnp.float32)
+  if temperature:
+    logits = logits / temperature
+  logits = logits.at[:, PAD_ID].set(-jnp.inf).at[:, START_ID].set(-jnp.inf)
   if temperature == 0:
     return jnp.argmax(logits, -1).astype(jnp.int32)
-  if top_k:
+  if 0 < top_k < logits.shape[-1]:
     threshold = jax.lax.top_k(logits, top_k)[0][:, -1:]
-    logits = jnp.where(logits >= threshold, logits, NEG_INF)
-  return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
+    logits = jnp.where(logits >= threshold, logits, -jnp.inf)
+  return jax.random.categorical(key, logits).astype(jnp.int32)
 
 
 def _sample(model, max_tokens, temperature, top_k, params, tokens, forced, seed_key):

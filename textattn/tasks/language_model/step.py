@@ -20,7 +20,6 @@ import optax
 from textattn import platform
 from textattn import progress as progress_lib
 from textattn.data import eval_batches
-from textattn.errors import UsageError
 from textattn.tasks.language_model.data import row_fields
 
 
@@ -59,15 +58,6 @@ def eval_step(state, batch):
   weights = weights * batch["weights"][:, None]
   return {"loss_sum": jnp.sum(losses * weights), "correct": jnp.sum(correct * weights),
           "count": jnp.sum(weights)}
-
-
-def bits_per_byte(loss_sum: float, byte_count: int, tokenizer) -> float:
-  """Total nats -> bits per byte of the raw text; a lossy tokenizer's is refused."""
-  if not tokenizer.lossless:
-    raise UsageError(f"The {tokenizer.kind} tokenizer is lossy (it lowercases and drops "
-                     f"punctuation), so bits per byte of the raw text is undefined for its "
-                     f"runs; they report perplexity.")
-  return loss_sum / math.log(2) / byte_count
 
 
 def metrics(prefix: str, totals: dict, byte_count: int | None) -> dict:
