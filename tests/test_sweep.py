@@ -107,3 +107,45 @@ def test_a_sweep_runs_any_registered_task_through_the_registry(tmp_path):
   from tests import toy_task  # noqa: F401 -- registers the task
   again = vs.run_task(config, {}, 3)
   assert again["curve"] == [tuple(point) for point in line["curve"]]
+
+
+def test_a_sweep_run_again_on_its_out_file_resumes(tmp_path, monkeypatch, capsys):
+  # A killed sweep reran every job and appended them twice (summarize then refused), and a
+  # torn last line was glued to the next append; now the finished runs are skipped.
+  import argparse
+  import types
+
+  from textattn.errors import DataError
+  launched = []
+
+  def fake_run(command, **_):
+    seed = int(next(a for a in command if a.startswith("--seed=")).split("=")[1])
+    overrides = json.loads(next(a for a in command if a.startswith("--overrides="))[12:])
+    launched.append((overrides.get("model.pooling", "mean"), seed))
+    return types.SimpleNamespace(returncode=0, stderr="", stdout=json.dumps(
+        {"val_best": 0.5 + seed / 100}) + "\n")
+  monkeypatch.setattr(vs.subprocess, "run", fake_run)
+  out = tmp_path / "sweep.jsonl"
+  args = argparse.Namespace(variant=["base", "max:model.pooling='max'"], seeds="0,1", jobs=1,
+                            out=str(out), data="d.npz", config="c.py", encoder="", plugin=[])
+  with open(out, "w") as f:  # seed 0 of base finished, then a kill while writing the next
+    f.write(json.dumps({"variant": "base", "seed": 0, "overrides": {}, "val_best": 0.7})
+            + "\n" + '{"variant": "max", "se')
+  vs.sweep(args)
+  assert sorted(launched) == [("max", 0), ("max", 1), ("mean", 1)]
+  assert "already holds 1 finished run(s); running 3" in capsys.readouterr().out
+  table = summary.read_sweep_lines([str(out)])
+  assert table == {"base": {0: 0.7, 1: 0.51}, "max": {0: 0.5, 1: 0.51}}
+  launched.clear()
+  vs.sweep(args)  # all done: nothing runs
+  assert launched == []
+  args.variant = ["base:model.pooling='max'"]  # the name, now another run: refused
+  with pytest.raises(DataError, match=r"sweep.jsonl:1: variant 'base' ran with overrides \{\}"):
+    vs.sweep(args)
+  with open(out, "a") as f:
+    f.write("not json\n")
+  with pytest.raises(DataError, match=r"sweep.jsonl:5: not a sweep result line"):
+    summary.read_sweep_lines([str(out)])
+  args.out = str(tmp_path / "no_such_dir" / "sweep.jsonl")
+  with pytest.raises(DataError, match=r"no_such_dir/sweep.jsonl: cannot be written"):
+    vs.sweep(args)

@@ -17,10 +17,8 @@ Two steps, so the sweep machine needs neither TFDS nor the text, and never sees 
       --config=configs/imdb_fastformer.py --seeds=0,1,2 --jobs=8 \
       --variant='base' --variant='max:model.pooling=max' ...
 
-  # MLM pretraining on the sweep machine: `export-corpus` (training text minus validation plus
-  # the unlabelled split), `pretrain --corpus=... --out=encoder.npz`, then
-  # `sweep ... --encoder=encoder.npz --variant='mlm:pretrain.objective=mlm,...'`
-  # (experiments/gpu/mlm_sweep.sh runs all three).
+  # MLM pretraining on the sweep machine: `export-corpus`, `pretrain --corpus=...
+  # --out=encoder.npz`, then `sweep ... --encoder=encoder.npz` (experiments/gpu/mlm_sweep.sh).
 
   # 3. Summarise sweep files (one JSON line per run, as written by --out).
   python -m textattn.sweep summarize experiments/sweeps/*.jsonl
@@ -37,6 +35,7 @@ val/accuracy, val/bits_per_byte, ...; best = highest or lowest as the Job says):
 
 A variant is NAME[:FIELD=VALUE[,...]] (values parsed as Python literals where they parse).
 `max_len` may be lowered below the exported length (re-truncated as config.layout.truncation says).
+Run again with the same --out, a sweep skips the runs that file already holds (it resumes).
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ import time
 
 import numpy as np
 
-from textattn import attention, checkpointing, defaults, platform, run, tasks
+from textattn import attention, checkpointing, defaults, platform, run, sweep_summary, tasks
 from textattn import data as data_lib
 from textattn.config import MOVED_IN_V3
 from textattn.errors import user_errors
@@ -349,8 +348,12 @@ def run_task(config_path: str, overrides: dict, seed: int) -> dict:
 def sweep(args) -> None:
   variants = [parse_variant(v) for v in args.variant] or [("base", {})]
   seeds = [int(s) for s in args.seeds.split(",")]
-  # Seed-major, so a sweep cut short still has every variant's first seeds.
-  jobs = [(name, overrides, seed) for seed in seeds for name, overrides in variants]
+  # Seed-major, so a sweep cut short has every variant's first seeds; --out's are skipped.
+  done = sweep_summary.finished_runs(args.out, dict(variants)) if args.out else {}
+  jobs = [(name, overrides, seed) for seed in seeds for name, overrides in variants
+          if (name, seed) not in done]
+  if done:
+    print(f"{args.out} already holds {len(done)} finished run(s); running {len(jobs)}.")
 
   def launch(job):
     name, overrides, seed = job
@@ -366,7 +369,7 @@ def sweep(args) -> None:
     return {"variant": name, "seed": seed, "overrides": overrides,
             **json.loads(done.stdout.strip().splitlines()[-1])}
 
-  results = {name: [] for name, _ in variants}
+  results = {name: [done[name, s] for s in seeds if (name, s) in done] for name, _ in variants}
   with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
     for result in pool.map(launch, jobs):
       line = json.dumps(result)

@@ -12,22 +12,70 @@ import numpy as np
 from textattn.errors import DataError
 
 
+def _records(path: str) -> list[tuple[int, dict]]:
+  """(line number, record) per line of a sweep file; an unfinished last line (a sweep killed
+  while writing it) is left out, any other line that is not a JSON object is a DataError."""
+  with open(path, encoding="utf-8") as f:
+    lines = f.read().split("\n")
+  records = []
+  for number, line in enumerate(lines[:-1], 1):  # (the last piece: "" or unfinished)
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except ValueError:
+      record = None
+    if not isinstance(record, dict) or not {"variant", "seed"} <= set(record):
+      raise DataError(f"{path}:{number}: not a sweep result line (a JSON object with its "
+                      f"variant and seed); a sweep's --out holds only those.")
+    records.append((number, record))
+  return records
+
+
+def finished_runs(path: str, variants: dict[str, dict]) -> dict[tuple[str, int], float]:
+  """{(variant, seed): best validation} of the runs a sweep's --out already holds (a rerun of
+  the sweep skips them), after cutting off an unfinished last line; a finished run of one of
+  `variants` ({name: overrides}) written with other overrides is a DataError (the name would
+  then mean two different runs). An --out that cannot be written is a DataError now, before
+  hours of runs rather than after the first."""
+  try:
+    with open(path, "a+b") as f:
+      f.seek(0)
+      data = f.read()
+  except OSError as e:
+    raise DataError(f"--out={path}: cannot be written ({e.strerror}).") from None
+  complete = data.rfind(b"\n") + 1
+  if complete < len(data):
+    with open(path, "r+b") as f:
+      f.truncate(complete)
+    print(f"{path}: cut off an unfinished last line (a sweep killed while writing it).")
+  done = {}
+  for number, r in _records(path):
+    if "val_best" not in r:
+      continue  # (an errored run: run again)
+    name = r["variant"]
+    if name in variants and r.get("overrides") != variants[name]:
+      raise DataError(f"{path}:{number}: variant {name!r} ran with overrides "
+                      f"{r.get('overrides')}, not {variants[name]}; give this sweep another "
+                      f"--out, or its variant another name.")
+    done[(name, r["seed"])] = r["val_best"]
+  return done
+
+
 def read_sweep_lines(paths: list[str]) -> dict[str, dict[int, float]]:
   """{variant: {seed: best validation}} over sweep files; a (variant, seed) twice is an error."""
   table: dict[str, dict[int, float]] = {}
   for path in paths:
     if not os.path.isfile(path):
       raise DataError(f"{path}: no such sweep file; give the --out file(s) of a sweep.")
-    with open(path) as f:
-      for number, line in enumerate(f, 1):
-        r = json.loads(line)
-        if "val_best" not in r:
-          continue
-        seeds = table.setdefault(r["variant"], {})
-        if r["seed"] in seeds:
-          raise SystemExit(f"{path}:{number}: variant {r['variant']!r} seed {r['seed']} appears "
-                           "twice in the sweep files; each run may be counted once.")
-        seeds[r["seed"]] = r["val_best"]
+    for number, r in _records(path):
+      if "val_best" not in r:
+        continue
+      seeds = table.setdefault(r["variant"], {})
+      if r["seed"] in seeds:
+        raise SystemExit(f"{path}:{number}: variant {r['variant']!r} seed {r['seed']} appears "
+                         "twice in the sweep files; each run may be counted once.")
+      seeds[r["seed"]] = r["val_best"]
   return table
 
 
