@@ -401,6 +401,25 @@ def test_a_run_refused_by_the_lock_of_a_run_that_created_the_workdir_first_leave
     runner.in_workdir(str(tmp_path / "file" / "run"), lambda *_: None)
 
 
+def test_a_stale_lock_taken_over_by_another_run_meanwhile_is_not_taken_from_it(tmp_path,
+                                                                              monkeypatch):
+  # B reads a stale record; before B moves it aside, run A takes over and writes its own lock.
+  # B must put A's live lock back and refuse, not move it away and run beside A.
+  dead = subprocess.Popen(["true"])
+  dead.wait()
+  stale = {"pid": dead.pid, "host": os.uname().nodename, "run_id": "old", "started": "then"}
+  first = workdir_lib.WorkdirLock(str(tmp_path), run_id="A")
+  first.acquire()  # (A's live lock, in place when B moves "the stale one" aside)
+  second = workdir_lib.WorkdirLock(str(tmp_path), run_id="B")
+  looks = iter([stale])
+  monkeypatch.setattr(second, "_holder", lambda: next(looks, None) or
+                      workdir_lib._read_record(second.path))
+  with pytest.raises(errors.RunError, match=rf"is in use by process {os.getpid()}"):
+    second.acquire(wait_s=0.1)
+  assert json.loads((tmp_path / ".lock").read_text())["run_id"] == "A"
+  assert [p.name for p in tmp_path.iterdir()] == [".lock"]  # (nothing left aside)
+
+
 def test_lock_file_protocol(tmp_path):
   first = workdir_lib.WorkdirLock(str(tmp_path))
   first.acquire()

@@ -33,6 +33,17 @@ def _pid_running(pid: int) -> bool:
   return True
 
 
+def _read_record(path: str) -> dict | None:
+  """A lock file's record; {} if unreadable (being written, or damaged); None if gone."""
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError):
+    return {}
+
+
 class WorkdirLock:
   """acquire() / release(); `enabled=False` (processes other than 0) holds nothing."""
 
@@ -58,14 +69,7 @@ class WorkdirLock:
     return True
 
   def _holder(self) -> dict | None:
-    """The lock file's record; {} if unreadable (being written, or damaged); None if gone."""
-    try:
-      with open(self.path) as f:
-        return json.load(f)
-    except FileNotFoundError:
-      return None
-    except (OSError, ValueError):
-      return {}
+    return _read_record(self.path)
 
   def acquire(self, wait_s: float = 2.0) -> None:
     if not self.enabled:
@@ -85,13 +89,21 @@ class WorkdirLock:
       host, pid = holder.get("host"), holder.get("pid")
       if host == socket.gethostname() and isinstance(pid, int) and not _pid_running(pid):
         # Stale: move it aside under a unique name first, so of two runs taking over at once
-        # only one wins the O_EXCL create above.
+        # only one wins the O_EXCL create above. What was moved must be the stale record read
+        # above: another run may have taken over in between, and its live lock goes back.
         aside = f"{self.path}.stale-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         try:
           os.replace(self.path, aside)
-          os.remove(aside)
         except FileNotFoundError:
           continue
+        if _read_record(aside) != holder:
+          try:
+            os.link(aside, self.path)
+          except FileExistsError:
+            pass
+          os.remove(aside)
+          continue
+        os.remove(aside)
         print(f"Warning: taking over the lock of {os.path.dirname(self.path)} left by process "
               f"{pid} on {host}, which is no longer running (killed or crashed).", flush=True)
         continue
