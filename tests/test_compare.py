@@ -48,6 +48,35 @@ def test_runs_on_different_examples_are_refused():
                     one_hot_probabilities(labels[:3]))
 
 
+def test_runs_whose_configs_say_their_test_splits_differ_are_refused(tmp_path):
+  # Equal labels do not prove equal examples: a test split carved from a local file by another
+  # seed can hold other reviews with the same label sequence (a file sorted by label).
+  import json
+
+  def workdir(name, **fields):
+    config = {"dataset": "reviews.csv", "val_fraction": 0.1, "data_seed": 0,
+              "source": {"test_file": ""}, **fields}
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "config.json").write_text(json.dumps(config))
+    return str(tmp_path / name)
+
+  base = workdir("base")
+  compare.check_same_test_split(base, workdir("other_model", model={"attention": "additive"}))
+  with pytest.raises(compare.CompareError, match=r"config.data_seed is 0 in .*base and 1 in"):
+    compare.check_same_test_split(base, workdir("seed", data_seed=1))
+  with pytest.raises(compare.CompareError, match=r"config.val_fraction is 0.1 in .* and 0.2"):
+    compare.check_same_test_split(base, workdir("fraction", val_fraction=0.2))
+  # A given test file (or a TFDS test split) is not carved: the seed does not change it.
+  given = {"source": {"test_file": "test.csv"}}
+  compare.check_same_test_split(workdir("file_a", **given),
+                                workdir("file_b", data_seed=1, **given))
+  compare.check_same_test_split(workdir("tfds_a", dataset="imdb_reviews"),
+                                workdir("tfds_b", dataset="imdb_reviews", data_seed=1))
+  with pytest.raises(compare.CompareError, match=r"config.dataset is 'reviews.csv'"):
+    compare.check_same_test_split(base, workdir("tfds_c", dataset="imdb_reviews"))
+  compare.check_same_test_split(base, str(tmp_path))  # (no config.json: an ensemble's output)
+
+
 def run_cli(*args):
   return subprocess.run([sys.executable, "-m", "textattn.compare", *map(str, args)],
                         check=False, capture_output=True, text=True, timeout=60)

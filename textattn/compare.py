@@ -21,6 +21,7 @@ from textattn.tasks.classification.predictions import (  # noqa: F401 -- the lib
   PREDICTIONS_FILE,
   CompareError,
   Comparison,
+  check_same_test_split,
   compare,
   load_predictions,
   load_run,
@@ -48,6 +49,7 @@ def main(argv: list[str]) -> int:
   try:
     labels_a, probabilities_a, names_a = load_run(argv[1])
     labels_b, probabilities_b, names_b = load_run(argv[2])
+    check_same_test_split(argv[1], argv[2])
     if names_a is not None and names_b is not None and names_a != names_b and len(
         names_a) == len(names_b):
       raise CompareError(f"the runs have different classes ({names_a} and {names_b}); a "
