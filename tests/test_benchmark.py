@@ -6,6 +6,7 @@ compilations overlap on a small machine; each test waits for the run it reads.
 
 import concurrent.futures
 import csv
+import json
 import os
 import pathlib
 import subprocess
@@ -461,3 +462,42 @@ def test_decode_step_mode_times_each_causal_variant_and_refuses_a_non_causal_one
        f"--out_dir={tmp_path / 'bad'}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
       check=False)
   assert bad.returncode == 2 and "'additive' is not causal" in bad.stderr
+
+
+def test_a_timed_point_stays_ok_when_what_follows_its_timing_fails(tmp_path, monkeypatch):
+  # A naive reference out of memory where the point's own (chunked, flash) kernel fits made the
+  # whole row "oom": the one point the kernel exists to win, shown as failed.
+  from textattn.benchmark import measure
+
+  def reference_out_of_memory(*_):
+    raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4.0GiB")
+  monkeypatch.setattr(measure, "_check_against_reference", reference_out_of_memory)
+  spec = one_spec(variant="softmax_chunked", check_against_reference=True)
+  path = str(tmp_path / "point.json")
+  measure.run_point(spec, path)
+  with open(path) as f:
+    row = json.load(f)
+  assert row["status"] == "ok" and float(row["median_ms"]) > 0, row
+  assert row["message"] == "timed; what followed failed (out of memory)"
+
+
+def test_the_peak_is_one_cpu_devices_measured_or_each_used_accelerators_datasheet(monkeypatch):
+  # Fake CPU devices share one machine's cores: 8 of them do not have 8 times its peak.
+  import types
+
+  from textattn.benchmark import measure, utilization
+  monkeypatch.setattr(utilization, "measured_cpu_peak", lambda: 2.0)
+  cpu = types.SimpleNamespace(platform="cpu", device_kind="cpu")
+  assert measure.peak(cpu, "float32", 8) == (2.0, None)
+  gpu = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")
+  one = utilization.device_peak(gpu.device_kind, "bfloat16")
+  assert one[0] and measure.peak(gpu, "bfloat16", 4) == (4 * one[0], 4 * one[1])
+
+
+def test_a_kernel_over_its_on_chip_memory_is_an_error_not_the_point_out_of_memory():
+  from textattn.benchmark import measure
+  assert measure._is_oom(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to "
+                                       "allocate 17179869184 bytes."))
+  assert not measure._is_oom(RuntimeError("RESOURCE_EXHAUSTED: Shared memory size limit "
+                                          "exceeded: requested 262144, available: 232448"))
+  assert not measure._is_oom(RuntimeError("RESOURCE_EXHAUSTED: Ran out of VMEM: 48.0M of 16.0M"))

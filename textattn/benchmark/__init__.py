@@ -43,10 +43,12 @@ What is timed (--mode):
   train_step        textattn.tasks.classification.step.train_step (forward with dropout,
                     backward, optimizer update, state donated) of the classifier --config
                     describes.
-Inputs are right-padded: example 0 has all L real tokens, the others a length drawn uniformly from
-[L/2, L] (seeded). Token ids are uniform in [1, vocab_size); labels uniform in [0, num_classes).
-Tokens/s counts all B * L positions, padding included (every kernel here costs the same either
-way).
+Inputs are right-padded (the model modes: on the side the config's layout pads): example 0 has
+all L real tokens, the others a length drawn uniformly from [L/2, L] (seeded; --lengths=full: all
+L). Token ids are uniform in [1, vocab_size); labels uniform in [0, num_classes). Tokens/s and
+the FLOP figures count all B * L positions, padding included; most kernels cost the same either
+way, but the native CPU softmax kernel skips key blocks that are all padding, so it does less
+work than the others at half_to_full lengths: compare kernels' speed with --lengths=full.
 
 Where the model's size comes from: in train_step mode from --config
 (textattn.defaults.classification() if not given): its model, batch_size, max_len (the length)
@@ -84,7 +86,7 @@ forward + backward at the point's sizes, read from its compiled HLO, and comm_fo
 stated formula's figure (collectives.py; float32 only); comm_step_bytes, the timed program's
 collectives; ring_blocks, the chunk-blocks each sequence device computes in softmax's and causal's
 ring ("9/9/9/9": balanced).
---profile_dir=DIR: after its timed calls each point runs 3 more under jax.profiler.trace, each
+--profile_dir=DIR: after its timed calls each point runs 10 more under jax.profiler.trace, each
 annotated as step "benchmark_step", into DIR/<variant>_L<length> (tensorboard --logdir=DIR, or
 XProf, shows where a step's time goes).
 --point_time_budget_s bounds the calls of slow points (a 100-s step is not run 12 times); every

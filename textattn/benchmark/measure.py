@@ -45,8 +45,15 @@ def _memory_situation() -> str:
           f"MemAvailable {available} GiB")
 
 
+# RESOURCE_EXHAUSTED also names a kernel's on-chip limits (Triton's shared memory, Mosaic's
+# VMEM): a tiling that does not fit the chip is a kernel error, not the point out of memory.
+ON_CHIP_LIMITS = ("Shared memory size limit", "shared memory", "VMEM", "vmem")
+
+
 def _is_oom(error: BaseException) -> bool:
   text = f"{type(error).__name__}: {error}"
+  if any(marker in text for marker in ON_CHIP_LIMITS):
+    return False
   return isinstance(error, MemoryError) or any(
       marker in text for marker in ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory",
                                     "bad_alloc", "Cannot allocate memory"))
@@ -123,15 +130,23 @@ def _utilization(spec: dict, config, args, device, result: dict) -> dict:
         {k: v for k, v in args[0].params.items() if k != "embedding"})
     model_flops = spec["batch_size"] * spec["seq_len"] * utilization.model_flops_per_token(
         parameters, m.num_layers, spec["seq_len"], m.embed_dim, factor)
-  if device.platform == "cpu":
-    peak_tflops, peak_tbps = utilization.measured_cpu_peak() * jax.local_device_count(), None
-  else:
-    peak_tflops, peak_tbps = utilization.device_peak(device.device_kind, m.dtype)
+  peak_tflops, peak_tbps = peak(device, m.dtype, len(jax.tree.leaves(args)[0].sharding.device_set))
   fields.update(utilization.derived(result, attention_flop_count=flop_count,
                                     bytes_accessed=result.get("bytes_accessed"),
                                     model_flops=model_flops, peak_tflops=peak_tflops,
                                     peak_tbps=peak_tbps))
   return fields
+
+
+def peak(device, dtype: str, devices_used: int) -> tuple[float | None, float | None]:
+  """(peak TFLOP/s, peak TB/s) of what the point runs on: on a CPU the matmul peak measured
+  on one device, which already uses every core (its devices, when several, share them); on
+  an accelerator one device's datasheet peak times the devices the point's arrays span (a
+  train step's batch, a mesh row)."""
+  if device.platform == "cpu":
+    return utilization.measured_cpu_peak(), None
+  tflops, tbps = utilization.device_peak(device.device_kind, dtype)
+  return (tflops * devices_used if tflops else tflops), (tbps * devices_used if tbps else tbps)
 
 
 def _max_abs_diff(a, b) -> float:
@@ -173,15 +188,20 @@ def _measure(spec: dict, result: dict, save) -> None:
   if compiled is None:  # over the memory limit: not run
     return
   args = _time_calls(spec, compiled, args, device, result, save)
-  if spec.get("profile_dir"):
-    args = _profile_calls(spec, compiled, args)
-  result.update(_utilization(spec, config, args, device, result))
-  save()
-  if (spec["check_against_reference"]
-      and spec["implementation"] != attention_lib.get(spec["attention"]).reference
-      and spec["mode"] not in ("train_step", "decode_step")):
-    result["message"] = _check_against_reference(spec, config, compiled, args, memory_limit,
-                                                  result)
+  try:  # The timing stands ("ok"): a failure after it (the profile, the reference, e.g. a
+    # naive reference out of memory where the point's own kernel fits) is said, not its status.
+    if spec.get("profile_dir"):
+      args = _profile_calls(spec, compiled, args)
+    result.update(_utilization(spec, config, args, device, result))
+    save()
+    if (spec["check_against_reference"]
+        and spec["implementation"] != attention_lib.get(spec["attention"]).reference
+        and spec["mode"] not in ("train_step", "decode_step")):
+      result["message"] = _check_against_reference(spec, config, compiled, args, memory_limit,
+                                                    result)
+  except Exception as error:  # noqa: BLE001 -- recorded in the row's message
+    what = "out of memory" if _is_oom(error) else f"{type(error).__name__}: {error}"
+    result["message"] = " ".join(f"timed; what followed failed ({what})".split())[:400]
 
 
 def _compile(spec: dict, config, result: dict, save):
