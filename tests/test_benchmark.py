@@ -501,3 +501,21 @@ def test_a_kernel_over_its_on_chip_memory_is_an_error_not_the_point_out_of_memor
   assert not measure._is_oom(RuntimeError("RESOURCE_EXHAUSTED: Shared memory size limit "
                                           "exceeded: requested 262144, available: 232448"))
   assert not measure._is_oom(RuntimeError("RESOURCE_EXHAUSTED: Ran out of VMEM: 48.0M of 16.0M"))
+
+
+def test_decode_step_updates_its_cache_in_place_at_the_last_position_each_call():
+  # Without donation each timed call copied the whole KV cache (an O(L) cost the recurrent
+  # variants' small state does not pay), unlike a real decoder's in-place update.
+  import jax
+  import ml_collections
+
+  from textattn.benchmark import builders, measure
+  spec = one_spec(mode="decode_step", variant="causal", seq_len=16)
+  step, args = builders.build(spec, ml_collections.ConfigDict(json.loads(spec["config"])))
+  out = step(*args)
+  assert all(leaf.is_deleted() for leaf in jax.tree.leaves(args[1]))  # donated
+  following = measure.next_arguments("decode_step", args, out)
+  indices = [int(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(following[1])
+             if getattr(path[-1], "key", None) == "index"]
+  assert indices and set(indices) == {15}  # the same step again: position L - 1
+  jax.block_until_ready(step(*following))

@@ -94,7 +94,11 @@ def _build_attention(config, rng, padding_mask, key, short, backward=False, mesh
 
 def _build_decode_step(config, rng, key, short):
   """One decoding step of the causal layer at the last position of a cache of max_len
-  positions: (params, cache, x_t, mask_t) -> (output, cache). The same call each repeat."""
+  positions: (params, cache, x_t, mask_t) -> (output, cache), the cache donated and its
+  position set back to the last, so each repeat is the same step, updating the cache in place
+  as decoding does (without donation every call copied the whole cache: a KV cache's O(L) cost
+  doubled against a recurrent state's). On a GPU the point's peak memory includes the
+  full-length call that fills the cache."""
   m = config.model
   dtype = models.DTYPES[m.dtype]
   module = attention_lib.get(m.attention).build(
@@ -106,12 +110,17 @@ def _build_decode_step(config, rng, key, short):
   _, variables = jax.jit(lambda p: module.apply({"params": p}, x, mask, decode=True,
                                                 mutable=["cache"]))(params)
   # Positions 0..L-2 are (as good as) cached: the step timed is position L-1.
-  cache = jax.tree_util.tree_map_with_path(
-      lambda path, leaf: jnp.asarray(seq_len - 1, leaf.dtype)
-      if getattr(path[-1], "key", None) == "index" else leaf, variables["cache"])
-  step_fn = jax.jit(lambda p, c, x_t, m_t: module.apply({"params": p, "cache": c}, x_t, m_t,
-                                                        decode=True, mutable=["cache"]))
-  return step_fn, (params, cache, x[:, -1:], mask[:, -1:])
+  def at_last_position(cache):
+    return jax.tree_util.tree_map_with_path(
+        lambda path, leaf: jnp.asarray(seq_len - 1, leaf.dtype)
+        if getattr(path[-1], "key", None) == "index" else leaf, cache)
+
+  def step(p, c, x_t, m_t):
+    out, updated = module.apply({"params": p, "cache": c}, x_t, m_t, decode=True,
+                                mutable=["cache"])
+    return out, at_last_position(updated["cache"])
+  return (jax.jit(step, donate_argnums=1),
+          (params, at_last_position(variables["cache"]), x[:, -1:], mask[:, -1:]))
 
 
 def _build_train_step(spec, config, model, tokens, labels, key, short):

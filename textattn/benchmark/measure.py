@@ -260,15 +260,11 @@ def _compile(spec: dict, config, result: dict, save):
 def _time_calls(spec: dict, compiled, args, device, result: dict, save):
   """--warmup then --repeats synchronised calls (within --point_time_budget_s); records the
   times, rates and peak memory. Returns the arguments of the next call."""
-  donated = spec["mode"] == "train_step"
-
   def timed_call(args):
     start = time.perf_counter()
     out = compiled(*args)
     jax.block_until_ready(out)
-    # train_step donates the state: the next call takes the new one.
-    args = (out[0],) + tuple(args[1:]) if donated else args
-    return args, time.perf_counter() - start
+    return next_arguments(spec["mode"], args, out), time.perf_counter() - start
 
   budget_s = spec["time_budget_s"]
   calls_start = time.perf_counter()
@@ -328,8 +324,17 @@ def _profile_calls(spec: dict, compiled, args):
     for step in range(PROFILED_STEPS):
       with jax.profiler.StepTraceAnnotation("benchmark_step", step_num=step):
         out = jax.block_until_ready(compiled(*args))
-      if spec["mode"] == "train_step":  # the state is donated: the next call takes the new one
-        args = (out[0],) + tuple(args[1:])
+      args = next_arguments(spec["mode"], args, out)
+  return args
+
+
+def next_arguments(mode: str, args: tuple, out) -> tuple:
+  """The next call's arguments: train_step donates the state (its output's first), and
+  decode_step the cache (its output's second), so the next call takes the new one."""
+  if mode == "train_step":
+    return (out[0],) + tuple(args[1:])
+  if mode == "decode_step":
+    return (args[0], out[1]) + tuple(args[2:])
   return args
 
 
