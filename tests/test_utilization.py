@@ -13,11 +13,13 @@ def test_attention_flops_follow_the_stated_formula():
   assert softmax(b, l, h, d) == 4 * b * h * l * l * d
   assert causal(b, l, h, d) == 2 * b * h * l * l * d  # half: only the lower triangle
   assert attention.get("additive").forward_flops is None  # linear: judged by bandwidth
-  assert utilization.attention_flops(softmax, "attention", b, l, h, d, 3) == softmax(b, l, h, d)
-  assert utilization.attention_flops(softmax, "forward", b, l, h, d, 3) == 3 * softmax(b, l, h, d)
-  assert utilization.attention_flops(softmax, "forward+backward", b, l, h, d, 2) == (
-      3.5 * 2 * softmax(b, l, h, d))
-  assert utilization.attention_flops(None, "forward", b, l, h, d) is None
+  assert utilization.attention_flops(softmax, "attention", b, l, h, d) == softmax(b, l, h, d)
+  assert utilization.attention_flops(softmax, "attention+backward", b, l, h, d) == (
+      3.5 * softmax(b, l, h, d))
+  # A model step's time is not attention's alone: no attention TFLOP/s (model_tflops says it).
+  for mode in ("forward", "forward+backward", "train_step", "decode_step"):
+    assert utilization.attention_flops(softmax, mode, b, l, h, d) is None
+  assert utilization.attention_flops(None, "attention", b, l, h, d) is None
 
 
 def test_model_flops_per_token_is_palms():

@@ -117,7 +117,7 @@ def _utilization(spec: dict, config, args, device, result: dict) -> dict:
   heads, head_dim = m.num_heads, m.embed_dim // m.num_heads
   fields = {"kernel": dict(variant.kernels).get(implementation, implementation)}
   flop_count = utilization.attention_flops(variant.forward_flops, spec["mode"], spec["batch_size"],
-                                           spec["seq_len"], heads, head_dim, m.num_layers)
+                                           spec["seq_len"], heads, head_dim)
   model_flops = None
   if spec["mode"] == "train_step":
     # The attention term as a share of softmax's 4 L^2 H d (1; causal 0.5; a windowed or hybrid

@@ -33,19 +33,14 @@ PEAKS = {
 
 
 def attention_flops(forward_flops, mode: str, batch: int, length: int, heads: int,
-                    head_dim: int, layers: int = 1) -> float | None:
+                    head_dim: int) -> float | None:
   """Attention FLOPs of one call in `mode` by the stated formula, or None when the variant has
-  no quadratic term (forward_flops is None) or the mode is not an attention-only measure."""
-  if forward_flops is None:
+  no quadratic term (forward_flops is None) or the mode is not an attention-only measure (a
+  model step's time holds embeddings, feed-forwards and the loss too: its model_tflops and
+  mfu_pct say how good it is)."""
+  if forward_flops is None or mode not in ("attention", "attention+backward"):
     return None
-  forward = forward_flops(batch, length, heads, head_dim)
-  if mode in ("attention", "forward"):
-    return forward * (1 if mode == "attention" else layers)
-  if mode == "attention+backward":
-    return 3.5 * forward
-  if mode in ("forward+backward", "train_step"):
-    return 3.5 * forward * layers
-  return None
+  return forward_flops(batch, length, heads, head_dim) * (3.5 if mode.endswith("backward") else 1)
 
 
 def model_flops_per_token(parameters: int, layers: int, length: int, width: int,
