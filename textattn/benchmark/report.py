@@ -20,6 +20,10 @@ COLUMNS = ("variant", "attention", "implementation", "seq_len", "batch_size", "m
 OUTPUTS = ("results.csv", "results.md", "time_vs_length.png", "memory_vs_length.png")
 
 
+# What a row's peak_bytes is, by its peak_source (a failed point has none).
+PEAK_SOURCES = {"memory_stats": "device memory_stats peak_bytes_in_use",
+                "memory_analysis": "memory_analysis argument + output + temp - alias bytes"}
+
 def _number(value) -> float | None:
   if value is None or value == "":
     return None
@@ -112,9 +116,9 @@ def write_markdown(rows: Sequence[dict], path: str, command: str, sweep_settings
            f"{first.get('num_heads')} heads, {first.get('num_layers')} layer(s), "
            f"{first.get('dtype')}; {sweep_settings}; platform {first.get('platform') or '?'}. "
            "peak = "
-           + ("device memory_stats peak_bytes_in_use"
-              if first.get("peak_source") == "memory_stats" else
-              "memory_analysis argument + output + temp - alias bytes") + ".", "",
+           + (" / ".join(PEAK_SOURCES.get(source, source) for source in sorted(
+               {row.get("peak_source") for row in rows if row.get("peak_source")}))
+              or "not measured") + ".", "",
            "## Median step time (ms)", "", *_pivot(rows, "median_ms", "ms"), "",
            "## Peak memory (MiB)", "", *_pivot(rows, "peak_bytes", "mib"), "",
            "## All points", "",
