@@ -157,3 +157,14 @@ def test_a_swapped_in_attentions_new_parameters_train_in_full(attention, options
                              | {"encoder/pooler/kernel", "encoder/pooler/bias", "logits/kernel",
                                 "logits/bias"})
   assert "encoder/block_0/norm_attention/bias" in groups["frozen"]
+
+
+def test_a_frozen_parameter_stays_frozen_when_lora_targets_it():
+  opt = optim.full_defaults()
+  opt.lora.update(rank=2, targets="query/kernel$")
+  params = {"attention": {"query": {"kernel": jnp.ones((4, 4))}},
+            "block": {"query": {"kernel": jnp.ones((4, 4))}}}
+  frozen_attention = lambda path: "attention" not in jax.tree_util.keystr(path)
+  labels = optim._lora_labels(opt.lora, frozen_attention, params)
+  assert labels == {"attention": {"query": {"kernel": "frozen"}},
+                    "block": {"query": {"kernel": "lora"}}}

@@ -128,9 +128,11 @@ def _lora_labels(part: ml_collections.ConfigDict, trainable, params):
 
   def label(path, _):
     name = "/".join(str(getattr(key, "key", key)) for key in path)
+    if trainable is not None and not trainable(path):
+      return "frozen"  # (a frozen parameter stays so, LoRA target or not)
     if targets.search(name):
       return "lora"
-    return "train" if train.search(name) and (trainable is None or trainable(path)) else "frozen"
+    return "train" if train.search(name) else "frozen"
 
   labels = jax.tree_util.tree_map_with_path(label, params)
   if "lora" not in jax.tree.leaves(labels):
