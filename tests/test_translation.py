@@ -151,7 +151,13 @@ def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path, causal_word)
   run = causal_word[0]
   translator = translate.load(str(run))
   assert translator.translate(["Red cat runs."]) == ["rojo gato corre"]
-  (tmp_path / "in.txt").write_text("Big dog eats.\n\nSmall cat sleeps.\n", encoding="utf-8")
+  # No word once standardised: nothing to translate (the decoder invented a sentence from an
+  # all-padding source); more words than source_len: counted, the command says so.
+  assert translator.translate(["?!", "Red cat runs."]) == ["", "rojo gato corre"]
+  long = " ".join(["cat"] * (translator.config.source_len + 1))
+  assert translator.cut(["Red cat runs.", long]) == 1
+  (tmp_path / "in.txt").write_text(f"Big dog eats.\n\nSmall cat sleeps.\n{long}\n",
+                                   encoding="utf-8")
   repo = os.path.join(os.path.dirname(__file__), "..")
   done = subprocess.run([sys.executable, "-m", "textattn.translate", f"--workdir={run}",
                          f"--input={tmp_path / 'in.txt'}", "--beam=2", "--json",
@@ -159,8 +165,10 @@ def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path, causal_word)
                         capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr
   rows = [json.loads(line) for line in done.stdout.splitlines()]
-  assert [r["text"] for r in rows] == ["Big dog eats.", "Small cat sleeps."]
+  assert [r["text"] for r in rows] == ["Big dog eats.", "Small cat sleeps.", long]
   assert rows[0]["translation"] == "grande perro come"
+  assert f"Note: 1 text(s) have more than source_len={translator.config.source_len} words" in (
+      done.stderr)
   bad = subprocess.run([sys.executable, "-m", "textattn.translate", f"--workdir={tmp_path}",
                         "--text=hi"], cwd=repo, capture_output=True, text=True, check=False)
   assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "config.json" in bad.stderr

@@ -48,7 +48,7 @@ def greedy_decode(model: Seq2Seq, params, sources: Array, start_id: int, end_id:
   """Greedy translations int [batch, max_len]: each row's tokens after [start], up to and
   including its first [end], then 0s. cached=False re-runs the whole decoder on the prefix for
   every token (the chapter's way; for comparison and tests)."""
-  max_len = max_len or model.target_len - 1
+  max_len = max_len or model.target_len
   memory, memory_mask = model.apply({"params": params}, sources, method=Seq2Seq.encode)
   batch = sources.shape[0]
   out = jnp.zeros((batch, max_len), jnp.int32)
@@ -112,7 +112,7 @@ def beam_search(model: Seq2Seq, params, sources: jax.Array, start_id: int, end_i
   """(tokens int32 [batch, max_len], scores float32 [batch]): each row's best finished
   hypothesis by log p / length_penalty (an unfinished one only if none finished).
   stop_early: stop once no row's result can change (False: always max_len steps; tests)."""
-  max_len = max_len or model.target_len - 1
+  max_len = max_len or model.target_len
   batch, beam = sources.shape[0], beam_size
   memory, memory_mask = model.apply({"params": params}, sources, method=Seq2Seq.encode)
   memory = jnp.repeat(memory, beam, axis=0)

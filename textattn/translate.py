@@ -5,8 +5,10 @@
         [--plugin=MODULE]
 
 One translation per input line (standardised words, as the model was trained: lower case, no
-punctuation), or with --json one JSON line {"text", "translation"[, "score"]}. --beam=0 is
-greedy search; N > 0 beam search with the workdir's length penalty. From Python:
+punctuation), or with --json one JSON line {"text", "translation"}; a text with no word
+translates to "", and one longer than the model's source_len words is translated from its first
+source_len (the command says how many). --beam=0 is greedy search; N > 0 beam search with the
+workdir's length penalty. From Python:
 `textattn.translate.load(workdir).translate(texts, beam=4)`.
 """
 
@@ -44,6 +46,10 @@ def main(argv) -> None:
     texts = text_lines(values.text, values.input)
     translator = load(values.workdir, values.checkpoint, values.plugin)
     outputs = translator.translate(texts, values.beam)
+  cut = translator.cut(texts)
+  if cut:
+    print(f"Note: {cut} text(s) have more than source_len={translator.config.source_len} words; "
+          f"each was translated from its first {translator.config.source_len}.", file=sys.stderr)
   for text, output in zip(texts, outputs):
     print(json.dumps({"text": text, "translation": output}, ensure_ascii=False)
           if values.json else output)

@@ -349,10 +349,21 @@ class Translator:
     self.params = params["model"]
 
   def translate(self, texts: list[str], beam: int = 0) -> list[str]:
-    sources = self.source_tokenizer.encode([pairs_lib.standardize_source(t) for t in texts],
-                                           self.config.source_len, "post", standardized=True)
-    return translate_ids(self.model, self.params, sources, self.target_tokenizer,
-                         int(self.config.platform.eval_batch_size), beam, float(self.config.length_penalty))
+    """Each text's translation; "" for a text with no word once standardised (e.g. "?!": the
+    decoder would otherwise invent a sentence from an empty source). A text longer than
+    config.source_len words is translated from its first source_len (`cut` counts them)."""
+    standardized = [pairs_lib.standardize_source(t) for t in texts]
+    sources = self.source_tokenizer.encode(standardized, self.config.source_len, "post",
+                                           standardized=True)
+    outputs = translate_ids(self.model, self.params, sources, self.target_tokenizer,
+                            int(self.config.platform.eval_batch_size), beam,
+                            float(self.config.length_penalty))
+    return [output if text.split() else "" for text, output in zip(standardized, outputs)]
+
+  def cut(self, texts: list[str]) -> int:
+    """How many texts have more words than the model reads (config.source_len)."""
+    return sum(len(pairs_lib.standardize_source(t).split()) > self.config.source_len
+               for t in texts)
 
 
 tasks.register(tasks.Task(
