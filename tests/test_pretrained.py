@@ -320,3 +320,32 @@ def test_layer_decay_scales_each_layers_updates_by_its_depth(tiny):
   updates = hf.flatten(tx.update(grads, tx.init(params), params)[0])
   np.testing.assert_array_equal(updates["encoder/embeddings/norm/scale"], -0.125)
   np.testing.assert_array_equal(updates["logits/bias"], -1.0)
+
+
+def test_a_roberta_config_without_its_padding_id_gets_robertas_not_berts(tmp_path):
+  # (0 would count RoBERTa's padding, id 1, as a real token and shift its positions)
+  import json
+  directory = tmp_path / "roberta"
+  shutil.copytree(ROBERTA, directory)
+  config = json.loads((directory / "config.json").read_text())
+  del config["pad_token_id"]
+  (directory / "config.json").write_text(json.dumps(config))
+  assert hf.read_config(directory).pad_token_id == 1
+  assert hf.read_config(FIXTURE).pad_token_id == 0
+
+
+def test_a_tokenizer_that_adds_no_special_tokens_is_refused_in_one_sentence(tmp_path):
+  import json
+
+  from textattn import defaults
+  from textattn.errors import DataConfigError
+  directory = copy_fixture(tmp_path)
+  tokenizer = json.loads((directory / "tokenizer.json").read_text())
+  tokenizer["post_processor"] = None  # ([CLS] and [SEP] never added)
+  (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+  pretrained = hf.load(str(directory))
+  config = defaults.complete(defaults.classification())
+  config.model.pretrained, config.max_len = str(directory), 16
+  with pytest.raises(DataConfigError, match=r"adds no special tokens \(\[CLS\], \[SEP\]\): its "
+                                            r"tokenizer.json has no post-processor"):
+    finetune.check_limits(config, pretrained.config, pretrained.tokenizer.special_tokens())

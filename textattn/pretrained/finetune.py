@@ -108,7 +108,14 @@ def validate_config(config) -> None:
 
 def check_limits(config, bert_config, special_tokens: int) -> None:
   """What the config asks of the pretrained model it names: positions and room for a token
-  beside the `special_tokens` its tokenizer adds ([CLS], [SEP])."""
+  beside the `special_tokens` its tokenizer adds ([CLS], [SEP]), which must be some: a
+  tokenizer.json without a post-processor adds none, and the model (and cls pooling) would read
+  texts without the markers it was trained with."""
+  if special_tokens == 0:
+    raise DataConfigError(f"The tokenizer of config.model.pretrained="
+                          f"{config.model.pretrained!r} adds no special tokens ([CLS], [SEP]): "
+                          f"its tokenizer.json has no post-processor; use the model's full "
+                          f"tokenizer.json, as its training used it.")
   if config.max_len <= special_tokens:
     raise DataConfigError(f"config.max_len={config.max_len} leaves no room for a token beside "
                           f"the {special_tokens} special tokens the tokenizer of "

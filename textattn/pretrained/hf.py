@@ -10,7 +10,7 @@ allows), holding Hugging Face's files:
                      MiniLM's); a model whose padding id is not 0 has that row of its word
                      embeddings exchanged with row 0, as its tokenizer's ids are
                      (textattn/data/pretrained_tokenizer.py)
-  tokenizer.json     the tokenizer (tokenizer.PretrainedTokenizer)
+  tokenizer.json     the tokenizer (textattn/data/pretrained_tokenizer.py's PretrainedTokenizer)
 
     pretrained = hf.load("hf:sentence-transformers/all-MiniLM-L6-v2")  # or a directory
     model = bert.BertClassifier(pretrained.config, num_classes=2, attention="additive")
@@ -187,7 +187,10 @@ def read_config(directory: pathlib.Path) -> BertConfig:
         hidden_act=data.get("hidden_act", "gelu"),
         layer_norm_eps=float(data.get("layer_norm_eps", 1e-12)),
         hidden_dropout=float(data.get("hidden_dropout_prob", 0.1)),
-        pad_token_id=int(data.get("pad_token_id") or 0), model_type=model_type)
+        # (transformers' own defaults where a hand-written config.json leaves it out or null)
+        pad_token_id=int((1 if model_type == "roberta" else 0)
+                         if data.get("pad_token_id") is None else data["pad_token_id"]),
+        model_type=model_type)
   except KeyError as e:
     raise DataError(f"{path} has no {e.args[0]!r}, which a BERT config.json has.") from e
   except (TypeError, ValueError) as e:  # e.g. "hidden_size": "large" or null
