@@ -88,6 +88,14 @@ def test_a_fine_tuning_run_stops_resumes_bit_identically_and_predicts_without_th
   assert [row["tokens"] for row in rows] == [6, 4]  # [CLS] ... [SEP]
   probabilities = classifier.predict_proba(["this movie was good", "bad plot"])
   np.testing.assert_allclose([list(r["probabilities"].values()) for r in rows], probabilities)
+  # Predicting the run's own test texts from the workdir alone gives its test predictions: the
+  # texts are encoded as training encoded them (the saved tokenizer, max_len, truncation).
+  from textattn import compare
+  from textattn.data import file_source
+  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
+  _, written = compare.load_predictions(str(stopped))
+  np.testing.assert_allclose(classifier.predict_proba(raw.texts["test"]), written, rtol=1e-5,
+                             atol=1e-6)
   [explained] = classifier.explain(["this movie was good"])
   assert explained["tokens"] == ["[CLS]", "this", "movie", "was", "good", "[SEP]"]
   assert len(explained["weights"]) == 6 and all(w is not None for w in explained["weights"])

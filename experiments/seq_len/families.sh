@@ -5,9 +5,11 @@
 # The tables land in experiments/seq_len/families_<cpu>/ (results.md, results.jsonl).
 set -euo pipefail
 out=${1:-experiments/seq_len/families_cpu}
+# --lengths=full (2026-12-02): every kernel computes all B x L positions (at the default
+# half_to_full the native softmax kernels skip all-padding key blocks the others compute).
 common=(--batch_size=4 --embed_dim=256 --num_heads=4 --num_layers=1 --dtype=float32
         --point_memory_limit_gb=8 --warmup=1 --repeats=5 --point_time_budget_s=15
-        --point_timeout_s=150 --overwrite)
+        --point_timeout_s=150 --overwrite --lengths=full)
 # Each family's fastest exact kernel here ("auto" where it chooses by measurement: softmax and
 # additive; the chunked forms of the causal linear-time families, which "auto" picks from 256).
 python -m textattn.benchmark --mode=forward+backward \
