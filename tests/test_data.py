@@ -357,19 +357,26 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
   assert all(entry.stat().st_size > 50 for entry in entries)
 
 
-def test_workdir_vocabulary_is_reused_even_when_the_data_changes(tmp_path):
+def test_a_workdir_vocabulary_counted_on_other_training_data_is_refused_not_reused(tmp_path):
+  # A start after one that stopped before its first checkpoint, on other data or another carve:
+  # reusing the vocabulary leaked held-out words into it (ids of words the run never trained
+  # on); rebuilding it would change the workdir's ids. Refused; the same data reuses it.
   path = write_csv(tmp_path / "d.csv", [f"alpha beta,{i % 2}" for i in range(20)])
   workdir = str(tmp_path / "work")
   ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
   saved = (tmp_path / "work" / ip.TOKENIZER_FILE).read_bytes()
-  # New data where other words dominate, and a fresh cache: ids must not move.
+  again = ip.load_dataset(make_config(tmp_path, dataset=path, cache_dir=str(tmp_path / "c2")),
+                          workdir)
+  assert again.train.inputs[0, :2].tolist() == [2, 3] or again.train.inputs[0, :2].tolist() == [
+      3, 2]
+  for changed in (make_config(tmp_path, dataset=path, data_seed=1),
+                  make_config(tmp_path, dataset=path, val_fraction=0.2)):
+    with pytest.raises(ip.DataError, match=r"vocabulary was counted on other training data"):
+      ip.load_dataset(changed, workdir)
   write_csv(path, [f"gamma gamma delta alpha,{i % 2}" for i in range(20)])
-  config = make_config(tmp_path, dataset=path, cache_dir=str(tmp_path / "cache2"))
-  data = ip.load_dataset(config, workdir)
-  tokenizer, _ = ip.load_tokenizer(workdir)
-  assert tokenizer.words == ["alpha", "beta"]
-  assert data.train.inputs[0, :4].tolist() == [1, 1, 1, 2]
-  assert (tmp_path / "work" / ip.TOKENIZER_FILE).read_bytes() == saved
+  with pytest.raises(ip.DataError, match=r"use a new --workdir"):
+    ip.load_dataset(make_config(tmp_path, dataset=path, cache_dir=str(tmp_path / "c3")), workdir)
+  assert (tmp_path / "work" / ip.TOKENIZER_FILE).read_bytes() == saved  # (left as it was)
 
 
 def test_write_false_leaves_workdir_and_cache_untouched(tmp_path):
@@ -411,9 +418,11 @@ def test_workdir_files_keep_their_format(tmp_path):
   config = make_config(tmp_path, dataset=path)
   ip.load_dataset(config, str(tmp_path / "work"))
   info = json.loads((tmp_path / "work" / ip.DATA_INFO_FILE).read_text(encoding="utf-8"))
+  counted_on = info.pop("counted_on")
   assert info == {"tokenizer": "word", "vocab_size": 35, "config_vocab_size": 200,
                   "class_names": ["neg", "pos"], "punctuation": "strip", "dataset": str(path),
                   "max_len": 8, "truncation": "pre"}
+  assert counted_on["source"][0] == "file" and counted_on["data_seed"] == 0
 
 
 def test_cache_keys_of_the_default_settings_never_change(tmp_path):
@@ -432,28 +441,30 @@ def test_cache_keys_of_the_default_settings_never_change(tmp_path):
       "d-mlm-f9233b9eeb993d73d1a3e0f3.npz")
 
 
+# (The byte tokenizer below: its vocabulary is not counted on the data, so a workdir may meet
+# other data; a word vocabulary's workdir refuses it, test_a_workdir_vocabulary_counted_on_...)
 def test_label_outside_the_workdir_label_set_is_an_error(tmp_path):
   path = write_csv(tmp_path / "d.csv", [f"text {i},{'ab'[i % 2]}" for i in range(20)])
   workdir = str(tmp_path / "work")
-  ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
+  ip.load_dataset(make_config(tmp_path, dataset=path, tokenizer="byte"), workdir)
   write_csv(path, [f"text {i},{'abc'[i % 3]}" for i in range(20)])
   with pytest.raises(ip.DataError, match=r"\['c'\].*outside the label set \['a', 'b'\]"):
-    ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
+    ip.load_dataset(make_config(tmp_path, dataset=path, tokenizer="byte"), workdir)
 
 
 def test_workdir_label_order_is_kept_when_the_data_lacks_a_class(tmp_path):
   path = write_csv(tmp_path / "d.csv", [f"text {i},{'abc'[i % 3]}" for i in range(30)])
   workdir = str(tmp_path / "work")
-  ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
+  ip.load_dataset(make_config(tmp_path, dataset=path, tokenizer="byte"), workdir)
   write_csv(path, [f"text {i},{'bc'[i % 2]}" for i in range(30)])
-  data = ip.load_dataset(make_config(tmp_path, dataset=path), workdir)
+  data = ip.load_dataset(make_config(tmp_path, dataset=path, tokenizer="byte"), workdir)
   assert data.class_names == ["a", "b", "c"]
   assert set(np.concatenate([data.train.labels, data.test.labels]).tolist()) == {1, 2}
 
 
 def test_an_error_leaves_existing_cache_and_workdir_intact(tmp_path):
   path = write_csv(tmp_path / "d.csv", unique_word_rows(40))
-  config = make_config(tmp_path, dataset=path)
+  config = make_config(tmp_path, dataset=path, tokenizer="byte")  # (reaches the file's error)
   workdir = tmp_path / "work"
   ip.load_dataset(config, str(workdir))
   before = {**files_under(workdir), **files_under(config.cache_dir)}

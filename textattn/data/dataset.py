@@ -168,6 +168,8 @@ def load_dataset(config, workdir: str | None, *, write: bool = True,
     tokenizer = tokenizer_lib.ByteTokenizer()
   identity = data_source.identity(write)
   cache = Cache(config, identity, writable=write)
+  if saved_tokenizer is not None:
+    _check_vocabulary_source(workdir, saved_tokenizer, cache.source_key())
   if tokenizer is None:
     tokenizer = cache.load_vocab()
   cached = cache.load_arrays(tokenizer) if tokenizer is not None else None
@@ -211,7 +213,7 @@ def load_dataset(config, workdir: str | None, *, write: bool = True,
     splits = _remap_labels(splits, class_names, saved_class_names, workdir)
     class_names = saved_class_names
   if workdir and write and saved_tokenizer is None:
-    _save_workdir(workdir, config, tokenizer, class_names)
+    _save_workdir(workdir, config, tokenizer, class_names, cache.source_key())
   if pads_before(config):
     splits = {s: Split(pad_before(split.inputs), split.labels) for s, split in splits.items()}
   return Dataset(train=splits["train"], validation=splits["validation"], test=splits["test"],
@@ -334,7 +336,39 @@ def load_tokenizer(workdir: str, config=None):
   return tokenizer, class_names
 
 
-def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> None:
+def _counted_on(source_key: dict) -> dict | None:
+  """What a word or n-gram vocabulary was counted on: the training data's content and carve
+  (Cache.source_key, its format version left out), JSON-normalised; None when unknown."""
+  if source_key.get("source") is None:
+    return None
+  return json.loads(json.dumps({k: v for k, v in source_key.items() if k != "version"}))
+
+
+def _check_vocabulary_source(workdir: str, tokenizer, source_key: dict) -> None:
+  """A DataError when the workdir's word/n-gram vocabulary was counted on other training data
+  than this run's (a start after one that stopped before its first checkpoint, with another
+  data_seed, val_fraction, file or fields): reused, it would hold words of this run's held-out
+  splits; rebuilt, the workdir's ids would change under its run. (A resume of changed data is
+  refused by its checkpoint's data fingerprint, with the field that changed: a workdir with a
+  checkpoint is left to that check; workdirs from before the record pass.)"""
+  if tokenizer.kind not in ("word", "ngram"):
+    return  # (a pretrained model's own or the byte vocabulary: not counted on the data)
+  checkpoints = os.path.join(workdir, "checkpoints")  # (checkpointing.py's layout)
+  if os.path.isdir(checkpoints) and any(name.isdigit() for name in os.listdir(checkpoints)):
+    return
+  with open(os.path.join(workdir, DATA_INFO_FILE), encoding="utf-8") as f:
+    saved = json.load(f).get("counted_on")
+  now = _counted_on(source_key)
+  if saved is not None and now is not None and saved != now:
+    raise DataError(f"{workdir}'s vocabulary was counted on other training data (another "
+                    f"dataset content, text fields, val_fraction or data_seed) than this run's; "
+                    f"reusing it would leak held-out words and rebuilding it would change the "
+                    f"workdir's ids: use a new --workdir (or delete {workdir} if it holds no "
+                    f"run to keep).")
+
+
+def _save_workdir(workdir: str, config, tokenizer, class_names: list[str],
+                  source_key: dict) -> None:
   if tokenizer.kind in ("word", "ngram", "pretrained"):
     atomic_write(os.path.join(workdir, TOKENIZER_FILE), lambda f: f.write(tokenizer.to_json()))
   info = {
@@ -344,6 +378,8 @@ def _save_workdir(workdir: str, config, tokenizer, class_names: list[str]) -> No
       "class_names": class_names,
       "punctuation": "strip" if tokenizer.kind in ("word", "ngram") else None,  # (read by load_tokenizer)
       **({"pad_id": tokenizer.model_pad_id} if tokenizer.kind == "pretrained" else {}),
+      # What a word/n-gram vocabulary was counted on (checked on reuse: _check_vocabulary_source)
+      **({"counted_on": _counted_on(source_key)} if tokenizer.kind in ("word", "ngram") else {}),
       # For the record only; not checked on reuse.
       "dataset": config.dataset,
       "max_len": config.max_len,
