@@ -248,3 +248,18 @@ def test_a_tfds_translation_set_is_read_with_its_own_splits(tmp_path):
     config.target_field = "de"
     with pytest.raises(DataError, match=r"has no feature 'de' \(it has en, pt\)"):
       translation.load_data(config, str(tmp_path / "bad"))
+
+
+def test_tokenizers_counted_on_other_training_pairs_are_refused_on_a_fresh_start(tmp_path):
+  # A run stopped before its first checkpoint, then started again with another split: its saved
+  # tokenizers held words of the new held-out sentences (and new vocabulary sizes were ignored).
+  data = write_pairs(tmp_path / "pairs.txt")
+  workdir = tmp_path / "work"
+  workdir.mkdir()
+  translation.load_data(tiny(data), str(workdir))
+  saved = (workdir / translation.SOURCE_TOKENIZER).read_bytes()
+  translation.load_data(tiny(data), str(workdir))  # the same data: reused
+  for changed in (tiny(data, data_seed=1), tiny(data, source_vocab=30)):
+    with pytest.raises(DataError, match=r"tokenizers were counted on other training pairs"):
+      translation.load_data(changed, str(workdir))
+  assert (workdir / translation.SOURCE_TOKENIZER).read_bytes() == saved

@@ -18,6 +18,7 @@ sacreBLEU's signatures.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -40,6 +41,31 @@ from textattn.models.layers import DTYPES
 from textattn.tasks.translation.config import defaults, validate
 
 SOURCE_TOKENIZER, TARGET_TOKENIZER = "source_tokenizer.json", "target_tokenizer.json"
+# What the tokenizers were counted on: the training pairs (sha256) and the vocabulary settings.
+TOKENIZERS_COUNTED_ON = "tokenizers_counted_on.json"
+
+
+def _counted_on(config, pairs, train_rows) -> dict:
+  digest = hashlib.sha256()
+  for i in train_rows:
+    digest.update(f"{pairs.sources[i]}\t{pairs.targets[i]}\n".encode())
+  return {"train_pairs": digest.hexdigest(), "tokenizer": config.tokenizer,
+          "source_vocab": int(config.source_vocab), "target_vocab": int(config.target_vocab)}
+
+
+def _check_counted_on(workdir: str, record: str, counted_on: dict) -> None:
+  """A DataError when a fresh start finds tokenizers counted on other training pairs or
+  vocabulary sizes (a run that stopped before its first checkpoint, then another data_seed,
+  split_by or file): reused, they would hold held-out words. A resume is its checkpoint's data
+  fingerprint's to check; tokenizers saved before the record pass."""
+  if data_lib.has_checkpoint(workdir) or not os.path.exists(record):
+    return
+  with open(record, encoding="utf-8") as f:
+    if json.load(f) != counted_on:
+      raise DataError(f"{workdir}'s tokenizers were counted on other training pairs or "
+                      f"vocabulary sizes than this run's; reusing them would leak held-out "
+                      f"words: use a new --workdir (or delete {workdir} if it holds no run to "
+                      f"keep).")
 
 
 class Packed(nn.Module):
@@ -117,7 +143,10 @@ def load_data(config, workdir: str, write: bool = True):
     raise DataError(f"{config.dataset}: {len(pairs.sources)} pairs are too few for a train / "
                     f"validation / test split.")
   saved = [os.path.join(workdir, name) for name in (SOURCE_TOKENIZER, TARGET_TOKENIZER)]
+  counted_on = _counted_on(config, pairs, rows["train"])
+  record = os.path.join(workdir, TOKENIZERS_COUNTED_ON)
   if all(os.path.exists(p) for p in saved):
+    _check_counted_on(workdir, record, counted_on)
     source_tok, target_tok = load_tokenizers(workdir)
     if source_tok.kind != config.tokenizer:
       raise DataError(f"{workdir} holds {source_tok.kind} tokenizers, the config asks for "
@@ -132,6 +161,7 @@ def load_data(config, workdir: str, write: bool = True):
         pairs, rows["train"], config.source_vocab, config.target_vocab, config.tokenizer,
         shared=config.shared_vocab)
     if write:
+      data_lib.atomic_write(record, lambda f: json.dump(counted_on, f))
       for tok, path in zip((source_tok, target_tok), saved):
         data_lib.atomic_write(path, lambda f, t=tok: f.write(t.to_json()))
   splits = {}
