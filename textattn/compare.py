@@ -15,19 +15,44 @@ says nothing about seed-to-seed variation, which needs several seeds per configu
 
 from __future__ import annotations
 
+import os
 import sys
 
+from textattn.data.file_source import is_local_file
+from textattn.run import read_workdir_config
 from textattn.tasks.classification.predictions import (  # noqa: F401 -- the library's names
   PREDICTIONS_FILE,
   CompareError,
   Comparison,
-  check_same_test_split,
   compare,
   load_predictions,
   load_run,
   mcnemar_exact_p,
   write_predictions,
 )
+
+
+def check_same_test_split(workdir_a: str, workdir_b: str) -> None:
+  """CompareError when the two runs' configs (where both have one: an ensemble's output has
+  none) say their test splits differ: another dataset or test file, or, for a local file whose
+  test split is carved from it, another val_fraction or data_seed. Equal labels (what
+  `compare` checks) do not prove the same examples: a carve of a file sorted by label gives
+  the same label sequence for any seed with the same class counts."""
+  if not all(os.path.isfile(os.path.join(w, "config.json")) for w in (workdir_a, workdir_b)):
+    return
+  identities = []
+  for workdir in (workdir_a, workdir_b):
+    config = read_workdir_config(workdir)
+    identity = {"dataset": config.dataset, "source.test_file": config.source.test_file}
+    if not config.source.test_file and is_local_file(config.dataset):
+      identity.update(val_fraction=config.val_fraction, data_seed=config.data_seed)
+    identities.append(identity)
+  a, b = identities
+  for field in ("dataset", "source.test_file", "val_fraction", "data_seed"):
+    if a.get(field) != b.get(field):
+      raise CompareError(f"the runs' test splits differ: config.{field} is {a.get(field)!r} in "
+                         f"{workdir_a} and {b.get(field)!r} in {workdir_b}; a paired comparison "
+                         f"needs the same test examples.")
 
 
 def report(a: str, b: str, result: Comparison) -> str:

@@ -9,14 +9,12 @@ and McNemar's exact test (two-sided binomial test on the examples exactly one ru
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 
 import numpy as np
 
 from textattn.data.cache import atomic_write
-from textattn.data.file_source import is_local_file
 
 PREDICTIONS_FILE = "test_predictions.npz"
 
@@ -97,32 +95,6 @@ def load_run(workdir: str) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
                        f"(first: example {first}) are not finite (NaN or infinity); they must be "
                        f"finite numbers: compare runs whose test reports are finite.")
   return labels, probabilities, class_names
-
-
-def check_same_test_split(workdir_a: str, workdir_b: str) -> None:
-  """CompareError when the two runs' config.json (where both have one: an ensemble's output
-  has none) say their test splits differ: another dataset or test file, or, for a local file
-  whose test split is carved from it, another val_fraction or data_seed. Equal labels (what
-  `compare` checks) do not prove the same examples: a carve of a file sorted by label gives
-  the same label sequence for any seed with the same class counts."""
-  identities = []
-  for workdir in (workdir_a, workdir_b):
-    try:
-      with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
-        config = json.load(f)
-    except (OSError, ValueError):
-      return
-    source = config.get("source") or {}
-    identity = {"dataset": config.get("dataset"), "source.test_file": source.get("test_file")}
-    if not identity["source.test_file"] and is_local_file(str(config.get("dataset"))):
-      identity.update(val_fraction=config.get("val_fraction"), data_seed=config.get("data_seed"))
-    identities.append(identity)
-  a, b = identities
-  for field in ("dataset", "source.test_file", "val_fraction", "data_seed"):
-    if a.get(field) != b.get(field):
-      raise CompareError(f"the runs' test splits differ: config.{field} is {a.get(field)!r} in "
-                         f"{workdir_a} and {b.get(field)!r} in {workdir_b}; a paired comparison "
-                         f"needs the same test examples.")
 
 
 def mcnemar_exact_p(only_a: int, only_b: int) -> float:
