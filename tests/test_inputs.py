@@ -326,3 +326,16 @@ def test_benchmark_limits_must_be_finite_and_in_range(limits, message):
             "num_classes": 2, **limits}
   with pytest.raises(ValueError, match=message):
     plan.check_limits(**values)
+
+
+def test_an_input_file_of_blank_lines_is_one_sentence_not_an_empty_success(tmp_path):
+  # (translate and generate printed nothing and exited 0 for it)
+  from textattn.errors import DataError, UsageError
+  blank = tmp_path / "blank.txt"
+  blank.write_text("\n  \n\t\n", encoding="utf-8")
+  with pytest.raises(DataError, match=r"blank.txt holds no prompts: every line is blank"):
+    command_line.text_lines([], str(blank), "prompts")
+  blank.write_text("a sentence\n\nanother\n", encoding="utf-8")
+  assert command_line.text_lines([], str(blank)) == ["a sentence", "another"]
+  with pytest.raises(UsageError, match="not both and not neither"):
+    command_line.text_lines(["x"], str(blank))

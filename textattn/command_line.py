@@ -15,7 +15,8 @@ from textattn.errors import DataError, UsageError, one_line
 
 def text_lines(texts: list[str], path: str | None, what: str = "texts") -> list[str]:
   """The texts of a command that takes them as --text=STR (repeatable) or --input=FILE (its
-  non-blank lines, UTF-8): exactly one of the two (UsageError), a readable file (DataError)."""
+  non-blank lines, UTF-8): exactly one of the two (UsageError), a readable file with at least one
+  (DataError)."""
   if bool(texts) == bool(path):
     raise UsageError(f"give the {what} with --text=STR (repeatable) or --input=FILE (one per "
                      f"line), not both and not neither.")
@@ -23,9 +24,12 @@ def text_lines(texts: list[str], path: str | None, what: str = "texts") -> list[
     return list(texts)
   try:
     with open(path, encoding="utf-8") as f:
-      return [line.rstrip("\n") for line in f if line.strip()]
+      lines = [line.rstrip("\n") for line in f if line.strip()]
   except (OSError, UnicodeDecodeError) as e:
     raise DataError(f"--input={path}: cannot be read as UTF-8 text ({e}).") from None
+  if not lines:  # (a run that printed nothing and exited 0 looked like success)
+    raise DataError(f"--input={path} holds no {what}: every line is blank; give one per line.")
+  return lines
 
 
 def field_paths(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
