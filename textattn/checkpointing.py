@@ -32,8 +32,8 @@ from absl import logging
 from orbax.checkpoint.checkpoint_managers import preservation_policy as preservation
 
 from textattn import config as config_lib
-from textattn.errors import RunError
-from textattn.errors import one_line as errors_one_line
+from textattn import workdir as workdir_lib
+from textattn.errors import RunError, one_line
 
 _SEPARATOR = "/"
 FAILED_DIR = "checkpoints-failed-verification"
@@ -80,7 +80,7 @@ def checkpoint_manager(workdir: str, keep: int, metric: str = "val/accuracy",
                                          cleanup_tmp_directories=not read_only,
                                          best_fn=lambda metrics: metrics[metric],
                                          best_mode="max" if higher_is_better else "min")
-  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"),
+  return ocp.CheckpointManager(workdir_lib.checkpoint_dir(os.path.abspath(workdir)),
                                options=options)
 
 
@@ -257,10 +257,6 @@ def stop_together(problem: RunError | None) -> None:
                    f"why), so process {jax.process_index()} stops too.")
 
 
-def one_line(text: str, limit: int = 200) -> str:
-  return errors_one_line(text, limit)
-
-
 def _quiet_closed_loop_callbacks() -> None:
   """After a failed read, tensorstore completes the failed read's other futures on the asyncio
   loop Orbax already closed, and Python prints each "RuntimeError: Event loop is closed" as an
@@ -324,7 +320,7 @@ def open_manager(workdir: str, keep: int, metric: str = "val/accuracy",
   try:
     return checkpoint_manager(workdir, keep, metric, higher_is_better, read_only)
   except Exception as e:  # e.g. a damaged checkpoint's metrics or metadata
-    directory = os.path.join(workdir, "checkpoints")
+    directory = workdir_lib.checkpoint_dir(workdir)
     logging.debug("Opening the checkpoints in %s failed: %s", directory, e)
     raise RunError(f"The checkpoints in {directory} cannot be read ({type(e).__name__}); if a "
                    f"step's files are damaged, move that step directory aside to resume "
@@ -444,7 +440,7 @@ def save_failed(manager, step: int, error: Exception) -> RunError:
   kept = (f"the checkpoints saved before (latest: step {max(older)}) are intact" if older
           else "no earlier checkpoint exists")
   detail = (f"{type(error).__name__}: {error.strerror}" if isinstance(error, OSError)
-            and error.strerror else f"{type(error).__name__}: {one_line(error)}")
+            and error.strerror else f"{type(error).__name__}: {one_line(error, 200)}")
   return RunError(f"Saving the checkpoint at step {step} to {path} failed ({detail}); training "
                   f"stopped and {kept}: free disk space or fix the directory's permissions, then "
                   f"run the same command to resume.")

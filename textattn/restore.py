@@ -17,6 +17,7 @@ import numpy as np
 from absl import logging
 
 from textattn import checkpointing, optim, train_state
+from textattn import workdir as workdir_lib
 from textattn.errors import RunError
 from textattn.metrics import MetricWriter
 
@@ -24,13 +25,12 @@ from textattn.metrics import MetricWriter
 def recorded_machine(workdir: str) -> dict | None:
   """The machine signature of the newest checkpoint in `workdir` (None: no checkpoint, or one
   that cannot be read now; the resume checks report the latter in their own words)."""
-  directory = os.path.join(workdir, "checkpoints")
-  steps = sorted((int(d) for d in os.listdir(directory) if d.isdigit()), reverse=True) \
-      if os.path.isdir(directory) else []
+  steps = workdir_lib.checkpoint_steps(workdir)
   if not steps:
     return None
   try:
-    meta = checkpointing.read_meta_at(os.path.join(directory, str(steps[0])))
+    meta = checkpointing.read_meta_at(os.path.join(workdir_lib.checkpoint_dir(workdir),
+                                                   str(steps[0])))
   except Exception:  # noqa: BLE001 -- unreadable here: check_resume says why, once
     return None
   return meta.get("machine")

@@ -21,6 +21,20 @@ import uuid
 from textattn.errors import RunError
 
 LOCK_FILE = ".lock"
+CHECKPOINTS = "checkpoints"  # the workdir's Orbax checkpoint directory, one subdirectory a step
+
+
+def checkpoint_dir(workdir: str) -> str:
+  return os.path.join(workdir, CHECKPOINTS)
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  """The steps of the checkpoints saved in `workdir`, newest first ([] for none; an in-flight
+  save's temporary directory is not one)."""
+  directory = checkpoint_dir(workdir)
+  if not os.path.isdir(directory):
+    return []
+  return sorted((int(name) for name in os.listdir(directory) if name.isdigit()), reverse=True)
 
 
 def _pid_running(pid: int) -> bool:

@@ -38,7 +38,6 @@ from textattn.data.dataset import (
   DATA_INFO_FILE,
   TOKENIZER_FILE,
   describe,
-  has_checkpoint,
   load_dataset,
   load_tokenizer,
   validate_config,
@@ -64,6 +63,6 @@ from textattn.data.splits import (
 
 __all__ = ["DATA_INFO_FILE", "PADDINGS", "SPLITS", "TOKENIZER_FILE", "DataError", "Dataset",
            "Split", "TrainIterator", "atomic_write", "check_unlabeled_split", "content_digest", "describe",
-           "eval_batches", "has_checkpoint", "is_local_file", "layout_config", "load_dataset", "load_tokenizer", "pad_before",
+           "eval_batches", "is_local_file", "layout_config", "load_dataset", "load_tokenizer", "pad_before",
            "pads_before", "pretraining_texts", "read_cache", "source_cache_path",
            "source_config", "validate_config", "word2vec_texts"]

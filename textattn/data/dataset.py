@@ -15,6 +15,7 @@ import os
 import numpy as np
 from absl import logging
 
+from textattn import workdir as workdir_lib
 from textattn.data import ngrams as ngrams_lib
 from textattn.data import raw as raw_lib
 from textattn.data import tfds_source
@@ -336,13 +337,6 @@ def load_tokenizer(workdir: str, config=None):
   return tokenizer, class_names
 
 
-def has_checkpoint(workdir: str) -> bool:
-  """Whether the workdir holds a checkpoint step (checkpointing.py's layout): a resume, whose
-  data its checkpoint's data fingerprint checks, rather than a fresh start."""
-  checkpoints = os.path.join(workdir, "checkpoints")
-  return os.path.isdir(checkpoints) and any(name.isdigit() for name in os.listdir(checkpoints))
-
-
 def _counted_on(source_key: dict) -> dict | None:
   """What a word or n-gram vocabulary was counted on: the training data's content and carve
   (Cache.source_key, its format version left out), JSON-normalised; None when unknown."""
@@ -360,7 +354,7 @@ def _check_vocabulary_source(workdir: str, tokenizer, source_key: dict) -> None:
   checkpoint is left to that check; workdirs from before the record pass.)"""
   if tokenizer.kind not in ("word", "ngram"):
     return  # (a pretrained model's own or the byte vocabulary: not counted on the data)
-  if has_checkpoint(workdir):
+  if workdir_lib.checkpoint_steps(workdir):
     return
   with open(os.path.join(workdir, DATA_INFO_FILE), encoding="utf-8") as f:
     saved = json.load(f).get("counted_on")

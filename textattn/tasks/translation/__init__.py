@@ -32,6 +32,7 @@ import optax
 from textattn import data as data_lib
 from textattn import decoding, platform, restore, tasks
 from textattn import progress as progress_lib
+from textattn import workdir as workdir_lib
 from textattn.data import pairs as pairs_lib
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError, Dataset, Split
@@ -58,7 +59,7 @@ def _check_counted_on(workdir: str, record: str, counted_on: dict) -> None:
   vocabulary sizes (a run that stopped before its first checkpoint, then another data_seed,
   split_by or file): reused, they would hold held-out words. A resume is its checkpoint's data
   fingerprint's to check; tokenizers saved before the record pass."""
-  if data_lib.has_checkpoint(workdir) or not os.path.exists(record):
+  if workdir_lib.checkpoint_steps(workdir) or not os.path.exists(record):
     return
   with open(record, encoding="utf-8") as f:
     if json.load(f) != counted_on:
