@@ -371,7 +371,7 @@ def test_a_workdir_vocabulary_counted_on_other_training_data_is_refused_not_reus
       3, 2]
   for changed in (make_config(tmp_path, dataset=path, data_seed=1),
                   make_config(tmp_path, dataset=path, val_fraction=0.2)):
-    with pytest.raises(ip.DataError, match=r"vocabulary was counted on other training data"):
+    with pytest.raises(ip.DataError, match=r"holds a vocabulary counted on other training data"):
       ip.load_dataset(changed, workdir)
   write_csv(path, [f"gamma gamma delta alpha,{i % 2}" for i in range(20)])
   with pytest.raises(ip.DataError, match=r"use a new --workdir"):

@@ -260,6 +260,6 @@ def test_tokenizers_counted_on_other_training_pairs_are_refused_on_a_fresh_start
   saved = (workdir / translation.SOURCE_TOKENIZER).read_bytes()
   translation.load_data(tiny(data), str(workdir))  # the same data: reused
   for changed in (tiny(data, data_seed=1), tiny(data, source_vocab=30)):
-    with pytest.raises(DataError, match=r"tokenizers were counted on other training pairs"):
+    with pytest.raises(DataError, match=r"holds a pair of tokenizers counted on other training data"):
       translation.load_data(changed, str(workdir))
   assert (workdir / translation.SOURCE_TOKENIZER).read_bytes() == saved

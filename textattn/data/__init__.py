@@ -40,6 +40,7 @@ from textattn.data.dataset import (
   describe,
   load_dataset,
   load_tokenizer,
+  refuse_other_training_data,
   validate_config,
 )
 from textattn.data.file_source import is_local_file
@@ -64,5 +65,5 @@ from textattn.data.splits import (
 __all__ = ["DATA_INFO_FILE", "PADDINGS", "SPLITS", "TOKENIZER_FILE", "DataError", "Dataset",
            "Split", "TrainIterator", "atomic_write", "check_unlabeled_split", "content_digest", "describe",
            "eval_batches", "is_local_file", "layout_config", "load_dataset", "load_tokenizer", "pad_before",
-           "pads_before", "pretraining_texts", "read_cache", "source_cache_path",
+           "pads_before", "pretraining_texts", "read_cache", "refuse_other_training_data", "source_cache_path",
            "source_config", "validate_config", "word2vec_texts"]

@@ -354,17 +354,24 @@ def _check_vocabulary_source(workdir: str, tokenizer, source_key: dict) -> None:
   checkpoint is left to that check; workdirs from before the record pass.)"""
   if tokenizer.kind not in ("word", "ngram"):
     return  # (a pretrained model's own or the byte vocabulary: not counted on the data)
-  if workdir_lib.checkpoint_steps(workdir):
-    return
   with open(os.path.join(workdir, DATA_INFO_FILE), encoding="utf-8") as f:
     saved = json.load(f).get("counted_on")
-  now = _counted_on(source_key)
-  if saved is not None and now is not None and saved != now:
-    raise DataError(f"{workdir}'s vocabulary was counted on other training data (another "
-                    f"dataset content, text fields, val_fraction or data_seed) than this run's; "
-                    f"reusing it would leak held-out words and rebuilding it would change the "
-                    f"workdir's ids: use a new --workdir (or delete {workdir} if it holds no "
-                    f"run to keep).")
+  refuse_other_training_data(workdir, saved, _counted_on(source_key), "vocabulary",
+                             "dataset content, text fields, val_fraction or data_seed")
+
+
+def refuse_other_training_data(workdir: str, saved, now, what: str, differs: str) -> None:
+  """A DataError when a fresh start (no checkpoint yet: a resume is its checkpoint's data
+  fingerprint's to check) finds the workdir's `what` (a vocabulary, tokenizers) counted on
+  other training data than this run's (`saved` != `now`; None: not recorded, e.g. a workdir
+  from before the record). Reused, it would hold words of this run's held-out splits; rebuilt,
+  the workdir's ids would change under its run."""
+  if saved is None or now is None or saved == now or workdir_lib.checkpoint_steps(workdir):
+    return
+  raise DataError(f"{workdir} holds a {what} counted on other training data than this run's "
+                  f"(another {differs}); reusing it would leak held-out words and rebuilding it "
+                  f"would change the workdir's ids: use a new --workdir (or delete {workdir} if "
+                  f"it holds no run to keep).")
 
 
 def _save_workdir(workdir: str, config, tokenizer, class_names: list[str],

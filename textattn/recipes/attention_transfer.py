@@ -63,7 +63,7 @@ SCHEDULES = ("constant", "cosine")
 
 
 CURVE_FILE = "attention_transfer.jsonl"
-# The teacher's log-probabilities of the training split, and which teacher (path, step) gave them
+# The teacher's log-probabilities of the training split, and which teacher (its real path) gave them
 TEACHER_FILE = "teacher_log_probs.npz"
 
 

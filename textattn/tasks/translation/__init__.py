@@ -32,7 +32,6 @@ import optax
 from textattn import data as data_lib
 from textattn import decoding, platform, restore, tasks
 from textattn import progress as progress_lib
-from textattn import workdir as workdir_lib
 from textattn.data import pairs as pairs_lib
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError, Dataset, Split
@@ -55,18 +54,14 @@ def _counted_on(config, pairs, train_rows) -> dict:
 
 
 def _check_counted_on(workdir: str, record: str, counted_on: dict) -> None:
-  """A DataError when a fresh start finds tokenizers counted on other training pairs or
-  vocabulary sizes (a run that stopped before its first checkpoint, then another data_seed,
-  split_by or file): reused, they would hold held-out words. A resume is its checkpoint's data
-  fingerprint's to check; tokenizers saved before the record pass."""
-  if workdir_lib.checkpoint_steps(workdir) or not os.path.exists(record):
-    return
-  with open(record, encoding="utf-8") as f:
-    if json.load(f) != counted_on:
-      raise DataError(f"{workdir}'s tokenizers were counted on other training pairs or "
-                      f"vocabulary sizes than this run's; reusing them would leak held-out "
-                      f"words: use a new --workdir (or delete {workdir} if it holds no run to "
-                      f"keep).")
+  """Tokenizers counted on other training pairs or vocabulary sizes (a run that stopped before
+  its first checkpoint, then another data_seed, split_by or file) are refused on a fresh start
+  (data_lib.refuse_other_training_data); tokenizers saved before the record pass."""
+  if os.path.exists(record):
+    with open(record, encoding="utf-8") as f:
+      data_lib.refuse_other_training_data(workdir, json.load(f), counted_on,
+                                          "pair of tokenizers",
+                                          "pairs file, split or vocabulary size")
 
 
 class Packed(nn.Module):
