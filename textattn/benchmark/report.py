@@ -24,6 +24,7 @@ OUTPUTS = ("results.csv", "results.md", "time_vs_length.png", "memory_vs_length.
 PEAK_SOURCES = {"memory_stats": "device memory_stats peak_bytes_in_use",
                 "memory_analysis": "memory_analysis argument + output + temp - alias bytes"}
 
+
 def _number(value) -> float | None:
   if value is None or value == "":
     return None
