@@ -18,6 +18,7 @@ from textattn import defaults
 from textattn.data import cache as cache_lib
 from textattn.data import file_source, tfds_source
 from textattn.data import tokenizer as tokenizer_lib
+from textattn.tasks.classification import classifier
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 # The Kaggle file, when a checkout sits beside ../shared: checked as well, not instead.
@@ -279,6 +280,31 @@ def test_disaster_tweets_format_csv(tmp_path):
           in texts)
   assert ('Bridge collapse on the motorway: "we heard a roar and then dust everywhere"'
           in texts)
+
+
+@pytest.mark.parametrize("name", ["disaster_tweets.csv", "headerless.tsv"])
+def test_prediction_reads_a_file_as_training_does(tmp_path, name):
+  # One reader (raw.delimited_records) for both: a prediction file in the training format gives
+  # the texts and labels training read, in file order, at the same line numbers.
+  if name == "headerless.tsv":
+    path = tmp_path / name
+    path.write_bytes(b'pos\tA "quoted"\ttitle one\r\nneg\t"two\r\nlines"\tt2\r\n\r\n'
+                     b'pos\t\tonly a title\r\nneg\tfour\t\r\n')
+    fields = {"source.columns": "label,body,title", "text_fields": "title,body"}
+  else:
+    path, fields = FIXTURES / name, {"text_fields": "keyword,text", "label_field": "target"}
+  config = make_config(tmp_path, dataset=path, val_fraction=0.25, **fields)
+  config.source.test_file = str(path)
+  raw = file_source.FileSource(config).read(config.val_fraction, config.data_seed)
+  texts, labels = classifier.read_texts(str(path), config, with_labels=True)
+  kept = [i for i, text in enumerate(texts) if text.strip()]  # (training skips blank texts)
+  assert [texts[i] for i in kept] == raw.texts["test"] and len(kept) >= 4
+  assert [labels[i] for i in kept] == [raw.class_names[j] for j in raw.labels["test"]]
+  if name == "headerless.tsv":  # (a record's first line, across its quoted line break)
+    records = classifier._records(str(path), path.read_text("utf-8"), ".tsv",
+                                  str(config.source.columns))
+    assert [line for line, _ in records] == [1, 2, 5, 6]
+    assert texts == ["title one A \"quoted\"", "t2 two\r\nlines", "only a title ", " four"]
 
 
 def test_disaster_tweets_csv(tmp_path):

@@ -102,11 +102,12 @@ def test_cli_writes_json_lines_and_refuses_bad_requests_in_one_line(trained, tmp
 
 
 @pytest.mark.parametrize("name, content, message", [
-    ("comma.csv", "text,label\nHello, world,pos\n", "line 2: expected 2 fields (the header has 2)"),
+    ("comma.csv", "text,label\nHello, world,pos\n",
+     "line 2: expected 2 fields (','-separated; the header has 2)"),
     ("quote.csv", 'text,label\n"abc"def,pos\n', "line 2: malformed CSV"),
     ("twice.tsv", "text\tlabel\ttext\na\tpos\tb\n", "column 'text' appears 2 times"),
     ("stray.tsv", 'text\tlabel\n"Great film\tpos\nI loved it"\tneg\n',
-     "line 3: a field holds a tab, so a quote"),
+     "line 2: a field holds a tab, so a quote"),
     ("list.jsonl", '{"text": ["a", "b"]}\n', "line 1: field 'text' must be a string, found list"),
     ("zero.jsonl", '{"text": 0}\n', "line 1: field 'text' must be a string, found int"),
 ], ids=["extra_field", "bad_quote", "duplicate_column", "unclosed_tsv_quote", "json_list",

@@ -14,8 +14,6 @@ split is a DataError naming the file, the line and the value."""
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from collections.abc import Iterator
 
@@ -145,51 +143,20 @@ class FileSource:
 
   def _csv_rows(self, path: str, text: str, delimiter: str, text_fields: list[str]
                 ) -> Iterator[tuple[int, list[str], str]]:
-    """(first line, text field values, label) per record; handles quoted newlines and CRLF."""
-    csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
-    try:
-      if self.columns:  # Headerless: config.source.columns names the columns, line 1 is data.
-        header = self.columns
-        names = f"config.source.columns names {len(header)} ({','.join(header)})"
-      else:
-        header = next(reader, None)
-        if header is None:
-          raise DataError(f"{path}: the file is empty (expected a header row; set "
-                          f"--config.source.columns=NAME,NAME,... for a file without one).")
-        header = [name.strip() for name in header]
-        names = f"the header has {len(header)}"
-      missing = [f for f in text_fields + [self.label_field] if f not in header]
-      raw_lib.check_unique_columns(path, header, text_fields + [self.label_field])
-      if missing:
-        raise DataError(f"{path}, line 1: column(s) {missing} not found; "
-                        f"{'config.source.columns is' if self.columns else 'the header has'} "
-                        f"{header} (set --config.{self._fields_option(path)} / "
-                        f"--config.source.label_field).")
-      text_columns = [header.index(f) for f in text_fields]
-      label_column = header.index(self.label_field)
-      line = reader.line_num + 1
-      for record in reader:
-        if record:  # csv yields [] for a blank line.
-          if len(record) != len(header):
-            raise DataError(f"{path}, line {line}: expected {len(header)} fields "
-                            f"({delimiter!r}-separated; {names}), found {len(record)}.")
-          raw_lib.check_no_tab_in_tsv_fields(record, delimiter, f"{path}, line {line}")
-          if (self.columns and line == 1
-              and record[label_column].strip().lower() == self.label_field.lower()):
-            raise DataError(f"{path}, line 1: the label column holds "
-                            f"{record[label_column].strip()!r}, its own name: the file has a "
-                            f"header row, so leave config.source.columns empty.")
-          label = raw_lib.label_string(record[label_column])
-          if label is None:
-            value = record[label_column].strip()
-            raise DataError(f"{path}, line {line}: the label column {self.label_field!r} "
-                            f"is {f'{value!r}, a missing value' if value else 'empty'}; every "
-                            f"row needs a label (a class name or a number).")
-          yield line, [record[c] for c in text_columns], label
-        line = reader.line_num + 1
-    except csv.Error as e:
-      raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
+    """(first line, text field values, label) per record (raw.delimited_records)."""
+    hint = f"set --config.{self._fields_option(path)} / --config.source.label_field"
+    for line, record in raw_lib.delimited_records(path, text, delimiter, self.columns,
+                                                  text_fields + [self.label_field], hint):
+      value = record[self.label_field].strip()
+      if self.columns and line == 1 and value.lower() == self.label_field.lower():
+        raise DataError(f"{path}, line 1: the label column holds {value!r}, its own name: the "
+                        f"file has a header row, so leave config.source.columns empty.")
+      label = raw_lib.label_string(value)
+      if label is None:
+        raise DataError(f"{path}, line {line}: the label column {self.label_field!r} is "
+                        f"{f'{value!r}, a missing value' if value else 'empty'}; every row "
+                        f"needs a label (a class name or a number).")
+      yield line, [record[f] for f in text_fields], label
 
   def _fields_option(self, path: str) -> str:
     """The option that names `path`'s text fields (text_fields, or a split file's own)."""

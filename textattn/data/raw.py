@@ -4,8 +4,10 @@ and logged) and the deterministic carve of held-out splits."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import decimal
+import io
 import json
 import math
 import os
@@ -97,6 +99,47 @@ def check_unique_columns(path: str, header: Sequence[str], used: Sequence[str]) 
     if len(where) > 1:
       raise DataError(f"{path}, line 1: column {name!r} appears {len(where)} times in the "
                       f"header (columns {', '.join(map(str, where))}); rename all but one.")
+
+
+def delimited_records(path: str, text: str, delimiter: str, columns: Sequence[str] = (),
+                      used: Sequence[str] = (), hint: str = ""
+                      ) -> Iterator[tuple[int, dict[str, str]]]:
+  """(first line, {column: value}) for each non-blank row of a .csv/.tsv file's `text`, read
+  one way for training and prediction: the first row is the header (names stripped) unless
+  `columns` (config.source.columns) names the columns of a headerless file; quoted fields may
+  span lines; CRLF is fine. Malformed input is one DataError naming the line: bad quoting, a
+  row with more or fewer fields than the header, a tab inside a TSV field, a `used` column
+  missing (`hint`: what to set, in parentheses) or named twice."""
+  csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
+  reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+  try:
+    if columns:
+      header = list(columns)
+      which = f"config.source.columns names {len(header)} ({','.join(header)})"
+    else:
+      header = next(reader, None)
+      if header is None:
+        raise DataError(f"{path}: the file is empty (expected a header row, or "
+                        f"config.source.columns naming the columns of a file without one).")
+      header = [name.strip() for name in header]
+      which = f"the header has {len(header)}"
+    missing = [name for name in dict.fromkeys(used) if name not in header]
+    if missing:
+      raise DataError(f"{path}, line 1: column(s) {missing} not found; "
+                      f"{'config.source.columns is' if columns else 'the header has'} {header}"
+                      f"{f' ({hint})' if hint else ''}.")
+    check_unique_columns(path, header, used)
+    line = reader.line_num + 1
+    for values in reader:
+      if values:  # (csv yields [] for a blank line)
+        if len(values) != len(header):
+          raise DataError(f"{path}, line {line}: expected {len(header)} fields "
+                          f"({delimiter!r}-separated; {which}), found {len(values)}.")
+        check_no_tab_in_tsv_fields(values, delimiter, f"{path}, line {line}")
+        yield line, dict(zip(header, values))
+      line = reader.line_num + 1
+  except csv.Error as e:
+    raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
 
 
 def check_no_tab_in_tsv_fields(values: Sequence[str], delimiter: str, where: str) -> None:

@@ -12,8 +12,6 @@ config.platform.eval_batch_size, padded to full batches so one compilation serve
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import sys
@@ -211,35 +209,15 @@ def read_texts(path: str, config, with_labels: bool = False):
 
 def _records(path: str, text: str, extension: str, columns: str = "",
              used: Sequence[str] = ()) -> list[tuple[int, dict]]:
-  """(line number, {field: value}) per record of a .csv/.tsv (a header row, names stripped as in
-  training, unless the run named headerless `columns`) or .jsonl file; malformed input (as
-  training reads it: strict quoting, every row as many fields as the header, the `used` columns
-  named once) is one DataError naming the line."""
+  """(line number, {field: value}) per record of a .csv/.tsv (read as training reads it:
+  raw.delimited_records, with the run's headerless `columns` if it named them) or .jsonl file.
+  In a headerless run's file a first row that repeats the column names is a header, not a text."""
   if extension in (".csv", ".tsv"):
-    csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
-    reader = csv.reader(io.StringIO(text, newline=""),
-                        delimiter="," if extension == ".csv" else "\t", strict=True)
-    try:
-      names = [name.strip() for name in columns.split(",") if name.strip()]
-      header = names or [name.strip() for name in next(reader, [])]
-      raw_lib.check_unique_columns(path, header, used)
-      which = (f"the run's columns {','.join(names)}" if names
-               else f"the header has {len(header)}")
-      rows = []
-      for values in reader:
-        if not values:
-          continue
-        if names and reader.line_num == 1 and [v.strip() for v in values] == names:
-          continue  # a header row in a file of a headerless run: not a text
-        if len(values) != len(header):
-          raise DataError(f"{path}, line {reader.line_num}: expected {len(header)} fields "
-                          f"({which}), found {len(values)}.")
-        raw_lib.check_no_tab_in_tsv_fields(values, reader.dialect.delimiter,
-                                           f"{path}, line {reader.line_num}")
-        rows.append((reader.line_num, dict(zip(header, values))))
-    except csv.Error as e:
-      raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e}).") from None
-    return rows
+    names = [name.strip() for name in columns.split(",") if name.strip()]
+    return [(line, record) for line, record in raw_lib.delimited_records(
+                path, text, "," if extension == ".csv" else "\t", names, used,
+                "the training run's text_fields / label_field")
+            if not (names and line == 1 and [v.strip() for v in record.values()] == names)]
   if extension in (".jsonl", ".json"):
     return list(raw_lib.json_records(path, text))
   raise DataError(f"--input={path}: unsupported file type {extension!r}; allowed: .txt (one "
