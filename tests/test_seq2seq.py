@@ -2,6 +2,8 @@
 causality, padding, cached decoding against the full decoder, greedy decoding, the pairs
 loader and its splits."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -125,6 +127,22 @@ def test_pairs_loader_reads_tabs_quotes_blank_lines_and_non_ascii(tmp_path):
   jsonl.write_text('{"en": "Hi.", "es": "Hola."}\n{"en": "", "es": "x"}\n', encoding="utf-8")
   with pytest.raises(DataError, match="line 2: a pair needs a non-empty source and target"):
     pairs_lib.read_pairs(str(jsonl), "en", "es")
+
+
+def test_a_headered_pairs_csv_is_read_strictly(tmp_path):
+  # An unquoted comma once shifted the columns silently ("Hello" translated as " world").
+  path = tmp_path / "pairs.csv"
+  path.write_text('id,en,es\n1,"Hello, world",Hola mundo\n,,\n2,"two\nlines",dos\n',
+                  encoding="utf-8")
+  pairs = pairs_lib.read_pairs(str(path), "en", "es")
+  assert pairs.sources == ["Hello, world", "two\nlines"] and pairs.targets == ["Hola mundo", "dos"]
+  for content, message in [("id,en,es\n1,Hello, world,Hola mundo\n",
+                            "pairs.csv, line 2: expected 3 fields"),
+                           ("en,es,en\na,b,c\n", "column 'en' appears 2 times"),
+                           ("english,es\na,b\n", "line 1: column(s) ['en'] not found")]:
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(message)):
+      pairs_lib.read_pairs(str(path), "en", "es")
 
 
 def test_pairs_loader_ends_lines_at_newlines_only(tmp_path):

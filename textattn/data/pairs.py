@@ -4,7 +4,8 @@ Files:
 - `.txt` / `.tsv` without a header, as the Anki / Tatoeba files (spa.txt): one pair per line,
   `source<TAB>target[<TAB>anything]`; empty lines are skipped. No quoting: a quote is text.
 - `.csv` / `.tsv` with a header, or `.jsonl`: the named `source_field` and `target_field`
-  (set `pairs_header=True` for a headered `.tsv`).
+  (set `pairs_header=True` for a headered `.tsv`); CSV/TSV read as a classifier's files are
+  (quoted fields may span lines; every row as many fields as the header).
 A line without both texts, or with an empty one, is a DataError naming the file and line.
 
 Standardisation (Deep Learning with Python, ch. 11.5, the chapter's figures use it): lower
@@ -19,9 +20,7 @@ translations: the plain split lets a test sentence's twin train the model).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import os
 import re
 import string
@@ -94,20 +93,13 @@ def read_pairs(path: str, source_field: str = "source", target_field: str = "tar
       if len(columns) < 2:
         raise DataError(f"{path}, line {number}: expected source<TAB>target, found no tab.")
       add(number, columns[0], columns[1])
-  else:
-    reader = csv.reader(io.StringIO(text, newline=""),
-                        delimiter="\t" if extension in (".tsv", ".txt") else ",")
-    names = next(reader, None) or []
-    missing = [f for f in (source_field, target_field) if f not in names]
-    if missing:
-      raise DataError(f"{path}: no column {missing[0]!r} in the header {names}; set "
-                      f"config.source_field / config.target_field.")
-    s, t = names.index(source_field), names.index(target_field)
-    for row in reader:
-      if not any(cell.strip() for cell in row):
-        continue
-      number = reader.line_num
-      add(number, row[s] if s < len(row) else None, row[t] if t < len(row) else None)
+  else:  # (as a classifier's files: raw.delimited_records)
+    delimiter = "\t" if extension in (".tsv", ".txt") else ","
+    for number, record in raw_lib.delimited_records(
+        path, text, delimiter, (), (source_field, target_field),
+        "set config.source_field / config.target_field"):
+      if any(value.strip() for value in record.values()):
+        add(number, record[source_field], record[target_field])
   if not sources:
     raise DataError(f"{path}: no pairs found.")
   return Pairs(sources, targets)
