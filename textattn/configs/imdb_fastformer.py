@@ -7,8 +7,8 @@ hashed bigram embeddings (embedding.bigram_buckets=65536), 2 epochs without word
 
 Result: test accuracy 89.48% +- 0.25 over seeds 0-4 (CPU-4, 2026-11-25; CPU-3, 2026-11-23: 89.48%
 +- 0.29 over 4 seeds). Kept by pre-registered paired tests (20 seeds a side, validation only):
-bigrams +0.00454 and the word2vec start +0.00948 mean best validation (that start costs ~6.5 min
-on a cold cache; --config.embedding.init=random skips it). experiments/RESULTS.md, sections
+bigrams +0.00454 and the word2vec start +0.00948 mean best validation (that start costs ~5.5 min
+(335 s, section 14) on a cold cache; --config.embedding.init=random skips it). experiments/RESULTS.md, sections
 5, 14 and 22.
 """
 
@@ -26,7 +26,7 @@ def get_config():
   # With the word2vec start, 2 epochs without word dropout validated best (GPU sweep, 12 seeds).
   config.embedding.token_dropout_rate = 0.0
   # XLA:CPU without its YNNPACK fusions: this step measured 10-20% faster (406 vs 452 ms in an
-  # interleaved A/B; 387-405 vs 462-498 ms through the benchmark command), experiments/RESULTS.md,
+  # interleaved A/B; 387-405 vs 462-498 ms through the benchmark command), `git show 50fcafb:experiments/RESULTS.md`,
   # "Fourth round". (imdb_softmax.py: no difference, so it keeps XLA's default.)
   config.platform.xla_flags = "--xla_cpu_experimental_ynn_fusion_type="
   return config

@@ -7,7 +7,8 @@ Keras 3's Adam), checked step for step by experiments/keras_step_check.py (<= 3.
     python -m textattn.main --config=configs/imdb_keras_example.py --workdir=runs/keras_example
 
 Result: test accuracy 86.59% +- 0.62 after epoch 2 over 6 seeds (87.66% +- 0.52 after epoch 1);
-the Keras model itself 86.81% +- 1.32 (6 seeds). Seed 0 on 2 cores: 87.41%, one seed. 2-core CPU,
+the Keras model itself 86.81% +- 1.32 (6 seeds). Seed 0 on 2 cores: 87.41%, one seed
+(`git show 50fcafb:experiments/RESULTS.md`). 2-core CPU,
 2026-11-23. History: experiments/RESULTS.md, section 1.
 """
 
@@ -30,6 +31,6 @@ def get_config():
   config.evals_per_epoch = 1
   # With the native softmax kernel (the default on a one-device CPU run), XLA:CPU's own ops ran
   # faster here without its YNNPACK fusions: ~8% (step A/B) and ~12% (real training loop); within
-  # noise through the benchmark command (experiments/RESULTS.md, third round).
+  # noise through the benchmark command (`git show 50fcafb:experiments/RESULTS.md`, "Third round").
   config.platform.xla_flags = "--xla_cpu_experimental_ynn_fusion_type="
   return config

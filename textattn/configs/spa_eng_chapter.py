@@ -1,4 +1,4 @@
-"""English to Spanish exactly as Deep Learning with Python (ch. 11.5) builds it: the like-for-like
+r"""English to Spanish exactly as Deep Learning with Python (ch. 11.5) builds it: the like-for-like
 speed and accuracy comparison for configs/spa_eng_transformer.py.
 
 Keras' MultiHeadAttention(num_heads=8, key_dim=256) makes every head 256 wide (head_dim=256):
@@ -6,7 +6,7 @@ Keras' MultiHeadAttention(num_heads=8, key_dim=256) makes every head 256 wide (h
 the output layer, RMSprop (Keras', 1e-3, constant), batch 64, plain random batches, 30 epochs;
 word vocabularies of 15,000, 20 tokens, the seeded 70/15/15 split of the pairs.
 
-    python -m textattn.main --config=configs/spa_eng_chapter.py --workdir=runs/spa_eng_chapter \\
+    python -m textattn.main --config=configs/spa_eng_chapter.py --workdir=runs/spa_eng_chapter \
       --config.dataset=spa.txt
 
 The chapter: 67% validation next-token accuracy after 30 epochs. Speed on a 2-core Zen 4 CPU: 76

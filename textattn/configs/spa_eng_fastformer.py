@@ -1,10 +1,10 @@
-"""English to Spanish with Fastformer attention: an additive encoder and a causal additive
+r"""English to Spanish with Fastformer attention: an additive encoder and a causal additive
 decoder in its recurrent form (each key scored once with its own position's global query, so a
 decoding step costs O(1) from a fixed-size state; `causal_additive` is the direct form, O(t) a
 step). Cross-attention stays softmax (additive cross-attention has no standard definition).
 Everything else is configs/spa_eng_transformer.py's.
 
-    python -m textattn.main --config=configs/spa_eng_fastformer.py --workdir=runs/spa_eng_ff \\
+    python -m textattn.main --config=configs/spa_eng_fastformer.py --workdir=runs/spa_eng_ff \
       --config.dataset=spa.txt
 
 Result (seed 0, pair split, CPU-5, 2026-11-26; experiments/RESULTS.md, section 23): validation

@@ -1,4 +1,4 @@
-"""English to Spanish: Deep Learning with Python's sequence-to-sequence Transformer (ch. 11.5)
+r"""English to Spanish: Deep Learning with Python's sequence-to-sequence Transformer (ch. 11.5)
 with a faster recipe, the default translation config.
 
 The chapter's data handling (spa.txt, seeded 70/15/15 split of the pairs, word vocabularies of
@@ -7,7 +7,7 @@ one encoder and one decoder block, batch 64) with standard heads (32 wide; the c
 heads are 256: configs/spa_eng_chapter.py), Adam with warm-up and cosine decay, dropout 0.1,
 batches of similar length, 7 epochs.
 
-    python -m textattn.main --config=configs/spa_eng_transformer.py --workdir=runs/spa_eng \\
+    python -m textattn.main --config=configs/spa_eng_transformer.py --workdir=runs/spa_eng \
       --config.dataset=spa.txt
 
 spa.txt: http://www.manythings.org/anki/spa-eng.zip (the chapter's file, English<TAB>Spanish).

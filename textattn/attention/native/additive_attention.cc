@@ -25,7 +25,7 @@
 // Why by hand: the whole computation is O(length * features) per example, a few hundred
 // kilobytes that fit in cache, but XLA:CPU runs it as ~50 separate ops: batched matrix-vector
 // products over the length axis with transposes around them, and the length reductions as
-// trees of reduce-window ops (experiments/RESULTS.md, "Fourth round"). Here each example's
+// trees of reduce-window ops (`git show 50fcafb:experiments/RESULTS.md`, "Fourth round"). Here each example's
 // forward, and its backward, are a few passes over its rows while they stay in L1/L2.
 //
 // Examples are independent, so they are split over up to `threads` workers (XLA's intra-op
