@@ -152,6 +152,32 @@ def test_causal_linear_kernels_match_float64_values_and_gradients(name, with_seg
   assert not got[2][~mask].any() and not got[3][~mask].any()  # padded keys contribute nothing
 
 
+@pytest.mark.parametrize("name", list(CAUSAL_LINEAR))
+def test_causal_linear_gradients_stay_finite_when_features_are_tiny(name):
+  # Key features of ~1e-20 (FAVOR+'s exp(w.k - |k|^2/2) of a long key) make denominators ~1e-20:
+  # squared in the quotient's derivative they underflowed float32 (-inf, then NaN at padding).
+  # Scaling the keys' features leaves the output unchanged and scales d_fk by 1e20.
+  fq, fk, v, cotangent = features_inputs()
+  mask, segments = padding_and_segments()
+  visible = visibility(mask, segments, causal_band)
+  fk = fk * np.float32(1e-20)
+  want = reference(float64_kernel_attention, (fq, fk, v), visible, cotangent)
+  got = run_causal_linear(name, fq, fk, v, mask, segments, cotangent)
+  for what, g, w in zip(("out", "d_fq", "d_fk", "d_v"), got, want):
+    assert_relatively_close(g, w, 1e-5, what)
+
+
+def test_merged_mean_gradient_is_finite_and_exact_for_tiny_weights():
+  weights = jnp.array([1e-25, 1e-3, 0.0, 2.0], jnp.float32)
+  values = jnp.array([[3e-25], [5e-3], [0.0], [1.0]], jnp.float32)
+  _, (d_values, d_weights) = jax.value_and_grad(
+      lambda v, w: jnp.sum(common.merged_mean(v, w)), argnums=(0, 1))(values, weights)
+  np.testing.assert_array_equal(common.merged_mean(values, weights)[:, 0],
+                                np.asarray(values[:, 0]) / np.where(weights > 0, weights, 1))
+  np.testing.assert_allclose(d_values[:, 0], [1e25, 1e3, 0.0, 0.5], rtol=1e-6)
+  np.testing.assert_allclose(d_weights, [-3e25, -5e3, 0.0, -0.25], rtol=1e-6)
+
+
 def test_bidirectional_linear_matches_float64_values_and_gradients():
   fq, fk, v, cotangent = features_inputs(1)
   mask, _ = padding_and_segments()

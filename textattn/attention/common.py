@@ -89,13 +89,17 @@ def usable_cores() -> int:
 
 
 def merged_mean(total_values: Array, total_weights: Array) -> Array:
-  """total_values / total_weights, 0 where the weight is 0 (no real token). A merged softmax sum
-  has weight >= 1 wherever it has a token (its largest term is exp(0)), so the divisor is
-  replaced by 1 elsewhere, which keeps the gradient finite too (a floor like 1e-30, squared in
-  the quotient's derivative, underflows float32 and turns 0 * 1/0 into NaN)."""
+  """total_values / total_weights, 0 where the weight is 0 (no real token), with a finite
+  gradient however small the weight: the quotient's derivative squares its divisor, and a
+  linear-attention denominator phi(q).sum(phi(k)) can be ~1e-20 (FAVOR+ features of a long key),
+  whose square underflows float32 (-inf, then 0 * inf = NaN at padded queries). So both sides
+  are divided by the weight held constant first: v/w as (v/s) / (w/s) with s = w, whose divisor
+  is exactly 1, the same value, bit for bit, and the same gradient, finite. A divisor of 0 is
+  replaced by 1 (a floor like 1e-30 would underflow the same way)."""
   seen = total_weights > 0
-  safe = jnp.where(seen, total_weights, 1.0)
-  return jnp.where(seen[..., None], total_values / safe[..., None], 0.0)
+  scale = jax.lax.stop_gradient(jnp.where(seen, total_weights, 1.0))
+  unit = jnp.where(seen, total_weights / scale, 1.0)  # (exactly 1 where seen)
+  return jnp.where(seen[..., None], (total_values / scale[..., None]) / unit[..., None], 0.0)
 
 
 def segment_runs(padding_mask: Array, segment_ids: Array | None) -> tuple[Array, Array]:

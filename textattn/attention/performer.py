@@ -11,6 +11,9 @@ exp(-|q'|^2 / 2) and a stabilising exp(-max_j w_j.q') (no gradient) are divided 
 in the ratio phi(q) S / phi(q) z. Keys are not shifted by a data-dependent maximum (one taken
 over the row would let a later key change an earlier output's rounding); their exponent is at
 most |w_j|^2 / 2 (about d / 2) whatever the key, which float32 holds for head sizes up to ~128.
+The other side of that choice: a key far from every w_j (|k'| beyond ~45 at d = 64) has features
+that underflow to 0, so it gets no weight; merely tiny ones keep finite gradients
+(common.merged_mean).
 
 W: orthogonal random features by default (blocks of d orthogonal rows, from the QR decomposition
 of Gaussian matrices, each row rescaled to the norm of a Gaussian vector), drawn by NumPy's
