@@ -39,8 +39,10 @@ def parameters(workdir):
   import jax
 
   import textattn
-  params = textattn.load(workdir).params
-  return int(sum(np.prod(p.shape) for p in jax.tree_util.tree_leaves(params)))
+  from textattn.models import baselines
+  params = textattn.load(workdir).params  # (trained ones: a bag model's fixed weights left out)
+  return int(sum(np.prod(p.shape) for path, p in jax.tree_util.tree_flatten_with_path(params)[0]
+                 if not baselines.is_frozen(path)))
 
 
 def stage_seconds(workdir):
@@ -83,8 +85,9 @@ def main(runs, paired=None):
     if paired:
       p = paired_summary(table, paired, group) if group != paired else None
       stages = [t for t in (stage_seconds(w) for w, _ in runs_of.values()) if t is not None]
-      cells = (f" {p['mean_diff']:+.2f} [{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}] (n={p['n']}) |"
-               if p and p["n"] > 1 else f" {p['mean_diff']:+.2f} (n=1) |" if p else " – |")
+      cells = (" – |" if not p else " – (no shared seed) |" if p["n"] == 0
+               else f" {p['mean_diff']:+.2f} (n=1) |" if p["n"] == 1 else
+               f" {p['mean_diff']:+.2f} [{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}] (n={p['n']}) |")
       cells += f" {np.mean(stages):.0f} |" if stages else " – |"
     print(f"| {group} | {parameters(first):,} | {wall} | {accuracy} | "
           f"{','.join(map(str, sorted(runs_of)))} |{cells}")

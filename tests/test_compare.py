@@ -22,6 +22,10 @@ def test_mcnemar_exact_p_matches_the_binomial_tail():
   assert compare.mcnemar_exact_p(5, 5) == 1.0
   assert compare.mcnemar_exact_p(0, 0) == 1.0
   assert compare.mcnemar_exact_p(0, 20) == pytest.approx(2 / 2 ** 20)
+  for only_a, only_b in [(40, 62), (1500, 1600), (4000, 4150)]:  # (log-space sum vs integers)
+    n = only_a + only_b
+    exact = 2 * sum(math.comb(n, k) for k in range(min(only_a, only_b) + 1)) / 2 ** n
+    assert compare.mcnemar_exact_p(only_a, only_b) == pytest.approx(min(1.0, exact), rel=1e-8)
 
 
 def test_compare_counts_discordant_examples_and_the_paired_interval():

@@ -5,10 +5,12 @@ import subprocess
 import sys
 
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from scipy import stats
 
 from tests.test_train import REPO, write_sentiment_jsonl
+from textattn import checkpointing
 from textattn import sweep as vs
 from textattn import sweep_summary as summary
 
@@ -149,3 +151,19 @@ def test_a_sweep_run_again_on_its_out_file_resumes(tmp_path, monkeypatch, capsys
   args.out = str(tmp_path / "no_such_dir" / "sweep.jsonl")
   with pytest.raises(DataError, match=r"no_such_dir/sweep.jsonl: cannot be written"):
     vs.sweep(args)
+
+
+@pytest.mark.parametrize("higher_is_better", [True, False], ids=["accuracy", "loss"])
+def test_a_sweeps_best_step_is_the_checkpoint_managers(tmp_path, higher_is_better):
+  # Tied validation values: the manager keeps, and a run reports from, the latest of them; the
+  # sweep once named the first.
+  sign = 1 if higher_is_better else -1
+  curve = [(10, sign * 0.5), (20, sign * 0.8), (30, sign * 0.8), (40, sign * 0.7)]
+  manager = checkpointing.checkpoint_manager(str(tmp_path), keep=1, metric="m",
+                                             higher_is_better=higher_is_better)
+  for step, value in curve:
+    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"w": np.zeros(2)})),
+                 metrics={"m": value})
+  manager.wait_until_finished()
+  assert summary.best_of(curve, higher_is_better) == (manager.best_step(), sign * 0.8)
+  manager.close()

@@ -316,7 +316,7 @@ def run_one(data_path: str, config_path: str, overrides: dict, seed: int,
                                 pretrained=lambda: (pretrained_tokens, pretrained_params))
   t0 = time.perf_counter()
   curve = [(done, metrics["val/accuracy"]) for done, metrics in run.train_only(config, job)]
-  best_step, best = max(curve, key=lambda c: c[1])  # first best, as the checkpoint manager
+  best_step, best = sweep_summary.best_of(curve, higher_is_better=True)
   return {"val_best": best, "val_best_step": best_step, "val_last": curve[-1][1],
           "curve": curve, "seconds": time.perf_counter() - t0, "device": str(jax.devices()[0]),
           "backend": jax.default_backend(), "jax": jax.__version__,
@@ -337,8 +337,7 @@ def run_task(config_path: str, overrides: dict, seed: int) -> dict:
     job = tasks.get(config.task).prepare(config, workdir, True)
     t0 = time.perf_counter()
     curve = [(done, float(metrics[job.metric])) for done, metrics in run.train_only(config, job)]
-  pick = max if job.higher_is_better else min
-  best_step, best = pick(curve, key=lambda c: c[1])  # the first best, as the checkpoint manager
+  best_step, best = sweep_summary.best_of(curve, job.higher_is_better)
   return {"metric": job.metric, "higher_is_better": job.higher_is_better, "val_best": best,
           "val_best_step": best_step, "val_last": curve[-1][1], "curve": curve,
           "seconds": time.perf_counter() - t0, "device": str(jax.devices()[0]),

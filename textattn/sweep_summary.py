@@ -139,3 +139,10 @@ def summarize(args) -> None:
     for name, absent in r["missing"].items():
       if absent:
         print(f"missing {name}: seeds {absent}")
+
+
+def best_of(curve: list[tuple[int, float]], higher_is_better: bool) -> tuple[int, float]:
+  """(step, value) of a validation curve's best, the one the checkpoint manager keeps and a run
+  reports from: of tied values the latest step."""
+  pick = max if higher_is_better else min
+  return pick(reversed(curve), key=lambda c: c[1])

@@ -23,7 +23,7 @@ from textattn.checks import check_choice, check_integer
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.errors import UsageError
 from textattn.flax_layers import Dense
-from textattn.models import registry
+from textattn.models import baselines, registry
 from textattn.models.layers import (
   DTYPES,
   LAYER_NORM_EPSILON,
@@ -241,19 +241,27 @@ def count_parameters(params) -> int:
 
 
 def parameter_table(params) -> str:
-  """Rows of module path, parameter shapes and count; the total on the last line."""
-  rows = collections.OrderedDict()
+  """Rows of module path, parameter shapes and count; the total trained on the last line, then
+  the fixed weights no optimizer step changes (a bag model's NB ratios or idf,
+  baselines.is_frozen), where there are any."""
+  rows, fixed = collections.OrderedDict(), 0
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
     keys = [getattr(k, "key", str(k)) for k in path]
     module, name = "/".join(keys[:-1]) or "(top)", keys[-1]
     shapes, count = rows.get(module, ([], 0))
-    rows[module] = (shapes + [f"{name}{list(leaf.shape)}"], count + int(np.prod(leaf.shape)))
+    size = int(np.prod(leaf.shape))
+    if baselines.is_frozen(path):
+      fixed += size
+      name, size = f"{name}(fixed)", 0
+    rows[module] = (shapes + [f"{name}{list(leaf.shape)}"], count + size)
   width = max([len(m) for m in rows] + [6])
   lines = [f"{'module':<{width}}  {'params':>10}  shapes", "-" * (width + 40)]
   for module, (shapes, count) in rows.items():
     lines.append(f"{module:<{width}}  {count:>10,}  {' '.join(shapes)}")
   total = sum(count for _, count in rows.values())
   lines += ["-" * (width + 40), f"{'total':<{width}}  {total:>10,}"]
+  if fixed:
+    lines.append(f"{'fixed':<{width}}  {fixed:>10,}  (not trained: computed from the data)")
   return "\n".join(lines)
 
 

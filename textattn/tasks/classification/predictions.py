@@ -98,12 +98,16 @@ def load_run(workdir: str) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
 
 
 def mcnemar_exact_p(only_a: int, only_b: int) -> float:
-  """Two-sided exact McNemar p-value: 2 P(X <= min) for X ~ Binomial(only_a + only_b, 1/2)."""
+  """Two-sided exact McNemar p-value: 2 P(X <= min) for X ~ Binomial(only_a + only_b, 1/2),
+  its terms summed in log space (integer binomial coefficients took minutes past ~20,000
+  discordant examples); relative error ~1e-10, 0.0 below float's range (~1e-308)."""
   n = only_a + only_b
   if n == 0:
     return 1.0
-  tail = sum(math.comb(n, k) for k in range(min(only_a, only_b) + 1))
-  return min(1.0, 2 * tail / 2 ** n)
+  log_terms = np.array([math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                        for k in range(min(only_a, only_b) + 1)]) - n * math.log(2)
+  top = log_terms.max()
+  return min(1.0, 2 * math.exp(top) * float(np.exp(log_terms - top).sum()))
 
 
 def compare(labels_a: np.ndarray, probabilities_a: np.ndarray, labels_b: np.ndarray,
