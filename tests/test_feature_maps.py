@@ -197,3 +197,31 @@ def test_auto_counts_the_configured_window():
   assert models.resolved_kernel(config) == "chunked"
   config.model.hybrid.window = 256
   assert models.resolved_kernel(config) == "xla"
+
+
+@pytest.mark.parametrize("kernel", ["xla", "chunked"])
+def test_window_linear_decoding_one_token_at_a_time_equals_the_whole_row(kernel):
+  """The cached step (a ring of 3 keys that wraps three times over L = 11, plus the linear state
+  of the keys that left it) against the whole row, a padded first position included; the
+  translation decoder and beam search run on it."""
+  rng = np.random.default_rng(5)
+  x = jnp.asarray(rng.normal(size=(B, L, 8)), jnp.float32)
+  mask, _ = padding_and_segments()
+  module = attention.get("causal_window_linear").build(num_heads=H, window=3,
+                                                       implementation=kernel)
+  params = jax.jit(module.init)(jax.random.key(1), x, jnp.asarray(mask))
+  params = jax.tree.map(lambda p: p + 0.3 * rng.normal(size=p.shape).astype(np.float32),
+                        params)  # (away from the feature map's identity start and g = 0.5)
+  whole = np.asarray(jax.jit(module.apply)(params, x, jnp.asarray(mask)))
+  _, shapes = jax.eval_shape(lambda p: module.apply(p, x, mask, decode=True, mutable=["cache"]),
+                             params)
+  cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  step = jax.jit(lambda cache, x_t, m_t: module.apply({**params, **cache}, x_t, m_t,
+                                                      decode=True, mutable=["cache"]))
+  for t in range(L):
+    out, cache = step(cache, x[:, t:t + 1], mask[:, t:t + 1])
+    np.testing.assert_allclose(np.asarray(out)[:, 0], whole[:, t], rtol=2e-5, atol=2e-5,
+                               err_msg=str(t))
+  with pytest.raises(ValueError, match="decode=True needs the causal"):
+    attention.get("window_linear").build(num_heads=H).init(jax.random.key(0), x, mask,
+                                                          decode=True)

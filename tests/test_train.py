@@ -726,6 +726,28 @@ def test_several_devices_and_two_processes_match_one_device(tmp_path, data_file)
   assert "error: Process 1 cannot resume this run" in outputs[0], outputs[0][-2000:]
   assert "Traceback" not in outputs[0] + outputs[1]
 
+  # A write only process 0 makes failing mid-run (its metric log, disk full) stops both at that
+  # step, before its checkpoint (its rows would be missing on resume), each with one line; they
+  # aborted after the coordinator's timeout (~5 min) with tracebacks.
+  (hook / "sitecustomize.py").write_text(
+      "import errno\n"
+      "from textattn import metrics\n"
+      "original = metrics.MetricWriter.write\n"
+      "def write(self, step, row):\n"
+      "  if step >= 5:\n"
+      "    raise self._failed(OSError(errno.ENOSPC, 'No space left on device (test hook)'))\n"
+      "  return original(self, step, row)\n"
+      "metrics.MetricWriter.write = write\n")
+  procs, outputs = run_two_processes(
+      cli_args(data_file, tmp_path / "cache", num_train_steps=10),
+      tmp_path / "full", timeout=120,
+      env_extra=({"PYTHONPATH": os.pathsep.join([str(hook), str(REPO)])}, None))
+  assert [p.returncode for p in procs] == [1, 1], outputs
+  assert "No space left on device (test hook)" in outputs[0], outputs[0][-2000:]
+  assert "error: Process 0 failed to write the run's files" in outputs[1], outputs[1][-2000:]
+  assert "Traceback" not in outputs[0] + outputs[1]
+  assert not os.listdir(tmp_path / "full" / "checkpoints")
+
 
 def test_bad_config_exits_nonzero_with_one_clear_line(tmp_path, data_file):
   result = run_main(cli_args(data_file, tmp_path / "cache") + ["--config.model.attention=nonexistent"],

@@ -40,7 +40,7 @@ import numpy as np
 from absl import logging
 
 from textattn import platform
-from textattn.errors import NonFiniteLossError, Stopped, Terminated
+from textattn.errors import NonFiniteLossError, RunError, Stopped, Terminated
 from textattn.metrics import MetricWriter, sum_steps
 from textattn.progress import EVAL_PROGRESS_EVERY_S, Countdown, duration  # noqa: F401 -- API
 
@@ -193,10 +193,17 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   is_main, total, history = jax.process_index() == 0, schedule.total_steps, []
   mesh = schedule.mesh if schedule.mesh is not None else platform.run_mesh()
 
+  failed = []  # process 0's metric-log write error, raised on every process together below
+
   def log(step, row):
     history.append({"step": step, **row})
-    if writer is not None and is_main:
-      writer.write(step, row)
+    if writer is not None and is_main and not failed:
+      try:
+        writer.write(step, row)
+      except RunError as error:
+        if jax.process_count() == 1:
+          raise
+        failed.append(error)  # (one process may not call a collective alone)
   if start_step >= total:
     return FitResult(state, history)
   step_for, batch, compile_s = _compile(train_step, state, batches, schedule, mesh,
@@ -247,6 +254,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
       if eval_metrics:
         log(done, eval_metrics)
         progress.evaluation(done, eval_metrics)
+      platform.raise_together(failed[0] if failed else None)  # (before a save: no rows lost)
       if save_now:
         save(done, state, eval_metrics)
       pending, window_start = [], time.perf_counter()

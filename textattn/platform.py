@@ -12,7 +12,7 @@ import numpy as np
 
 from textattn import attention, sharding
 from textattn.attention import native
-from textattn.errors import UsageError
+from textattn.errors import RunError, UsageError
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -238,3 +238,43 @@ def machine_signature(config: ml_collections.ConfigDict, attention_impl: str) ->
     signature["cpu_cores"] = attention.usable_cores()
     signature["cpu_features"] = hashlib.sha256(native.cpu_signature().encode()).hexdigest()[:12]
   return signature
+
+
+def any_process(flag: bool) -> int:
+  """The index of the first process where `flag` holds, or -1 (every process calls it)."""
+  if jax.process_count() == 1:
+    return 0 if flag else -1
+  from jax.experimental import multihost_utils
+  flags = np.asarray(multihost_utils.process_allgather(np.asarray(flag, np.int32))).reshape(-1)
+  return int(np.argmax(flags)) if flags.any() else -1
+
+
+def raise_together(error: Exception | None) -> None:
+  """Every process calls it, `error` a failure of this process's own work (files process 0
+  alone writes: the metric log, the config, the report) or None. With several processes each
+  learns whether any failed and raises at once, the failing one its own error, the others one
+  line naming it, rather than waiting in their next collective until the coordinator's
+  timeout (minutes) and aborting with a traceback; alone, an error is raised as it is."""
+  if jax.process_count() == 1:
+    if error is not None:
+      raise error
+    return
+  where = any_process(error is not None)
+  if error is not None:
+    raise error
+  if where >= 0:
+    raise RunError(f"Process {where} failed to write the run's files (its output says which "
+                   f"and why), so this process stopped too; fix that and run the same command "
+                   f"on every process to resume from the last checkpoint.")
+
+
+def on_main_process(write) -> None:
+  """`write()` on process 0 only, its failure (RunError, OSError) raised on every process at
+  once (raise_together)."""
+  error = None
+  if jax.process_index() == 0:
+    try:
+      write()
+    except (RunError, OSError) as e:
+      error = e
+  raise_together(error)

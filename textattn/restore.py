@@ -13,10 +13,9 @@ import shutil
 import sys
 
 import jax
-import numpy as np
 from absl import logging
 
-from textattn import checkpointing, optim, train_state
+from textattn import checkpointing, optim, platform, train_state
 from textattn import workdir as workdir_lib
 from textattn.errors import RunError
 from textattn.metrics import MetricWriter
@@ -110,7 +109,7 @@ def restore_for_report(manager, report_step, abstract_state, state_sharding):
     print(f"Warning: the best checkpoint (step {report_step}) was written without checksums "
           f"(an older textattn); the test report uses it unverified.", flush=True)
     problem = None
-  where = any_process(problem is not None)
+  where = platform.any_process(problem is not None)
   if where >= 0:
     raise RunError(f"The best checkpoint (step {report_step}) in {manager.directory} failed "
                    f"verification ({problem or f'on process {where}'} differs from the checksum "
@@ -192,15 +191,6 @@ def verify(restored: dict, meta: dict) -> str | None:
   return f"{'array ' if differing[0] in now['state'] else ''}{differing[0]}{more}"
 
 
-def any_process(flag: bool) -> int:
-  """The index of the first process where `flag` holds, or -1 (every process calls it)."""
-  if jax.process_count() == 1:
-    return 0 if flag else -1
-  from jax.experimental import multihost_utils
-  flags = np.asarray(multihost_utils.process_allgather(np.asarray(flag, np.int32))).reshape(-1)
-  return int(np.argmax(flags)) if flags.any() else -1
-
-
 def restore_verified(manager, meta: dict, abstract_state, state_sharding,
                      with_data: bool = True) -> tuple[dict, dict]:
   """(restored items, meta) of the newest checkpoint at or before meta["step"] whose arrays
@@ -226,7 +216,7 @@ def restore_verified(manager, meta: dict, abstract_state, state_sharding,
         print(f"Warning: the checkpoint at step {step} in {manager.directory} was written "
               f"without checksums (an older textattn); resuming from it unverified.", flush=True)
       problem = None
-    where = any_process(problem is not None)
+    where = platform.any_process(problem is not None)
     if where < 0:
       if failed:
         _move_aside(manager, [s for s, _ in failed])

@@ -378,9 +378,8 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
       config, workdir, manager, shapes, contract, machine, abstract_state, state_sharding,
       attach, job.train_iter, fresh, full_defaults(config.task))
   writer = MetricWriter(workdir, is_main, start_step, fresh=meta is None)
-  writer.drop_after(start_step if meta is not None else None)
-  if is_main:
-    write_config(workdir, config, start_step)
+  platform.on_main_process(lambda: (writer.drop_after(start_step if meta is not None else None),
+                                    write_config(workdir, config, start_step)))
 
   last_eval = {}
 
@@ -440,8 +439,8 @@ def _report(config, job, state, manager, abstract_state, state_sharding, attach,
     reused = (last_eval["metrics"], last_eval["extras"])
   report = job.report(state, report_step, reused)
   report["test/params_from_step"] = int(report_step)
+  platform.on_main_process(lambda: writer.write_report(total_steps, report))
   if is_main:
-    writer.write_report(total_steps, report)
     shown = {k: v for k, v in report.items() if not k.endswith("/warning")}  # (said already)
     print("Test report: " + ", ".join(
         f"{k.split('/', 1)[1]}={v:.4f}" if isinstance(v, float) else f"{k.split('/', 1)[1]}={v}"

@@ -25,8 +25,10 @@ The feature map is linear attention's (textattn/attention/linear.py's registry; 
            of the blocks further away enter through per-block sums of phi(k) v^T and phi(k),
            cumulated from the start (and, bidirectional, from the end), never differenced.
            O(length * window) work, O(length * (window + features * head_dim / window)) memory.
-"auto" picks chunked from CHUNKED_FROM_WINDOWS windows on. Cached decoding is not written;
-segment ids are not taken, so the language model refuses this variant in one sentence.
+"auto" picks chunked from CHUNKED_FROM_WINDOWS windows on. Cached decoding (causal): a ring
+of the last `window` keys and values plus the linear state of the keys that have left it,
+O(window + features * head_dim) a step (WindowLinearAttention). Segment ids are not taken, so
+the language model refuses this variant in one sentence.
 """
 
 from __future__ import annotations
@@ -146,8 +148,12 @@ class WindowLinearAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, decode: bool = False) -> Array:
-    if decode:
-      raise ValueError("decode=True: the window + linear hybrid has no cached decoding step.")
+    """decode=True (causal only), as sliding_window's: a first whole-length call allocates the
+    "cache" (a ring of the last `window` keys and values and their visibility, the next
+    position, and the linear state of the keys that have left the window: sum phi(k) v^T and
+    sum phi(k)), then one position [batch, 1, embed] per call."""
+    if decode and not self.causal:
+      raise ValueError("decode=True needs the causal window + linear hybrid.")
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
     dense = functools.partial(DenseGeneral, features=(self.num_heads, head_dim),
@@ -156,11 +162,60 @@ class WindowLinearAttention(nn.Module):
     phi = linear.build_feature_map(self.feature_map, num_heads=self.num_heads,
                                    head_dim=head_dim, options=self.feature_options)
     mix = jax.nn.sigmoid(self.param("window_factor", nn.initializers.zeros, (self.num_heads,)))
-    kernel = KERNELS[resolve(self.implementation, length=x.shape[1], window=self.window)]
-    out = kernel(query, key, value, phi(query, is_query=True), phi(key, is_query=False),
-                 padding_mask.astype(bool), mix, window=self.window, causal=self.causal)
+    fq = phi(query, is_query=True)
+    if decode and self.has_variable("cache", "keys"):
+      out = self._decode_step(query, key, value, fq, padding_mask, mix, phi)
+    else:
+      if decode:
+        self._allocate(x.shape[0], head_dim, fq.shape[-1], key.dtype)
+      kernel = KERNELS[resolve(self.implementation, length=x.shape[1], window=self.window)]
+      out = kernel(query, key, value, fq, phi(key, is_query=False),
+                   padding_mask.astype(bool), mix, window=self.window, causal=self.causal)
     return DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),
                         name="out")(out.astype(self.dtype))
+
+
+  def _allocate(self, batch: int, head_dim: int, features: int, dtype) -> None:
+    ring = (batch, self.window, self.num_heads, head_dim)
+    self.variable("cache", "keys", jnp.zeros, ring, dtype)
+    self.variable("cache", "values", jnp.zeros, ring, dtype)
+    self.variable("cache", "visible", jnp.zeros, (batch, self.window), bool)
+    self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+    self.variable("cache", "kv", jnp.zeros, (batch, self.num_heads, features, head_dim), F32)
+    self.variable("cache", "z", jnp.zeros, (batch, self.num_heads, features), F32)
+
+  def _decode_step(self, query, key, value, fq, padding_mask, mix, phi):
+    """One position: the key in its ring slot (index % window) is the one leaving the window,
+    so its phi(k) v^T and phi(k) join the linear state first; then the new key takes the slot
+    and the query meets the ring with softmax weights and the state with phi(q), in the one
+    normalisation of the module docstring. O(window + features * head_dim)."""
+    keys, values = self.variable("cache", "keys"), self.variable("cache", "values")
+    visible, index = self.variable("cache", "visible"), self.variable("cache", "index")
+    kv, z = self.variable("cache", "kv"), self.variable("cache", "z")
+    slot = index.value % self.window
+    leaving = jax.lax.dynamic_slice_in_dim(keys.value, slot, 1, axis=1)
+    was_seen = jax.lax.dynamic_slice_in_dim(visible.value, slot, 1, axis=1)  # [b, 1]
+    f_leaving = phi(leaving, is_query=False)[:, 0] * was_seen[..., None]  # [b, h, f]
+    v_leaving = jax.lax.dynamic_slice_in_dim(values.value, slot, 1, axis=1)[:, 0].astype(F32)
+    kv.value = kv.value + jnp.einsum("bhf,bhd->bhfd", f_leaving, v_leaving)
+    z.value = z.value + f_leaving
+    keys.value = jax.lax.dynamic_update_slice(keys.value, key, (0, slot, 0, 0))
+    values.value = jax.lax.dynamic_update_slice(values.value, value, (0, slot, 0, 0))
+    visible.value = jax.lax.dynamic_update_slice(
+        visible.value, padding_mask[:, :1].astype(bool), (0, slot))
+    index.value = index.value + 1
+    scores = jnp.einsum("bqhd,bkhd->bhqk", query.astype(F32), keys.value.astype(F32))
+    scores = scores * query.shape[-1] ** -0.5
+    inside = visible.value[:, None, None, :]
+    top = jnp.max(jnp.where(inside, scores, -jnp.inf), axis=-1, keepdims=True)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    near = jnp.where(inside, mix[None, :, None, None] * jnp.exp(
+        jnp.where(inside, scores - top, 0.0)), 0.0)  # [b, h, 1, window]
+    gq = (1.0 - mix)[None, None, :, None] * fq  # [b, 1, h, f]
+    numerator = (jnp.einsum("bhqk,bkhd->bqhd", near, values.value.astype(F32))
+                 + jnp.einsum("bqhf,bhfd->bqhd", gq, kv.value))
+    denominator = near.sum(-1).transpose(0, 2, 1) + jnp.einsum("bqhf,bhf->bqh", gq, z.value)
+    return merged_mean(numerator, denominator)
 
 
 def hybrid_keywords(window: int, feature_map: str, features: int) -> dict:
