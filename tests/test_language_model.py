@@ -283,6 +283,11 @@ def test_generation_is_deterministic_for_a_seed_and_greedy_is_the_argmax(trained
   prompts = ["the movie", "a"]
   drawn = generator.generate(prompts, max_tokens=10, temperature=1.0, top_k=5, seed=3)
   assert drawn == generator.generate(prompts, max_tokens=10, temperature=1.0, top_k=5, seed=3)
+  # A prompt's continuation is its own, alone or in another row of another batch (a draw once
+  # took the batch's noise at the prompt's row).
+  assert [drawn[1]] == generator.generate(["a"], max_tokens=10, temperature=1.0, top_k=5, seed=3)
+  assert generator.generate(["no", "the movie", "a"], max_tokens=10, temperature=1.0, top_k=5,
+                            seed=3)[1:] == drawn
   encoded = generator.tokenizer.encode(prompts)
   greedy = sampling.sample(generator.model, generator.params, encoded, 10, temperature=0.0)
   # The uncached model over [start] prompt drawn: each drawn token is its argmax.
@@ -299,6 +304,11 @@ def test_generation_is_deterministic_for_a_seed_and_greedy_is_the_argmax(trained
     assert len(tokens) == 10 or logits[len(sequence) - 1].argmax() == tokenizers.END_ID
   with pytest.raises(UsageError, match=r"does not fit the model's context of max_len=32"):
     generator.generate(["x" * 30], max_tokens=10)
+  # [start], 21 prompt bytes and the first 10 of 11 drawn are the 32 positions fed: it fits
+  # (it was refused), one more byte does not.
+  assert len(generator.generate(["x" * 21], max_tokens=11, temperature=0.0)) == 1
+  with pytest.raises(UsageError, match=r"a prompt of 22 tokens plus --max_tokens=11 does not"):
+    generator.generate(["x" * 22], max_tokens=11)
 
   # The command line draws what the library draws, one JSON line per prompt; bad input: one line.
   import subprocess

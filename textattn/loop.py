@@ -40,7 +40,7 @@ import numpy as np
 from absl import logging
 
 from textattn import platform
-from textattn.errors import NonFiniteLossError, RunError, Stopped, Terminated
+from textattn.errors import NonFiniteLossError, Stopped, Terminated
 from textattn.metrics import MetricWriter, sum_steps
 from textattn.progress import EVAL_PROGRESS_EVERY_S, Countdown, duration  # noqa: F401 -- API
 
@@ -192,18 +192,12 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
   recover, skipped, prefix = hooks.recovery.recover, hooks.recovery.skipped, schedule.prefix
   is_main, total, history = jax.process_index() == 0, schedule.total_steps, []
   mesh = schedule.mesh if schedule.mesh is not None else platform.run_mesh()
-
-  failed = []  # process 0's metric-log write error, raised on every process together below
+  failed = []  # process 0's failed metric-log write (MetricWriter.write_or_keep)
 
   def log(step, row):
     history.append({"step": step, **row})
-    if writer is not None and is_main and not failed:
-      try:
-        writer.write(step, row)
-      except RunError as error:
-        if jax.process_count() == 1:
-          raise
-        failed.append(error)  # (one process may not call a collective alone)
+    if writer is not None:
+      writer.write_or_keep(step, row, failed)
   if start_step >= total:
     return FitResult(state, history)
   step_for, batch, compile_s = _compile(train_step, state, batches, schedule, mesh,
@@ -268,6 +262,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
 
 
 MAX_SKIPPED_BATCHES = 3
+
 
 
 def _compile(train_step, state, batches, schedule: Schedule, mesh, talk: bool):

@@ -136,6 +136,19 @@ class MetricWriter:
       raise self._failed(e) from e
     self._scalars(step, metrics)
 
+  def write_or_keep(self, step: int, metrics: dict, failed: list) -> None:
+    """write(); with several processes a failure is appended to `failed` instead, for the loop
+    to raise on every process together (platform.raise_together): one process may not call a
+    collective alone. Nothing is written once a write failed."""
+    if failed:
+      return
+    try:
+      self.write(step, metrics)
+    except RunError as error:
+      if jax.process_count() == 1:
+        raise
+      failed.append(error)
+
   def write_report(self, step: int, metrics: dict) -> None:
     """The final report row: replaces any earlier one in one atomic rewrite of the file."""
     if not self.enabled:

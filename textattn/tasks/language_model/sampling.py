@@ -3,8 +3,10 @@
 `sample(model, params, prompts, ...)`: each prompt (token ids, no specials) starts a document,
 [start] prompt; the model is fed one token per step through its cache (the softmax keys and
 values, as translation decodes: models/seq2seq.py), the prompt's tokens forced, then up to
-`max_tokens` new ones drawn, until [end]. One `jax.lax.while_loop`, jitted whole. Draws are
-keyed by (seed, step): the same prompts and seed give the same tokens. temperature 0 is greedy
+`max_tokens` new ones drawn, until [end]. One `jax.lax.while_loop`, jitted whole. A draw is
+keyed by (seed, position) and depends on nothing but its own row's logits: a prompt gets the
+same continuation alone or in any batch, in any row (so one prompt given twice gets one
+continuation twice: several samples of a prompt take several seeds). temperature 0 is greedy
 (argmax); top_k > 0 keeps the k most probable tokens. Padding and [start] are never drawn.
 """
 
@@ -33,7 +35,9 @@ def next_token(logits: jax.Array, key: jax.Array, temperature: float, top_k: int
   if 0 < top_k < logits.shape[-1]:
     threshold = jax.lax.top_k(logits, top_k)[0][:, -1:]
     logits = jnp.where(logits >= threshold, logits, -jnp.inf)
-  return jax.random.categorical(key, logits).astype(jnp.int32)
+  # (one key for every row: categorical over [batch, vocab] gives row i the i-th slice of its
+  # noise, so a prompt's draw would depend on its row)
+  return jax.vmap(lambda row: jax.random.categorical(key, row))(logits).astype(jnp.int32)
 
 
 def _sample(model, max_tokens, temperature, top_k, params, tokens, forced, seed_key):
@@ -78,8 +82,8 @@ def sample(model, params, prompts: list[np.ndarray], max_tokens: int, temperatur
   if not prompts:
     return []
   longest = max(len(p) for p in prompts)
-  total = longest + 1 + max_tokens
-  if total > model.max_len:
+  total = longest + 1 + max_tokens  # (positions fed to the model: all but the last drawn)
+  if total - 1 > model.max_len:
     raise UsageError(f"a prompt of {longest} tokens plus --max_tokens={max_tokens} does not fit "
                      f"the model's context of max_len={model.max_len} tokens (the start token "
                      f"included); shorten either.")
