@@ -104,6 +104,40 @@ def test_sigterm_stops_with_a_checkpoint_and_the_resume_is_bit_identical(tmp_pat
   assert final_report(straight) == final_report(run)
   assert eval_rows(straight) == eval_rows(run)
   assert read_metrics(run)[:len(rows)] == rows
+  assert untimed(read_metrics(run)) == untimed(read_metrics(straight))
+
+
+def untimed(rows):
+  """metrics.jsonl rows without their wall-clock fields (and the compile-time row)."""
+  return [{k: v for k, v in r.items() if not k.endswith(("_s", "_per_sec"))}
+          for r in rows if set(r) - {"step", "train/compile_s"}]
+
+
+def test_a_stop_inside_a_log_window_resumes_with_the_uninterrupted_runs_rows(tmp_path,
+                                                                            monkeypatch):
+  # SIGTERM as step 8's batch is drawn (logging every 5, checkpoints every 10): the steps 6-8
+  # of the cut window go into the stop's checkpoint, so the resumed run's step-10 row averages
+  # steps 6-10 as the uninterrupted run's does (it once averaged 9-10 only).
+  from textattn.data import batches as batches_lib
+  data = write_sentiment_jsonl(tmp_path / "reviews.jsonl")
+  config = lambda: tiny_config(data, tmp_path / "cache", num_train_steps=20,
+                               checkpoint_every_steps=10, eval_every_steps=10,
+                               log_every_steps=5)
+  runner.train_and_evaluate(config(), str(tmp_path / "straight"))
+  real, draws = batches_lib.TrainIterator.__next__, []
+
+  def next_then_stop(iterator):
+    draws.append(1)
+    if len(draws) == 8:  # (draw 1 is step 1's, for the compilation)
+      os.kill(os.getpid(), signal.SIGTERM)
+    return real(iterator)
+  monkeypatch.setattr(batches_lib.TrainIterator, "__next__", next_then_stop)
+  with pytest.raises(errors.Stopped, match="stopped at step 8"):
+    runner.train_and_evaluate(config(), str(tmp_path / "stopped"))
+  monkeypatch.setattr(batches_lib.TrainIterator, "__next__", real)
+  runner.train_and_evaluate(config(), str(tmp_path / "stopped"))
+  assert (untimed(read_metrics(tmp_path / "stopped"))
+          == untimed(read_metrics(tmp_path / "straight")))
 
 
 def test_the_host_dispatches_at_most_max_in_flight_steps_ahead_so_a_stop_is_prompt(
@@ -448,27 +482,37 @@ def test_a_changed_config_on_resume_keeps_every_earlier_one_aside(tmp_path):
   assert len(list(tmp_path.glob("config.before-step-*"))) == 2
 
 
-def test_tensorboard_keeps_the_restored_steps_events_and_hides_the_ones_after_it(tmp_path,
-                                                                                 monkeypatch):
-  # tensorboardX's purge_step P hides every event at a step >= P. A resume from the checkpoint
-  # at step 8 produces steps 9 on again, and step 8's train and val events (logged before its
-  # checkpoint) are not produced again, so P = 9; a replay from step 0 (the NaN guard's, before
-  # any checkpoint) hides every step after 0.
-  import tensorboardX
+def tensorboard_events(workdir):
+  """{(step, tag): value} of every event file in `workdir` (TensorFlow's reader)."""
+  import tensorflow as tf
+  events = {}
+  for path in sorted(pathlib.Path(workdir).glob("events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      for value in event.summary.value:
+        events[(event.step, value.tag)] = events.get((event.step, value.tag), []) + [
+            round(value.simple_value, 5)]
+  return events
 
+
+def test_tensorboard_is_written_anew_from_the_kept_rows_at_every_start(tmp_path):
+  # TensorBoard is a view of metrics.jsonl: events a kill left unflushed (tensorboardX buffers
+  # 30 s), events past the step resumed from, and an old report's are in no file after a start;
+  # a purge_step once left the first lost for good and the others shown twice.
   from textattn.metrics import MetricWriter
-  purges = []
-
-  class Recorded:
-    def __init__(self, logdir, flush_secs, purge_step=None):
-      purges.append(purge_step)
-
-    def close(self):
-      pass
-  monkeypatch.setattr(tensorboardX, "SummaryWriter", Recorded)
-  writer = MetricWriter(str(tmp_path), enabled=True, start_step=8)
-  writer.rewind(4)
-  writer.rewind(0)
-  assert purges == [9, 5, 1]
-  MetricWriter(str(tmp_path), enabled=True, start_step=0, fresh=True)
-  assert purges[-1] is None
+  writer = MetricWriter(str(tmp_path), enabled=True)
+  writer.drop_after(None)
+  for step in (1, 2, 3, 4):
+    writer.write(step, {"train/loss": 1.0 / step})
+  writer.write_report(4, {"test/accuracy": 0.5, "test/params_from_step": 4})
+  del writer  # (killed: nothing flushed or closed)
+  resumed = MetricWriter(str(tmp_path), enabled=True)
+  resumed.drop_after(2)  # a resume from step 2's checkpoint
+  resumed.write(3, {"train/loss": 0.3})
+  resumed.rewind(3)  # a NaN replay from step 3
+  resumed.write(4, {"train/loss": 0.4})
+  resumed.write_report(4, {"test/accuracy": 0.75, "test/params_from_step": 4})
+  resumed.close()
+  assert tensorboard_events(tmp_path) == {
+      (1, "train/loss"): [1.0], (2, "train/loss"): [0.5], (3, "train/loss"): [0.3],
+      (4, "train/loss"): [0.4], (4, "test/accuracy"): [0.75], (4, "test/params_from_step"): [4.0]}
+  assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1

@@ -17,8 +17,8 @@ the device, so the stop waits for those only), the window is checked for NaN, a 
 saved at that step like any other (so the resume is exact), and `fit` raises errors.Stopped
 (exit code 128 + the signal). A second signal exits at once (os._exit): whatever was being
 written then is an unfinished Orbax temporary directory, which a resume ignores and removes.
-The train-metric row of the unfinished window is not logged (the resumed run logs its next
-window from the stop on). Several processes agree on the stop (an allgather of the flag at
+The unfinished log window's per-step sums go into that checkpoint (Hooks.window), and the
+resumed run's window starts with them: its row is the uninterrupted run's. Several processes agree on the stop (an allgather of the flag at
 each log/eval/checkpoint boundary and every STOP_CHECK_EVERY steps); one process runs no
 extra host sync for it.
 """
@@ -85,6 +85,8 @@ class Hooks:
     signal stop.
   writer: where logged rows go (metrics.jsonl, TensorBoard); rows are also returned.
   stop: from stop_on_signals(); once set, fit saves at the current step and raises Stopped.
+  window: the unfinished log window's per-step sums: a stop fills it before its save (the caller
+    checkpoints it); filled from that checkpoint, the resumed (or replayed) window starts there.
   recovery: what to do when the loss goes NaN/Inf (default: stop with advice).
   progress: print a line per log window and evaluation (process 0).
   profile_dir: a jax.profiler trace of the first PROFILED_STEPS steps after compilation is
@@ -95,6 +97,7 @@ class Hooks:
   writer: MetricWriter | None = None
   stop: StopRequest | None = None
   recovery: Recovery = dataclasses.field(default_factory=Recovery)
+  window: list[dict] = dataclasses.field(default_factory=list)
   progress: bool = True
   profile_dir: str = ""
 
@@ -103,20 +106,18 @@ PROFILED_STEPS = 3
 STEP_ANNOTATION = "textattn_step"
 
 
-# Steps the host may dispatch ahead of the device. JAX dispatches asynchronously, so without a
-# bound the host queues every step up to the next log line (100 steps of 5 s on a CPU
-# fine-tune); a stop (SIGTERM, a preemption's notice) then saves only once all of them have run.
-# Two keep an accelerator fed: the host prepares step n + 1 while steps n - 1 and n run.
+# Steps the host may dispatch ahead of the device (JAX dispatches asynchronously): unbounded,
+# it queued every step up to the next log line (100 of 5 s on a CPU fine-tune), and a stop then
+# saved only once all had run. Two keep an accelerator fed (n + 1 prepared while n - 1, n run).
 MAX_IN_FLIGHT = 2
 STOP_CHECK_EVERY = 10  # steps between the processes' stop agreements (several processes only)
 _SIGNALS = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
 
+@dataclasses.dataclass
 class StopRequest:
   """Set by the first SIGINT/SIGTERM: `signum` (0: none)."""
-
-  def __init__(self):
-    self.signum = 0
+  signum: int = 0
 
 
 @contextlib.contextmanager
@@ -206,7 +207,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
     log(0, {f"{prefix}/compile_s": compile_s})
 
   progress = _Progress(total, start_step, is_main and hooks.progress, prefix)
-  pending, window_start = [], time.perf_counter()
+  pending, window_start = _carried(hooks.window), time.perf_counter()
   in_flight = collections.deque()
   step = start_step
   profiler = _Profiler(hooks.profile_dir, start_step, total)
@@ -235,7 +236,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
           skipped.append(bad)
           history[:] = [row for row in history if row["step"] <= step]
           progress.skipped(bad, step, len(skipped))
-          pending, window_start = [], time.perf_counter()
+          pending, window_start = _carried(hooks.window), time.perf_counter()
           batch = platform.to_global(next(batches), mesh)
           continue
       _check_finite(totals, done, len(pending), prefix, lambda: _skips_text(skipped)
@@ -402,10 +403,17 @@ def _stop_now(signum: int, done: int, state, pending: list, hooks: Hooks, just_s
                     128 + signum)
     if pending:  # never save parameters that went NaN
       _check_finite(sum_steps(pending), done, len(pending), prefix, nonfinite_advice, progress)
+    hooks.window[:] = jax.device_get(pending)  # (the resumed run's window starts with these)
     save(done, state, None)
   progress.close()
   raise Stopped(f"stopped at step {done}, {saved}; run the same command to resume",
                 128 + signum)
+
+
+def _carried(window: list) -> list:
+  """The log window a stop checkpoint carried, taken out of `window` (a later save has none)."""
+  carried, window[:] = list(window), []
+  return carried
 
 
 def _first_nonfinite_step(pending: list[dict], done: int) -> int:

@@ -29,6 +29,19 @@ def sum_steps(metrics: list[dict]) -> dict:
   return jax.tree.map(lambda *xs: np.sum(np.stack(xs), 0), *jax.device_get(metrics))
 
 
+def sums_to_json(window: list[dict]) -> list[dict]:
+  """A log window's per-step sums (host values) as JSON: each value's dtype and numbers, exact
+  (float32 and float64 values are Python floats without rounding)."""
+  return [{key: [str(np.asarray(value).dtype), np.asarray(value).tolist()]
+           for key, value in sums.items()} for sums in window]
+
+
+def sums_from_json(entries: list[dict]) -> list[dict]:
+  """sums_to_json's inverse: the same values, bit for bit, in their dtypes."""
+  return [{key: np.asarray(value, dtype) for key, (dtype, value) in sums.items()}
+          for sums in entries]
+
+
 def summarize_eval(sums: dict, class_names: list[str], prefix: str) -> dict:
   """loss, accuracy, weighted F1 and per-class precision/recall from summed eval metrics."""
   count = float(sums["count"])
@@ -52,33 +65,19 @@ def summarize_eval(sums: dict, class_names: list[str], prefix: str) -> dict:
 
 
 class MetricWriter:
+  """metrics.jsonl (the durable record: one JSON line a row) and TensorBoard's event files, a
+  view of it written anew from its kept rows at every start (drop_after): events a kill left
+  unflushed, events past the step resumed from, an earlier report's, are in no file after."""
 
-  def __init__(self, workdir: str, enabled: bool, start_step: int = 0, fresh: bool = False):
-    """fresh: the run starts from no checkpoint, so earlier TensorBoard files (of a run killed
-    before its first checkpoint) are removed; rows are dropped by drop_after."""
+  def __init__(self, workdir: str, enabled: bool):
     self.enabled = enabled
     self.workdir = workdir
     self.path = os.path.join(workdir, "metrics.jsonl")
     self._tensorboard = None
-    if enabled and fresh:
-      for old in glob.glob(os.path.join(glob.escape(workdir), "events.out.tfevents.*")):
-        os.remove(old)
-    if enabled:
-      import tensorboardX  # TensorBoard event files without TensorBoard itself.
-      # purge_step: TensorBoard hides events at and after it, so start_step + 1 keeps those of
-      # the restored step (logged before its checkpoint, not produced again) and hides the rest.
-      self._tensorboard = tensorboardX.SummaryWriter(
-          workdir, flush_secs=30, purge_step=start_step + 1 if start_step else None)
 
   def rewind(self, step: int) -> None:
-    """A replay from `step` (the NaN guard's recovery): rows past it are dropped and TensorBoard
-    hides its events past it, as on a resume."""
+    """A replay from `step` (the NaN guard's recovery): as a resume from it (drop_after)."""
     self.drop_after(step)
-    if self._tensorboard is not None:
-      import tensorboardX
-      self._tensorboard.close()
-      self._tensorboard = tensorboardX.SummaryWriter(self.workdir, flush_secs=30,
-                                                     purge_step=step + 1)
 
   @staticmethod
   def read_rows(path: str, warn: bool = True) -> tuple[list[tuple[str, dict]], int]:
@@ -102,15 +101,25 @@ class MetricWriter:
     return parsed, len(rows)
 
   def drop_after(self, step: int | None) -> None:
-    """On resume: rows past the restored step will be produced again, so drop them (step None:
-    a fresh start, every row). The final report row stays until write_report replaces it."""
+    """At a start: rows past the restored step will be produced again, so drop them (step None:
+    a fresh start, every row); the final report row stays until write_report replaces it.
+    TensorBoard's files are then written anew from the rows kept, the report's left out."""
     if not self.enabled:
       return
     parsed, lines = self.read_rows(self.path)
-    keep = [line for line, row in parsed if "test/params_from_step" in row
+    keep = [(line, row) for line, row in parsed if "test/params_from_step" in row
             or (step is not None and row.get("step", 0) <= step)]
     if len(keep) != lines:
-      self._replace(keep)
+      self._replace([line for line, _ in keep])
+    if self._tensorboard is not None:
+      self._tensorboard.close()
+    for old in glob.glob(os.path.join(glob.escape(self.workdir), "events.out.tfevents.*")):
+      os.remove(old)
+    import tensorboardX  # TensorBoard event files without TensorBoard itself.
+    self._tensorboard = tensorboardX.SummaryWriter(self.workdir, flush_secs=30)
+    for _, row in keep:
+      if "test/params_from_step" not in row:
+        self._scalars(row.get("step", 0), row)
 
   def _replace(self, lines: list[str]) -> None:
     tmp = self.path + ".tmp"
@@ -159,8 +168,11 @@ class MetricWriter:
     self._scalars(step, metrics)
 
   def _scalars(self, step: int, metrics: dict) -> None:
+    if self._tensorboard is None:  # (drop_after opens it at a start)
+      import tensorboardX
+      self._tensorboard = tensorboardX.SummaryWriter(self.workdir, flush_secs=30)
     for key, value in metrics.items():
-      if isinstance(value, (int, float)):
+      if isinstance(value, (int, float)) and key != "step":
         self._tensorboard.add_scalar(key, value, int(step))
 
   def close(self) -> None:

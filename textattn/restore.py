@@ -18,7 +18,7 @@ from absl import logging
 from textattn import checkpointing, optim, platform, train_state
 from textattn import workdir as workdir_lib
 from textattn.errors import RunError
-from textattn.metrics import MetricWriter
+from textattn.metrics import MetricWriter, sums_from_json
 
 
 def recorded_machine(workdir: str) -> dict | None:
@@ -36,10 +36,11 @@ def recorded_machine(workdir: str) -> dict | None:
 
 
 def resume_or_start(config, workdir, manager, shapes, contract, machine, abstract_state,
-                    state_sharding, attach, train_iter, fresh, base):
+                    state_sharding, attach, train_iter, fresh, base, window: list):
   """(state, start step, meta or None, skipped batches' steps): the newest checkpoint that passes
-  the resume checks and verifies (the data iterator positioned after it), or `fresh()`; `base`:
-  the task's full default config, which an older checkpoint's contract is migrated to."""
+  the resume checks and verifies (the data iterator positioned after it; `window` filled with
+  the unfinished log window a stop checkpoint carries), or `fresh()`; `base`: the task's full
+  default config, which an older checkpoint's contract is migrated to."""
   is_main = jax.process_index() == 0
   metrics_path = os.path.join(workdir, "metrics.jsonl")
   metrics_check = (lambda: MetricWriter.read_rows(metrics_path, warn=False)) if is_main else None
@@ -52,6 +53,7 @@ def resume_or_start(config, workdir, manager, shapes, contract, machine, abstrac
     checkpointing.warn_machine_change(meta.get("machine", machine), machine)
   restored, meta = restore_verified(manager, meta, abstract_state, state_sharding)
   train_iter.set_state(restored["data"])
+  window[:] = sums_from_json(restored["data"].get("window", []))
   if is_main:
     print(f"Resuming from checkpoint at step {meta['step']}.", flush=True)
   return (attach(restored["state"]), meta["step"], meta,
@@ -71,9 +73,11 @@ def nonfinite_advice(manager, config) -> str:
           f"{config.optimizer.grad_clip_norm}).")
 
 
-def recovery(manager, train_iter, writer, attach, abstract_state, state_sharding, fresh):
+def recovery(manager, train_iter, writer, attach, abstract_state, state_sharding, fresh,
+             window: list):
   """recover(bad_step) for loop.fit: the state of the newest checkpoint before `bad_step` (or
-  `fresh()`), the batches positioned after it and the metrics rows after it dropped."""
+  `fresh()`), the batches positioned after it, its carried log window in `window` and the
+  metrics rows after it dropped."""
 
   def recover(bad_step):
     checkpointing.finish_saves(manager)
@@ -86,6 +90,7 @@ def recovery(manager, train_iter, writer, attach, abstract_state, state_sharding
         manager, {**checkpointing.read_meta(manager, max(earlier)), "step": max(earlier)},
         abstract_state, state_sharding)
     train_iter.set_state(restored["data"])
+    window[:] = sums_from_json(restored["data"].get("window", []))
     writer.rewind(restored_meta["step"])
     return attach(restored["state"]), restored_meta["step"]
 

@@ -26,7 +26,7 @@ from textattn import data as data_lib
 from textattn import workdir as workdir_lib
 from textattn.checks import check_choice, check_integer
 from textattn.errors import RunError, Stopped, UsageError
-from textattn.metrics import MetricWriter, write_json_atomic
+from textattn.metrics import MetricWriter, sums_to_json, write_json_atomic
 
 FINAL_PARAMS = ("best", "last")
 
@@ -374,14 +374,13 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
 
   manager = checkpointing.open_manager(workdir, config.keep_checkpoints, job.metric,
                                        job.higher_is_better)
+  window, last_eval = [], {}  # (window: the unfinished log window a stop carries, loop.Hooks)
   state, start_step, meta, skipped = restore.resume_or_start(
       config, workdir, manager, shapes, contract, machine, abstract_state, state_sharding,
-      attach, job.train_iter, fresh, full_defaults(config.task))
-  writer = MetricWriter(workdir, is_main, start_step, fresh=meta is None)
+      attach, job.train_iter, fresh, full_defaults(config.task), window)
+  writer = MetricWriter(workdir, is_main)
   platform.on_main_process(lambda: (writer.drop_after(start_step if meta is not None else None),
                                     write_config(workdir, config, start_step)))
-
-  last_eval = {}
 
   def evaluate(state, done, is_last):
     metrics, extras = job.evaluate(state, eval_data, job.eval_prefix)
@@ -392,7 +391,8 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
   def save(done, state, eval_metrics):
     ckpt_metrics = ({job.metric: eval_metrics[job.metric]}
                     if eval_metrics and job.metric in eval_metrics else None)
-    data_state = {**job.train_iter.get_state(), **({"skipped": list(skipped)} if skipped else {})}
+    data_state = {**job.train_iter.get_state(), **({"skipped": list(skipped)} if skipped else {}),
+                  **({"window": sums_to_json(window)} if window else {})}
     checkpointing.save(manager, done, state, data_state,
                        {"param_shapes": shapes, **job.checkpoint_meta,
                         "run": contract, "machine": machine}, ckpt_metrics)
@@ -403,9 +403,10 @@ def _run(task, config, workdir, is_main, lock, progress, profile_dir="") -> dict
   with loop.stop_on_signals(on_force_exit=lock.release) as stop:
     hooks = loop.Hooks(
         evaluate=evaluate, save=save, writer=writer, stop=stop, profile_dir=profile_dir,
-        recovery=loop.Recovery(
-            restore.recovery(manager, job.train_iter, writer, attach, abstract_state, state_sharding,
-                     fresh), skipped, lambda: restore.nonfinite_advice(manager, config)))
+        window=window, recovery=loop.Recovery(
+            restore.recovery(manager, job.train_iter, writer, attach, abstract_state,
+                             state_sharding, fresh, window),
+            skipped, lambda: restore.nonfinite_advice(manager, config)))
     try:
       result = loop.fit(state, job.train_step, job.train_iter, plan, hooks,
                         start_step=start_step)
