@@ -456,3 +456,6 @@ def test_saved_teacher_predictions_serve_only_the_teacher_that_gave_them(tmp_pat
   (tmp_path / transfer.TEACHER_FILE).write_bytes(b"damaged")
   np.testing.assert_allclose(log_probs("b")[:, 0], 0.75)  # unreadable: computed again
   assert computed == [0.25, 0.75, 0.75]
+  Train.inputs = np.ones((4, 3), np.int32)  # other training rows, as many (another data_seed)
+  log_probs("b")
+  assert computed == [0.25, 0.75, 0.75, 0.75]  # (once reused: row i got another row's target)

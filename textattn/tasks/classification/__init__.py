@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 
 import jax
@@ -129,13 +130,15 @@ def teacher_log_probs(config, data, workdir: str | None, is_main: bool,
   """float32 [N, classes]: the log-probabilities the teacher run (attention_transfer.teacher)
   gives the training split, read from the workdir when an earlier start saved them for the same
   teacher (its real path, kept in the file beside them: a restart of a workdir with no
-  checkpoint yet may name another one) and split; a resume does not recompute them (nor need
-  the teacher's workdir still there)."""
+  checkpoint yet may name another one) and the same training rows (their digest, kept too:
+  another data_seed or file gives as many rows in another order); a resume does not recompute
+  them (nor need the teacher's workdir still there)."""
   path = os.path.join(workdir, attention_transfer.TEACHER_FILE) if workdir else None
   teacher_dir = os.path.realpath(config.attention_transfer.teacher)
+  rows = hashlib.sha256(np.ascontiguousarray(data.train.inputs).tobytes()).hexdigest()
   if path and os.path.isfile(path):
     with contextlib.suppress(Exception), np.load(path) as saved:  # (unreadable: recomputed)
-      if (str(saved["teacher"]) == teacher_dir
+      if (str(saved["teacher"]) == teacher_dir and str(saved["rows"]) == rows
           and saved["log_probs"].shape == (len(data.train), len(data.class_names))):
         return saved["log_probs"]
   teacher = classifier.softmax_teacher(config.attention_transfer.teacher, config, bert_config,
@@ -144,7 +147,8 @@ def teacher_log_probs(config, data, workdir: str | None, is_main: bool,
                                         progress="teacher predictions" if is_main else None)
   log_probs = np.log(np.maximum(probabilities, np.finfo(np.float32).tiny)).astype(np.float32)
   if path and is_main:
-    atomic_write(path, lambda f: np.savez(f, log_probs=log_probs, teacher=teacher_dir), "wb")
+    atomic_write(path, lambda f: np.savez(f, log_probs=log_probs, teacher=teacher_dir,
+                                          rows=rows), "wb")
   return log_probs
 
 
