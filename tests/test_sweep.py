@@ -167,3 +167,21 @@ def test_a_sweeps_best_step_is_the_checkpoint_managers(tmp_path, higher_is_bette
   manager.wait_until_finished()
   assert summary.best_of(curve, higher_is_better) == (manager.best_step(), sign * 0.8)
   manager.close()
+
+
+@pytest.mark.parametrize("tokenizer", ["word", "ngram"])
+def test_a_sweep_cuts_exported_rows_as_encoding_at_the_shorter_length_does(tmp_path, tokenizer):
+  # (an n-gram row keeps its first ids, the most frequent features: the sweep once kept its
+  # last ones, the rarest, as for a word row under "pre" truncation)
+  from tests.test_data import make_config, write_csv
+  from textattn import data as data_lib
+  rows = [f"the film {'good great fine' if i % 2 else 'bad awful dull'} plot {i} ends,"
+          f"{'pos' if i % 2 else 'neg'}" for i in range(40)]
+  path = write_csv(tmp_path / "d.csv", rows)
+
+  def encoded(max_len):
+    config = make_config(tmp_path, dataset=path, tokenizer=tokenizer, max_len=max_len)
+    return config, data_lib.load_dataset(config, None).train.inputs
+  config, long = encoded(12)
+  _, short = encoded(4)
+  np.testing.assert_array_equal(vs.shorten(long, 4, config.layout.truncation, tokenizer), short)

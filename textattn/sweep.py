@@ -189,7 +189,7 @@ def load_corpus(path: str, config) -> tuple[np.ndarray, int]:
   inputs = np.zeros((len(lengths), int(raw["max_len"])), np.int32)
   inputs[np.arange(inputs.shape[1])[None, :] < lengths[:, None]] = raw["tokens"]
   if config.max_len < inputs.shape[1]:
-    inputs = shorten(inputs, config.max_len, config.layout.truncation)
+    inputs = shorten(inputs, config.max_len, config.layout.truncation, config.tokenizer)
   return inputs, int(raw["vocab_size"])
 
 
@@ -231,12 +231,13 @@ def word2vec_settings(config) -> dict:
 # ---- sweep ------------------------------------------------------------------------------------
 
 
-def shorten(inputs: np.ndarray, max_len: int, truncation: str) -> np.ndarray:
-  """Re-truncate left-aligned, zero-padded rows to max_len tokens."""
-  lengths = (inputs != 0).sum(1)
+def shorten(inputs: np.ndarray, max_len: int, truncation: str, tokenizer: str) -> np.ndarray:
+  """Left-aligned, zero-padded rows cut to max_len as encoding does: "pre" keeps the last tokens,
+  but an n-gram row keeps its first ids (its most frequent features) whatever the truncation."""
   out = np.zeros((len(inputs), max_len), np.int32)
-  for i, (row, n) in enumerate(zip(inputs, lengths)):
-    keep = row[max(0, n - max_len):n] if truncation == "pre" else row[:min(n, max_len)]
+  for i, (row, n) in enumerate(zip(inputs, (inputs != 0).sum(1))):
+    pre = truncation == "pre" and tokenizer != "ngram"
+    keep = row[max(0, n - max_len):n] if pre else row[:min(n, max_len)]
     out[i, :len(keep)] = keep
   return out
 
@@ -250,7 +251,7 @@ def _load_export(data_path: str, config) -> tuple[dict, dict]:
   for name in ("train", "val"):
     inputs = raw[f"{name}_inputs"].astype(np.int32)
     if config.max_len < inputs.shape[1]:
-      inputs = shorten(inputs, config.max_len, config.layout.truncation)
+      inputs = shorten(inputs, config.max_len, config.layout.truncation, config.tokenizer)
     splits[name] = data_lib.Split(inputs, raw[f"{name}_labels"].astype(np.int32))
   return raw, splits
 
