@@ -346,3 +346,24 @@ def test_tfds_trains_on_its_train_split_and_draws_held_out_documents_from_anothe
   assert (len(documents["validation"]), len(documents["test"])) == (3, 4)
   assert len(set(held_out)) == 7 and all(t.startswith("test review ") for t in held_out)
   assert not list((tmp_path / "cache").glob("*documents*"))  # mocked data is never cached
+
+
+def test_a_workdir_tokenizer_counted_on_other_documents_is_refused_on_a_fresh_start(tmp_path):
+  # (it was reused: a word or BPE vocabulary counted on what is now a held-out document)
+  from textattn.data.splits import DataError
+  path = tmp_path / "docs.txt"
+  write_documents(path)
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  config = tiny_config(path, tokenizer="word", vocab_size=40)
+  first = data_lib.load_data(config, str(workdir))
+  assert data_lib.load_data(config, str(workdir)).tokenizer.to_json() == first.tokenizer.to_json()
+  for change in ({"data_seed": 1}, {"vocab_size": 30}):
+    with pytest.raises(DataError, match="counted on other training data"):
+      data_lib.load_data(tiny_config(path, tokenizer="word", **{"vocab_size": 40, **change}),
+                         str(workdir))
+  byte = tmp_path / "bytes"
+  byte.mkdir()
+  data_lib.load_data(tiny_config(path, tokenizer="bytes"), str(byte))  # (counted on nothing)
+  data_lib.load_data(tiny_config(path, tokenizer="bytes", data_seed=1), str(byte))
+  assert not (byte / data_lib.COUNTED_ON).exists()

@@ -25,6 +25,8 @@ is the next document's [start]).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 
 import jax
@@ -34,6 +36,7 @@ import numpy as np
 from textattn.data import cache as cache_lib
 from textattn.data import raw as raw_lib
 from textattn.data import tfds_source
+from textattn.data.dataset import refuse_other_training_data
 from textattn.data.splits import DataError, Dataset, Split
 from textattn.tasks.language_model import tokenizers
 
@@ -256,19 +259,41 @@ def load_tokenizer(workdir: str | None):
     return tokenizers.from_json(f.read())
 
 
+# What a trained (word, BPE) tokenizer was counted on: the training documents (sha256) and size.
+COUNTED_ON = "lm_tokenizer_counted_on.json"
+
+
+def counted_on(config, train_documents: list[str]) -> dict | None:
+  if config.tokenizer == "bytes":  # (its ids are the bytes': counted on nothing)
+    return None
+  digest = hashlib.sha256()
+  for document in train_documents:
+    digest.update(f"{len(document)}:{document}".encode("utf-8", "surrogatepass"))
+  return {"train_documents": digest.hexdigest(), "tokenizer": config.tokenizer,
+          "vocab_size": int(config.vocab_size)}
+
+
 def load_data(config, workdir: str | None, write: bool = True) -> LmData:
   """The config's packed splits; the tokenizer is the workdir's (trained on the training split
-  and saved there on a first run)."""
+  and saved there on a first run, with what it was counted on: a fresh start on other training
+  documents or another vocab_size is refused, data.refuse_other_training_data)."""
   documents = read_documents(config, write)
-  tokenizer = load_tokenizer(workdir)
+  tokenizer, now = load_tokenizer(workdir), counted_on(config, documents["train"])
   if tokenizer is not None and tokenizer.kind != config.tokenizer:
     raise DataError(f"{workdir} holds a {tokenizer.kind} tokenizer, the config asks for "
                     f"config.tokenizer={config.tokenizer!r}; use another --workdir.")
+  record = os.path.join(workdir, COUNTED_ON) if workdir else None
+  if tokenizer is not None and record and os.path.exists(record):
+    with open(record, encoding="utf-8") as f:
+      refuse_other_training_data(workdir, json.load(f), now, "tokenizer",
+                                 "dataset, data_seed, document split or vocab_size")
   if tokenizer is None:
     tokenizer = tokenizers.train(config.tokenizer, documents["train"], config.vocab_size)
     if workdir and write:
       cache_lib.atomic_write(os.path.join(workdir, tokenizers.FILE),
                              lambda f: f.write(tokenizer.to_json()))
+      if now is not None:
+        cache_lib.atomic_write(record, lambda f: json.dump(now, f))
   splits = {}
   for split in SPLITS:
     rows = pack(tokenizer.encode(documents[split]), config.max_len)
