@@ -6,6 +6,7 @@ import collections
 import json
 import math
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -277,6 +278,22 @@ def test_ensemble_computes_a_members_test_probabilities_its_report_did_not_make(
   with pytest.raises(textattn.data.DataError, match="has no test report .* must be a finished"):
     ensemble.run([trained["nb"][0], str(stale)], str(tmp_path / "ens2"), step=0.1)
   assert not (tmp_path / "ens2").exists()
+  # --out a training run's workdir (its test report was replaced) or a file (a traceback after
+  # the work): refused before it.
+  report_file = pathlib.Path(workdir, compare.PREDICTIONS_FILE)
+  before = report_file.read_bytes()
+  for out, message in [(workdir, "is a training run's workdir"),
+                       (str(stale / "config.json"), "is a file; give a directory")]:
+    with pytest.raises(textattn.data.DataError, match=message):
+      ensemble.run([trained["nb"][0], str(stale)], out, step=0.1)
+  assert report_file.read_bytes() == before
+  # A damaged config.json: one line, whoever reads the workdir.
+  (stale / "config.json").write_text('{"task": "classif')
+  with pytest.raises(textattn.data.DataError, match="cannot be read as a run's config"):
+    textattn.load(str(stale))
+  (stale / "config.json").write_text("[1, 2]")
+  with pytest.raises(textattn.data.DataError, match="holds no run config"):
+    textattn.load(str(stale))
 
 
 def test_choose_weights_finds_the_mixture_validation_prefers():

@@ -78,6 +78,10 @@ def test_a_shipped_config_is_found_by_name_from_any_directory(tmp_path):
   typo = subprocess.run(command + ["--config=imdb_fastfromer"], cwd=tmp_path, env=env,
                         capture_output=True, text=True, check=False)
   assert "did you mean imdb_fastformer?" in typo.stderr
+  classes = subprocess.run(command + ["--config=imdb_keras_example", "--num_classes=0"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+  assert classes.returncode == 2 and classes.stderr.startswith(  # (a ZeroDivisionError)
+      "error: --num_classes=0 must be >= 2."), classes.stderr[-2000:]
 
 
 def test_a_variant_option_on_the_command_line_reaches_the_model():

@@ -152,6 +152,13 @@ def test_next_token_keeps_to_the_top_k_never_draws_a_banned_token_and_follows_th
   np.testing.assert_array_equal(draws(1.0, 500), draws(1.0, 0))  # (once a traceback)
 
 
+def test_a_temperature_that_is_not_a_finite_number_is_refused():
+  # (nan once drew nothing and exited 0: an empty continuation)
+  for bad in (float("nan"), float("inf"), -1.0):
+    with pytest.raises(UsageError, match="must be a finite number >= 0"):
+      sampling.sample(None, None, [np.array([5])], 4, temperature=bad)
+
+
 def test_a_word_models_continuation_starts_with_the_space_after_the_prompt(monkeypatch):
   # (its decode joins words by spaces, with none before the first: "the movie" + "was good")
   import types

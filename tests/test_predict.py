@@ -88,6 +88,8 @@ def test_cli_writes_json_lines_and_refuses_bad_requests_in_one_line(trained, tmp
   shutil.rmtree(in_flight)
   broken = tmp_path / "broken.jsonl"
   broken.write_text('{"text": "fine"}\n{"text": \n[1, 2]\n')
+  empty = tmp_path / "empty.txt"  # (an empty .txt once gave one blank row, exit 0)
+  empty.write_text("")
   other = tmp_path / "other.jsonl"
   other.write_text('{"text": "fine"}\n{"body": "no text field"}\n')
   for args, message in [(["--text=x", "--checkpoint=999"], "--checkpoint='999' is not available"),
@@ -95,10 +97,17 @@ def test_cli_writes_json_lines_and_refuses_bad_requests_in_one_line(trained, tmp
                         ([f"--input={broken}"], "line 2: invalid JSON"),
                         ([f"--input={other}"], "line 2: field(s) ['text'] not found"),
                         # (refused before the model loads, not after every text is predicted)
-                        ([f"--input={texts}", f"--output={tmp_path}"], "is a directory; give")]:
+                        ([f"--input={texts}", f"--output={tmp_path}"], "is a directory; give"),
+                        # (they were overwritten: the input by its predictions, the run's files)
+                        ([f"--input={texts}", f"--output={texts}"], "is the --input file"),
+                        (["--text=x", f"--output={tmp / 'run' / 'config.json'}"],
+                         "is inside the --workdir"),
+                        (["--text=x", f"--explain={texts}"], "is a file; give a folder"),
+                        ([f"--input={empty}"], "holds no text to predict")]:
     bad = run(*args)
     assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
     assert "Traceback" not in bad.stderr
+  assert json.loads((tmp / "run" / "config.json").read_text())  # (untouched)
 
 
 @pytest.mark.parametrize("name, content, message", [

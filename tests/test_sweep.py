@@ -129,7 +129,8 @@ def test_a_sweep_run_again_on_its_out_file_resumes(tmp_path, monkeypatch, capsys
   monkeypatch.setattr(vs.subprocess, "run", fake_run)
   out = tmp_path / "sweep.jsonl"
   args = argparse.Namespace(variant=["base", "max:model.pooling='max'"], seeds="0,1", jobs=1,
-                            out=str(out), data="d.npz", config="c.py", encoder="", plugin=[])
+                            out=str(out), data="d.npz", config="configs/imdb_keras_fast.py",
+                            encoder="", plugin=[])
   with open(out, "w") as f:  # seed 0 of base finished, then a kill while writing the next
     f.write(json.dumps({"variant": "base", "seed": 0, "overrides": {}, "val_best": 0.7})
             + "\n" + '{"variant": "max", "se')
@@ -185,3 +186,30 @@ def test_a_sweep_cuts_exported_rows_as_encoding_at_the_shorter_length_does(tmp_p
   config, long = encoded(12)
   _, short = encoded(4)
   np.testing.assert_array_equal(vs.shorten(long, 4, config.layout.truncation, tokenizer), short)
+
+
+def test_sweep_flags_and_its_out_are_checked_before_any_run(tmp_path):
+  import argparse
+
+  from textattn.errors import DataError, UsageError
+  assert summary.parse_seeds("0-2,7", "--seeds") == [0, 1, 2, 7]
+  for bad in ("abc", "2-0", "1,,2", "-1"):
+    with pytest.raises(UsageError, match="must be seeds as 0,1,2 or a range 0-4"):
+      summary.parse_seeds(bad, "--seeds")
+  args = argparse.Namespace(variant=["x:model.no_such_field=1"], seeds="0", jobs=1,
+                            out=str(tmp_path / "out.jsonl"), plugin=[], data="", encoder="",
+                            config="configs/imdb_keras_fast.py")
+  with pytest.raises(UsageError, match="unknown config field 'model.no_such_field'"):
+    # (each run once failed with it, its traceback in --out, and the sweep exited 0)
+    vs.sweep(args)
+  with pytest.raises(UsageError, match="--jobs=0 must be >= 1"):
+    vs.sweep(argparse.Namespace(**{**vars(args), "jobs": 0}))
+  # One sweep at a time on an --out (two once ran the same runs and wrote them twice).
+  with summary.held(args.out), pytest.raises(UsageError, match="in use by another sweep"), \
+       summary.held(args.out):
+    pass
+  with summary.held(args.out):  # (released)
+    pass
+  (tmp_path / "latin1.jsonl").write_bytes(b"caf\xe9\n")
+  with pytest.raises(DataError, match="cannot be read as a sweep file"):
+    summary.read_sweep_lines([str(tmp_path / "latin1.jsonl")])

@@ -154,6 +154,9 @@ def test_translate_cli_round_trip_and_one_sentence_errors(tmp_path, causal_word)
   # No word once standardised: nothing to translate (the decoder invented a sentence from an
   # all-padding source); more words than source_len: counted, the command says so.
   assert translator.translate(["?!", "Red cat runs."]) == ["", "rojo gato corre"]
+  from textattn.errors import UsageError
+  with pytest.raises(UsageError, match="wider than the target vocabulary"):  # (out of memory)
+    translator.translate(["Red cat runs."], beam=100000)
   long = " ".join(["cat"] * (translator.config.source_len + 1))
   assert translator.cut(["Red cat runs.", long]) == 1
   (tmp_path / "in.txt").write_text(f"Big dog eats.\n\nSmall cat sleeps.\n{long}\n",

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import ml_collections
 
-from textattn.errors import RunError, UsageError
+from textattn.errors import RunError, UsageError, one_line
 
 CONFIG_VERSION = 3  # of config.json and the run contract; migrate() brings older ones here
 
@@ -167,3 +167,19 @@ def sibling(config_file: str, name: str) -> ml_collections.ConfigDict:
   """Inside a config file: `defaults.sibling(__file__, "imdb_softmax.py")` is the config of that
   file in the same directory, to start from."""
   return load(os.path.join(os.path.dirname(os.path.abspath(config_file)), name))
+
+
+def read_saved(path: str) -> dict:
+  """A workdir's config.json as a dict; unreadable, damaged or not a JSON object: a DataError
+  in one line (the workdir's other files are left as they are)."""
+  from textattn.data.splits import DataError
+  try:
+    with open(path, encoding="utf-8") as f:
+      saved = json.load(f)
+  except (OSError, ValueError) as e:
+    raise DataError(f"{path} cannot be read as a run's config ({one_line(e, 120)}); restore "
+                    f"it from a copy, or give another workdir.") from None
+  if not isinstance(saved, dict):
+    raise DataError(f"{path} holds no run config (a JSON object); restore it from a copy, or "
+                    f"give another workdir.")
+  return saved

@@ -45,6 +45,13 @@ def run(workdirs: list[str], out: str, checkpoint: str = "best", step: float = 0
     raise data_lib.DataError("an ensemble needs two or more --workdir.")
   if any(os.path.abspath(out) == os.path.abspath(w) for w in workdirs):
     raise data_lib.DataError(f"--out={out} is one of the members; give a new directory.")
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise data_lib.DataError(f"--out={out} is a file; give a directory (new, or an earlier "
+                             f"ensemble's).")
+  if os.path.exists(os.path.join(out, "config.json")) or os.path.isdir(
+      os.path.join(out, "checkpoints")):
+    raise data_lib.DataError(f"--out={out} is a training run's workdir, whose test report an "
+                             f"ensemble would replace; give a new directory.")
   if not (0 < step <= 0.5 and abs(round(1 / step) * step - 1) < 1e-9):
     raise data_lib.DataError(f"--step={step} is invalid; it must divide 1 (e.g. 0.05, 0.1).")
   for workdir in workdirs:  # (a run stopped early has checkpoints but no test report)

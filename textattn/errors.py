@@ -64,8 +64,10 @@ def fail(error: Exception) -> None:
 
 
 class user_errors:
-  """Within the block, USER_ERRORS end the command through `fail` (one line, no traceback);
-  anything else is a bug and keeps its traceback."""
+  """Within the block, USER_ERRORS end the command through `fail` (one line, no traceback), and
+  Ctrl-C (or SIGTERM as errors.Terminated) in one line with 128 + the signal (the commands
+  write each output whole, atomically, or not at all); anything else is a bug and keeps its
+  traceback."""
 
   def __enter__(self):
     return self
@@ -73,4 +75,9 @@ class user_errors:
   def __exit__(self, kind, error, traceback):
     if error is not None and isinstance(error, USER_ERRORS):
       fail(error)
+    if isinstance(error, KeyboardInterrupt):
+      import sys
+      print("interrupted: stopped here; what was written before is intact (each output file is "
+            "written whole or not at all).", file=sys.stderr)
+      sys.exit(getattr(error, "exit_code", 130))
     return False

@@ -35,19 +35,27 @@ from textattn.data.cache import atomic_write
 from textattn.errors import DataError, user_errors
 
 
-def check_output(path: str) -> None:
+def check_output(path: str, workdir: str = "", keep: tuple[str, ...] = (),
+                 flag: str = "--output") -> None:
   """A DataError unless `path` can be a file written by atomic_write (which makes its folders):
-  not a directory, and its nearest existing ancestor a writable directory."""
+  not a directory, not one of the files `keep` (the --input), not inside the `workdir` (its
+  config, checkpoints, report), and its nearest existing ancestor a writable directory."""
   if path.endswith(("/", os.sep)) or os.path.isdir(path):
-    raise DataError(f"--output={path} is a directory; give a file name, e.g. "
+    raise DataError(f"{flag}={path} is a directory; give a file name, e.g. "
                     f"{os.path.join(path, 'predictions.jsonl')}.")
+  real = os.path.realpath(path)
+  if any(k and os.path.realpath(k) == real for k in keep):
+    raise DataError(f"{flag}={path} is the --input file; give another file (nothing written).")
+  if workdir and os.path.commonpath([real, os.path.realpath(workdir)]) == os.path.realpath(workdir):
+    raise DataError(f"{flag}={path} is inside the --workdir, whose files belong to its run; "
+                    f"give a file elsewhere.")
   ancestor = os.path.dirname(os.path.abspath(path))
   while not os.path.exists(ancestor):
     ancestor = os.path.dirname(ancestor)
   if not os.path.isdir(ancestor):
-    raise DataError(f"--output={path}: {ancestor} is a file, not a folder.")
+    raise DataError(f"{flag}={path}: {ancestor} is a file, not a folder.")
   if not os.access(ancestor, os.W_OK):
-    raise DataError(f"--output={path}: the folder {ancestor} is not writable.")
+    raise DataError(f"{flag}={path}: the folder {ancestor} is not writable.")
 
 
 def main(argv) -> None:
@@ -61,8 +69,11 @@ def main(argv) -> None:
           "neither.", file=sys.stderr)
     sys.exit(2)
   with user_errors():
-    if values.output:
-      check_output(values.output)  # (before the work, not after it)
+    if values.output:  # (before the work, not after it)
+      check_output(values.output, values.workdir, (values.input,))
+    if values.explain and os.path.exists(values.explain) and not os.path.isdir(values.explain):
+      raise DataError(f"--explain={values.explain} is a file; give a folder (it gets "
+                      f"explain.html and explain.jsonl).")
     import textattn  # (lazy: `python -m textattn.predict --help` stays instant)
     model = textattn.load(values.workdir, values.checkpoint, values.plugin)
     if not hasattr(model, "predict"):
@@ -70,6 +81,9 @@ def main(argv) -> None:
                                f"offers no predict; python -m textattn.predict needs a "
                                f"classifier's workdir.")
     texts = values.text or model.read_texts(values.input)
+    if not any(text.strip() for text in texts):
+      raise DataError(f"{f'--input={values.input}' if values.input else '--text'} holds no "
+                      f"text to predict (empty or blank).")
     rows = model.predict(texts, progress="predict")
     if values.explain:
       explained = model.explain(texts)

@@ -128,8 +128,7 @@ def read_workdir_config(workdir: str, plugins=()) -> ml_collections.ConfigDict:
   if not os.path.isfile(path):
     raise data_lib.DataError(f"{workdir} has no config.json: it is not a textattn training "
                              f"workdir (or its run has not started).")
-  with open(path) as f:
-    saved = json.load(f)
+  saved = config_lib.read_saved(path)
   name = saved.get("task", "classification")  # (v1: only translation named it)
   return ml_collections.ConfigDict(config_lib.migrate(saved, full_defaults(name)))
 

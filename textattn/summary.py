@@ -24,6 +24,8 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # the table only, as textattn.main is quiet
   from textattn import attention, models, run  # (lazy: `--help` stays instant)
   with user_errors():
+    if _NUM_CLASSES.value < 2:
+      raise UsageError(f"--num_classes={_NUM_CLASSES.value} must be >= 2.")
     attention.load_plugins(_PLUGINS.value)
     config = run.complete(_CONFIG.value)  # (the opt-in parts the config leaves out, defaulted)
     if "architecture" not in config.model:  # (a classifier's field: other tasks' models differ)

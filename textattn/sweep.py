@@ -1,41 +1,32 @@
 """Validation-only sweeps over configs, seeds and variants, and their paired comparison.
 
-The command a researcher uses to compare attention variants (or any config change) honestly:
-the same seeds on both sides, validation only (the test split is never exported), and a paired
-confidence interval of the difference.
-
-Two steps, so the sweep machine needs neither TFDS nor the text, and never sees the test set:
+The same seeds on both sides, validation only (the test split is never exported), and a paired
+confidence interval of the difference (docs/runs.md). Two steps, so the sweep machine needs
+neither TFDS nor the text, and never sees the test set:
 
   # 1. Here: encode the train and validation splits of a config (never test) into one file.
   TFDS_DATA_DIR=../shared/tensorflow_datasets python -m textattn.sweep export \
       --config=configs/imdb_fastformer.py --out=.sweep/imdb_800.npz
-
-  # 2. Anywhere with JAX: train each variant for each seed with the project's own optimizer,
-  #    train_step and eval_step, evaluating on validation every eval_every_steps; print the best
-  #    and last validation accuracy of each run as one JSON line.
+  # 2. Anywhere with JAX: each variant, each seed, with the project's own optimizer, train_step
+  #    and eval_step; the best and last validation accuracy of each run as one JSON line.
   python -m textattn.sweep sweep --data=.sweep/imdb_800.npz \
       --config=configs/imdb_fastformer.py --seeds=0,1,2 --jobs=8 \
       --variant='base' --variant='max:model.pooling=max' ...
-
-  # MLM pretraining on the sweep machine: `export-corpus`, `pretrain --corpus=...
-  # --out=encoder.npz`, then `sweep ... --encoder=encoder.npz` (experiments/gpu/mlm_sweep.sh).
-
-  # 3. Summarise sweep files (one JSON line per run, as written by --out).
-  python -m textattn.sweep summarize experiments/sweeps/*.jsonl
-  #    Paired (same seeds on both sides), e.g. the softmax bigram decision:
+  # (MLM pretraining: `export-corpus`, `pretrain --corpus=... --out=encoder.npz`, then
+  #  `sweep ... --encoder=encoder.npz`: experiments/gpu/mlm_sweep.sh.)
+  # 3. Summarise sweep files, paired over the seeds both sides ran:
   python -m textattn.sweep summarize experiments/sweeps/softmax_bigram_cpu.jsonl \
       --paired=base,bigram --seeds=10-29
 
 Any task (translation, the language model, a plugin's): `sweep` without --data trains each run
-on the task's own data through the task registry and reports its selection metric (the Job's:
-val/accuracy, val/bits_per_byte, ...; best = highest or lowest as the Job says):
-
-  python -m textattn.sweep sweep --config=configs/imdb_lm_bytes.py --seeds=0,1,2 \
-      --variant='softmax' --variant='linear:model.attention=causal_linear' --out=lm.jsonl
+on the task's own data through the task registry and reports its selection metric (the Job's;
+best = highest or lowest as the Job says), e.g. `--config=configs/imdb_lm_bytes.py
+--variant='softmax' --variant='linear:model.attention=causal_linear'`.
 
 A variant is NAME[:FIELD=VALUE[,...]] (values parsed as Python literals where they parse).
-`max_len` may be lowered below the exported length (re-truncated as config.layout.truncation says).
-Run again with the same --out, a sweep skips the runs that file already holds (it resumes).
+`max_len` may be lowered below the exported length (cut as encoding at it would). Run again
+with the same --out, a sweep skips the runs that file holds (it resumes); one sweep at a time
+holds an --out. A run that fails is a line with its error, and the sweep exits non-zero.
 """
 
 from __future__ import annotations
@@ -50,12 +41,13 @@ import sys
 import tempfile
 import time
 
+import ml_collections
 import numpy as np
 
 from textattn import attention, checkpointing, defaults, platform, run, sweep_summary, tasks
 from textattn import data as data_lib
 from textattn.config import MOVED_IN_V3
-from textattn.errors import user_errors
+from textattn.errors import RunError, UsageError, user_errors
 from textattn.models import baselines
 from textattn.recipes import pretrain, word2vec
 from textattn.sweep_summary import summarize
@@ -91,9 +83,10 @@ def apply_overrides(config, overrides: dict):
     *parents, leaf = field.split(".")
     node = config
     for parent in parents:
-      node = node[parent]
-    if leaf not in node:
-      raise KeyError(f"unknown config field {field!r}")
+      node = node[parent] if isinstance(node, ml_collections.ConfigDict) and parent in node else {}
+    if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
+      raise UsageError(f"unknown config field {field!r} (a variant is NAME:FIELD=VALUE,... with "
+                       f"the config's fields, e.g. model.pooling=max).")
     node[leaf] = type(node[leaf])(value) if isinstance(node[leaf], float) else value
   return config
 
@@ -347,43 +340,50 @@ def run_task(config_path: str, overrides: dict, seed: int) -> dict:
 
 def sweep(args) -> None:
   variants = [parse_variant(v) for v in args.variant] or [("base", {})]
-  seeds = [int(s) for s in args.seeds.split(",")]
-  # Seed-major, so a sweep cut short has every variant's first seeds; --out's are skipped.
-  done = sweep_summary.finished_runs(args.out, dict(variants)) if args.out else {}
-  jobs = [(name, overrides, seed) for seed in seeds for name, overrides in variants
-          if (name, seed) not in done]
-  if done:
-    print(f"{args.out} already holds {len(done)} finished run(s); running {len(jobs)}.")
+  seeds = sweep_summary.parse_seeds(args.seeds, "--seeds")
+  if args.jobs < 1:
+    raise UsageError(f"--jobs={args.jobs} must be >= 1 (runs at a time).")
+  attention.load_plugins(args.plugin)
+  for _, overrides in variants:  # (a bad config or field: one line now, not one per run)
+    apply_overrides(load_config(args.config), overrides)
+  with sweep_summary.held(args.out):
+    # Seed-major, so a sweep cut short has every variant's first seeds; --out's are skipped.
+    done = sweep_summary.finished_runs(args.out, dict(variants)) if args.out else {}
+    jobs = [(name, overrides, seed) for seed in seeds for name, overrides in variants
+            if (name, seed) not in done]
+    if done:
+      print(f"{args.out} already holds {len(done)} finished run(s); running {len(jobs)}.")
 
-  def launch(job):
-    name, overrides, seed = job
-    command = [sys.executable, "-m", "textattn.sweep", "one", f"--data={args.data}",
-               f"--config={args.config}", f"--overrides={json.dumps(overrides)}",
-               f"--seed={seed}", f"--encoder={args.encoder}",
-               *(f"--plugin={plugin}" for plugin in args.plugin)]
-    # Several processes share one GPU: no process may grab most of its memory up front.
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
-    if done.returncode:
-      return {"variant": name, "seed": seed, "error": done.stderr[-2000:]}
-    return {"variant": name, "seed": seed, "overrides": overrides,
-            **json.loads(done.stdout.strip().splitlines()[-1])}
+    def launch(job):
+      name, overrides, seed = job
+      command = [sys.executable, "-m", "textattn.sweep", "one", f"--data={args.data}",
+                 f"--config={args.config}", f"--overrides={json.dumps(overrides)}",
+                 f"--seed={seed}", f"--encoder={args.encoder}",
+                 *(f"--plugin={plugin}" for plugin in args.plugin)]
+      # Several processes share one GPU: no process may grab most of its memory up front.
+      env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+      done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+      if done.returncode:
+        return {"variant": name, "seed": seed, "error": done.stderr[-2000:]}
+      return {"variant": name, "seed": seed, "overrides": overrides,
+              **json.loads(done.stdout.strip().splitlines()[-1])}
 
-  results = {name: [done[name, s] for s in seeds if (name, s) in done] for name, _ in variants}
-  with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-    for result in pool.map(launch, jobs):
-      line = json.dumps(result)
-      print(line, flush=True)
-      if args.out:
-        with open(args.out, "a") as out:
-          out.write(line + "\n")
-      if "val_best" in result:
-        results[result["variant"]].append(result["val_best"])
-  print("\nvariant                  n  mean best val  (per seed)")
-  for name, values in results.items():
-    if values:
-      print(f"{name:24s} {len(values)}  {np.mean(values):.4f}         "
-            + " ".join(f"{v:.4f}" for v in values))
+    results = {name: [done[name, s] for s in seeds if (name, s) in done] for name, _ in variants}
+    failed = 0
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+      for result in pool.map(launch, jobs):
+        line = json.dumps(result)
+        print(line, flush=True)
+        if args.out:
+          with open(args.out, "a") as out:
+            out.write(line + "\n")
+        if "val_best" in result:
+          results[result["variant"]].append(result["val_best"])
+        failed += "error" in result
+    sweep_summary.print_best(results)
+    if failed:
+      raise RunError(f"{failed} of {len(jobs)} runs failed (their errors: the lines above); run "
+                     f"the sweep again{' with this --out' if args.out else ''} to retry them.")
 
 
 def main() -> None:

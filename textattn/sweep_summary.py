@@ -4,19 +4,24 @@ t interval and the sign count)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 
 import numpy as np
 
-from textattn.errors import DataError
+from textattn.errors import DataError, UsageError, one_line
 
 
 def _records(path: str) -> list[tuple[int, dict]]:
   """(line number, record) per line of a sweep file; an unfinished last line (a sweep killed
   while writing it) is left out, any other line that is not a JSON object is a DataError."""
-  with open(path, encoding="utf-8") as f:
-    lines = f.read().split("\n")
+  try:
+    with open(path, encoding="utf-8") as f:
+      lines = f.read().split("\n")
+  except (OSError, UnicodeDecodeError) as e:
+    raise DataError(f"{path}: cannot be read as a sweep file ({one_line(e, 100)}).") from None
   records = []
   for number, line in enumerate(lines[:-1], 1):  # (the last piece: "" or unfinished)
     if not line.strip():
@@ -124,10 +129,7 @@ def summarize(args) -> None:
     names = args.paired.split(",")
     if len(names) != 2:
       raise SystemExit(f"--paired takes two variant names, BASE,OTHER; got {args.paired!r}.")
-    seeds = None
-    if args.seeds:
-      lo, _, hi = args.seeds.partition("-")
-      seeds = list(range(int(lo), int(hi or lo) + 1))
+    seeds = parse_seeds(args.seeds, "--seeds") if args.seeds else None
     r = paired_summary(table, names[0], names[1], seeds)
     base, other = names
     print(f"\npaired over {r['n']} seeds: {base} {r['mean_' + base]:.5f}, {other} "
@@ -146,3 +148,43 @@ def best_of(curve: list[tuple[int, float]], higher_is_better: bool) -> tuple[int
   reports from: of tied values the latest step."""
   pick = max if higher_is_better else min
   return pick(reversed(curve), key=lambda c: c[1])
+
+
+def parse_seeds(text: str, flag: str) -> list[int]:
+  """"0,1,2", "0-4" or both ("0-2,7") -> the seeds; anything else is a UsageError."""
+  seeds = []
+  for part in (p.strip() for p in str(text).split(",")):
+    lo, dash, hi = part.partition("-")
+    if not (lo.isdigit() and (not dash or hi.isdigit()) and int(hi or lo) >= int(lo)):
+      raise UsageError(f"{flag}={text} must be seeds as 0,1,2 or a range 0-4 (or both, "
+                       f"0-2,7).")
+    seeds += list(range(int(lo), int(hi or lo) + 1))
+  return seeds
+
+
+@contextlib.contextmanager
+def held(path: str):
+  """The sweep's hold on its --out for the whole sweep (an exclusive lock on PATH.lock): a
+  second sweep on it would run the same runs again and write them twice."""
+  if not path:
+    yield
+    return
+  try:
+    handle = open(path + ".lock", "a")  # noqa: SIM115 -- (closed by the with below)
+  except OSError as e:
+    raise DataError(f"--out={path}: cannot be written ({e.strerror}).") from None
+  with handle:
+    try:
+      fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      raise UsageError(f"--out={path} is in use by another sweep running now; wait for it, or "
+                       f"give this one another --out.") from None
+    yield
+
+
+def print_best(results: dict[str, list[float]]) -> None:
+  print("\nvariant                  n  mean best val  (per seed)")
+  for name, values in results.items():
+    if values:
+      print(f"{name:24s} {len(values)}  {np.mean(values):.4f}         "
+            + " ".join(f"{v:.4f}" for v in values))

@@ -12,7 +12,6 @@ config.platform.eval_batch_size, padded to full batches so one compilation serve
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -192,7 +191,8 @@ def read_texts(path: str, config, with_labels: bool = False):
   if extension == ".txt":
     if with_labels:
       raise DataError(f"{path}: a .txt file has no labels; evaluate a .csv/.tsv/.jsonl file.")
-    return [line.rstrip("\r") for line in text.split("\n")[:-1 if text.endswith("\n") else None]]
+    lines = text.split("\n")[:-1 if text.endswith("\n") else None] if text else []
+    return [line.rstrip("\r") for line in lines]  # (an empty file: no line, not one blank)
   wanted = fields + ([config.source.label_field] if with_labels else [])
   records = _records(path, text, extension, str(config.source.columns), wanted)
   for number, record in records:
@@ -236,8 +236,7 @@ def softmax_teacher(workdir: str, config, bert_config, class_names) -> Classifie
   if not os.path.isfile(os.path.join(workdir, predictions.PREDICTIONS_FILE)):
     raise UsageError(f"{field} has not finished (no {predictions.PREDICTIONS_FILE}: its test "
                      f"report); let it finish first, so the teacher is its final one.")
-  with open(path) as f:
-    saved = json.load(f)
+  saved = config_lib.read_saved(path)
   if saved.get("config_version") != config_lib.CONFIG_VERSION:
     raise UsageError(f"{field} was written by another textattn (config version "
                      f"{saved.get('config_version', 1)}, this one writes "

@@ -13,6 +13,7 @@ continuation twice: several samples of a prompt take several seeds). temperature
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -75,8 +76,8 @@ def sample(model, params, prompts: list[np.ndarray], max_tokens: int, temperatur
   """Per prompt, the drawn token ids (up to and excluding [end])."""
   if max_tokens < 1:
     raise UsageError(f"--max_tokens={max_tokens} must be >= 1.")
-  if temperature < 0:
-    raise UsageError(f"--temperature={temperature} must be >= 0 (0: greedy).")
+  if not (math.isfinite(temperature) and temperature >= 0):
+    raise UsageError(f"--temperature={temperature} must be a finite number >= 0 (0: greedy).")
   if top_k < 0:
     raise UsageError(f"--top_k={top_k} must be >= 0 (0: all tokens).")
   if not prompts:

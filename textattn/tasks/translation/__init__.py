@@ -36,6 +36,7 @@ from textattn.data import pairs as pairs_lib
 from textattn.data import tokenizer as tokenizer_lib
 from textattn.data.splits import DataError, Dataset, Split
 from textattn.data.tfds_source import tfds_data_dir
+from textattn.errors import UsageError
 from textattn.models import seq2seq
 from textattn.models.layers import DTYPES
 from textattn.tasks.translation.config import defaults, validate
@@ -378,6 +379,9 @@ class Translator:
     """Each text's translation; "" for a text with no word once standardised (e.g. "?!": the
     decoder would otherwise invent a sentence from an empty source). A text longer than
     config.source_len words is translated from its first source_len (`cut` counts them)."""
+    if beam >= self.target_tokenizer.vocab_size:  # (its buffers: beam x vocabulary a step)
+      raise UsageError(f"--beam={beam} is wider than the target vocabulary "
+                       f"({self.target_tokenizer.vocab_size} ids); beams of 1-10 are usual.")
     standardized = [pairs_lib.standardize_source(t) for t in texts]
     sources = self.source_tokenizer.encode(standardized, self.config.source_len, "post",
                                            standardized=True)
