@@ -519,3 +519,25 @@ def test_decode_step_updates_its_cache_in_place_at_the_last_position_each_call()
              if getattr(path[-1], "key", None) == "index"]
   assert indices and set(indices) == {15}  # the same step again: position L - 1
   jax.block_until_ready(step(*following))
+
+
+def test_ctrl_c_during_a_point_kills_its_process(monkeypatch):
+  # The point runs in its own session (a hang is killed by process group), so a terminal's
+  # Ctrl-C never reached it: it ran on after the sweep's traceback, holding its device.
+  import signal
+  started = []
+  real_popen = subprocess.Popen
+
+  def popen(*args, **kwargs):
+    started.append(real_popen(*args, **kwargs))
+    signal.setitimer(signal.ITIMER_REAL, 3.0)  # (Ctrl-C while the hanging point runs)
+    return started[-1]
+  previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+  monkeypatch.setattr(sweep.subprocess, "Popen", popen)
+  try:
+    with pytest.raises(KeyboardInterrupt):
+      sweep.run_point_in_subprocess(one_spec(inject="timeout"), 120.0)
+  finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+  assert started[0].poll() is not None  # (ended, not left running)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import ml_collections
@@ -89,8 +90,13 @@ def main(flag: dict, argv: list[str]) -> None:
     return
 
   command = "python -m textattn.benchmark " + " ".join(argv[1:])
-  rows = sweep.run_sweep(specs, timeout_s=flag["point_timeout_s"], out_dir=out_dir,
-                         command=command)
+  try:
+    rows = sweep.run_sweep(specs, timeout_s=flag["point_timeout_s"], out_dir=out_dir,
+                           command=command)
+  except KeyboardInterrupt as error:  # (the running point's process was killed with it)
+    print(f"interrupted: the points finished before are in "
+          f"{os.path.join(out_dir, 'results.csv')}.", file=sys.stderr)
+    sys.exit(getattr(error, "exit_code", 130))
   if mode == "train_step":
     _print_train_step_summary(rows)
   print("Wrote " + ", ".join(os.path.join(out_dir, name) for name in report.OUTPUTS))

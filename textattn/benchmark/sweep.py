@@ -40,6 +40,10 @@ def run_point_in_subprocess(spec: dict, timeout_s: float) -> dict:
       timed_out = True
       os.killpg(process.pid, 9)
       output, _ = process.communicate()
+    except BaseException:  # Ctrl-C (its own session: the terminal's signal never reaches it)
+      os.killpg(process.pid, 9)
+      process.communicate()
+      raise
     result = {}
     if os.path.exists(result_path):
       with open(result_path) as f:
