@@ -322,6 +322,11 @@ def test_ensemble_cli_refuses_members_of_other_carves_in_one_sentence(trained, t
   assert done.returncode == 1
   assert done.stderr.strip().splitlines()[-1].startswith("error: ") and "data_seed" in done.stderr
   assert not (tmp_path / "ens").exists()
+  typo = subprocess.run([sys.executable, "-m", "textattn.ensemble", "--workdir=a", "--workdir=b",
+                         "--out=c", "--step=abc"], cwd=REPO, capture_output=True, text=True,
+                        check=False)  # (absl's two FATAL lines and exit 1 before)
+  assert typo.returncode == 2 and typo.stderr.strip() == (
+      "error: flag --step=abc: could not convert string to float: 'abc'")
 
 
 @pytest.mark.parametrize("architecture", ["bag", "bilstm"])

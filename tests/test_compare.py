@@ -107,3 +107,12 @@ def test_cli_reads_what_training_writes_and_refuses_bad_input_in_one_line(tmp_pa
   mismatched = run_cli(tmp_path / "a", tmp_path / "c")
   assert mismatched.returncode == 2 and "not evaluated on the same test examples" in mismatched.stderr
   assert run_cli(tmp_path / "a").returncode == 2  # usage
+
+
+def test_a_finished_run_of_another_task_is_named_as_such(tmp_path):
+  # (it was told it had not finished: no test_predictions.npz)
+  (tmp_path / "config.json").write_text('{"task": "language_model"}')
+  with pytest.raises(compare.CompareError, match="is a language_model run: compare pairs"):
+    compare.load_predictions(str(tmp_path))
+  with pytest.raises(compare.CompareError, match="does not exist: give the workdir of a run"):
+    compare.load_predictions(str(tmp_path / "missing"))

@@ -240,11 +240,19 @@ def _apply_part_overrides(config: ml_collections.ConfigDict, late, config_flag: 
         sys.exit(2)
 
 
-def flags_parser(config_flag: str = "config"):
+def flags_parser(config_flag: str | None = "config"):
   """A `flags_parser` for absl's app.run: parses the flags, and for any error in them (an
   unknown flag or config field, a wrong type, a missing or broken config file) prints one line
-  `error: ...` on stderr and exits with code 2 (a usage error), never a traceback."""
+  `error: ...` on stderr and exits with code 2 (a usage error), never a traceback.
+  config_flag None: a command without a config (predict, generate, ...)."""
   from absl import flags
+
+  def plain(argv: list[str]) -> list[str]:
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as error:
+      print(f"error: {one_line(error)}", file=sys.stderr)
+      sys.exit(2)
 
   def parse(argv: list[str]) -> list[str]:
     typed = list(argv)
@@ -267,4 +275,4 @@ def flags_parser(config_flag: str = "config"):
       _apply_part_overrides(config, late, config_flag)
     sys.argv = typed  # (the command as typed, for what records it: the benchmark's report)
     return remaining
-  return parse
+  return parse if config_flag else plain

@@ -88,4 +88,5 @@ if __name__ == "__main__":
   flags.DEFINE_string("checkpoint", "best", "Each member's parameters: best, last or a step.")
   flags.DEFINE_float("step", 0.05, "The weight grid's step (weights are multiples of it).")
   flags.mark_flag_as_required("out")
-  app.run(main)
+  from textattn.command_line import flags_parser
+  app.run(main, flags_parser=flags_parser(None))

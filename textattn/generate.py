@@ -61,4 +61,5 @@ if __name__ == "__main__":
   flags.DEFINE_multi_string("plugin", [], "A module to import first that registers the "
                             "attention variant the run used (as textattn.main --plugin).")
   flags.mark_flag_as_required("workdir")
-  app.run(main)
+  from textattn.command_line import flags_parser
+  app.run(main, flags_parser=flags_parser(None))

@@ -132,4 +132,5 @@ if __name__ == "__main__":
                       "text's tokens with one weight each (attention-pooling weights, or "
                       "gradient x input).")
   flags.mark_flag_as_required("workdir")
-  app.run(main)
+  from textattn.command_line import flags_parser
+  app.run(main, flags_parser=flags_parser(None))

@@ -9,6 +9,7 @@ and McNemar's exact test (two-sided binomial test on the examples exactly one ru
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 
@@ -61,8 +62,16 @@ def load_run(workdir: str) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
   """load_predictions plus the run's class names (None in a file written without them)."""
   path = os.path.join(workdir, PREDICTIONS_FILE)
   if not os.path.isfile(path):
-    raise CompareError(f"{path} does not exist: give the workdir of a run that finished (runs "
-                       f"write their test predictions there at the end).")
+    try:  # (a finished run of another task has none: say so, not "unfinished")
+      with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+        task = str(json.load(f).get("task", ""))
+    except (OSError, ValueError, AttributeError):
+      task = ""
+    raise CompareError(
+        f"{workdir} is a {task} run: compare pairs classifiers' test predictions (language "
+        f"models: experiments/language_model/compare.py)." if task not in ("", "classification")
+        else f"{path} does not exist: give the workdir of a run that finished (runs write their "
+        f"test predictions there at the end).")
   try:
     with np.load(path, allow_pickle=False) as archive:
       labels, probabilities = archive["labels"], archive["probabilities"]
