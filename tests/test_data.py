@@ -722,3 +722,15 @@ def test_reading_tfds_imports_tensorflow_without_its_start_up_lines():
                         text=True, timeout=120, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
   assert "oneDNN" not in done.stderr and "InitializeLog" not in done.stderr, done.stderr
+
+
+def test_tfds_string_labels_are_checked_as_a_local_files_are():
+  # (a label seen only in test became a class of its own, shifting the training ids)
+  source = tfds_source.TfdsSource.__new__(tfds_source.TfdsSource)
+  source.description = "TFDS 'toy'"
+  names, ids = source._label_ids({"train": ["pos", "neg", "pos"], "test": ["neg"]}, [])
+  assert names == ["neg", "pos"] and ids["train"].tolist() == [1, 0, 1]
+  with pytest.raises(ip.DataError, match="example 0: label 'neutral' .test split. never occurs"):
+    source._label_ids({"train": ["pos", "neg"], "test": ["neutral", "pos"]}, [])
+  with pytest.raises(ip.DataError, match="every label is 'pos'"):
+    source._label_ids({"train": ["pos", "pos"], "test": ["pos"]}, [])

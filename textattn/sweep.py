@@ -47,6 +47,7 @@ import numpy as np
 from textattn import attention, checkpointing, defaults, platform, run, sweep_summary, tasks
 from textattn import data as data_lib
 from textattn.config import MOVED_IN_V3
+from textattn.data.cache import save_npz
 from textattn.errors import RunError, UsageError, user_errors
 from textattn.models import baselines
 from textattn.recipes import pretrain, word2vec
@@ -133,8 +134,7 @@ def export(args) -> None:
     params, _ = pretrain.pretrain(config, data.tokenizer, data.vocab_size)
     extra.update({f"mlm:{name}": value for name, value in checkpointing.flatten(params).items()})
     extra["mlm_settings"] = json.dumps(pretrain.settings(config))
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  np.savez_compressed(
+  save_npz(
       args.out, train_inputs=data.train.inputs.astype(dtype), train_labels=data.train.labels,
       val_inputs=data.validation.inputs.astype(dtype), val_labels=data.validation.labels,
       vocab_size=data.vocab_size, class_names=np.array(data.class_names),
@@ -161,8 +161,7 @@ def export_corpus(args) -> None:
   inputs, _ = pretrain.corpus(config, data.tokenizer)
   lengths = (inputs != 0).sum(1)
   dtype = np.uint16 if data.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  np.savez_compressed(
+  save_npz(
       args.out, tokens=inputs[inputs != 0].astype(dtype), lengths=lengths,
       vocab_size=data.vocab_size, max_len=config.max_len, truncation=config.layout.truncation,
       unlabeled_split=args.unlabeled_split,
@@ -208,7 +207,7 @@ def pretrain_encoder(args) -> None:
   t0 = time.perf_counter()
   params, curve = pretrain.train_encoder(config, inputs, vocab_size)
   seconds = time.perf_counter() - t0
-  np.savez(args.out, mlm_settings=json.dumps(pretrain.settings(config)),
+  save_npz(args.out, False, mlm_settings=json.dumps(pretrain.settings(config)),
            data_fields=json.dumps({f: _field(config, f) for f in DATA_FIELDS}),
            curve=json.dumps(curve), seconds=seconds,
            **{f"mlm:{name}": value for name, value in checkpointing.flatten(params).items()})

@@ -56,6 +56,14 @@ def atomic_write(path: str, write_fn, mode: str = "w") -> None:
     raise
 
 
+def save_npz(path: str, compressed: bool = True, **arrays) -> None:
+  """np.savez(_compressed)(path, **arrays) written whole or not at all (atomic_write): an
+  interrupted write leaves an earlier file as it was. ".npz" is added as numpy adds it."""
+  path = path if path.endswith(".npz") else path + ".npz"
+  save = np.savez_compressed if compressed else np.savez
+  atomic_write(path, lambda f: save(f, **arrays), "wb")
+
+
 def read_cache(path: str, what: str, read: Callable[[str], Any]):
   """read(path), or None when the cache file is missing or unreadable (corrupt, truncated,
   another version's, or `read` raising because it does not match the configuration): a cache

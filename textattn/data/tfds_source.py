@@ -244,7 +244,8 @@ class TfdsSource:
   def _label_ids(self, raw_labels: dict[str, list], class_names: list[str]
                  ) -> tuple[list[str], dict[str, np.ndarray]]:
     """(class_names, split -> int32 label ids): a ClassLabel's ints must index its names;
-    other labels are indexed as strings in sorted order."""
+    other labels are indexed as strings in sorted order, checked as a local file's are (two
+    classes in training at least, and no held-out label that training lacks)."""
     if not class_names:
       string_labels = {s: [raw_lib.label_string(v) for v in vs] for s, vs in raw_labels.items()}
       for split, values in string_labels.items():
@@ -253,7 +254,10 @@ class TfdsSource:
           raise DataError(f"{self.description}, split {split!r}, example {i}: label "
                           f"{raw_labels[split][i]!r} is a missing value; every example needs a "
                           f"label.")
-      return raw_lib.index_labels(string_labels)
+      class_names, ids = raw_lib.index_labels(string_labels)
+      raw_lib.check_classes({"validation": np.zeros(0, np.int32), **ids}, class_names,
+                            self.description, lambda split, i: f"example {i}", "")
+      return class_names, ids
     labels = {}
     for split, values in raw_labels.items():
       array = np.asarray(values, np.int64)

@@ -9,7 +9,9 @@ counts the two reserved ids (Keras convention: 20000 → 19998 words).
 
 The vocabulary is saved as a Hugging Face `tokenizer.json` (WordLevel model, the same
 standardisation as `normalizers`, `WhitespaceSplit`), so `tokenizers.Tokenizer.from_file`
-reproduces the ids. Counting and encoding themselves run in plain Python (`str.translate`,
+reproduces the ids, but for two rare cases: Python's `str.split` also splits at the separators
+U+001C-U+001F, and `str.lower` writes a word-final capital sigma as "ς" where `Lowercase`
+writes "σ" (training and prediction both use the Python path: they agree). Counting and encoding themselves run in plain Python (`str.translate`,
 `str.split`, dict look-ups): on IMDB's 25,000 training reviews that measured about 2-3x
 faster than `tokenizers`' `train_from_iterator` + `encode_batch_fast` on 2 CPU cores,
 because its normalizers track per-character alignments we never use.
