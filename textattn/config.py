@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import ml_collections
 
-from textattn.errors import RunError, UsageError, one_line
+from textattn.errors import DataError, RunError, UsageError, one_line
 
 CONFIG_VERSION = 3  # of config.json and the run contract; migrate() brings older ones here
 
@@ -172,7 +172,6 @@ def sibling(config_file: str, name: str) -> ml_collections.ConfigDict:
 def read_saved(path: str) -> dict:
   """A workdir's config.json as a dict; unreadable, damaged or not a JSON object: a DataError
   in one line (the workdir's other files are left as they are)."""
-  from textattn.data.splits import DataError
   try:
     with open(path, encoding="utf-8") as f:
       saved = json.load(f)
