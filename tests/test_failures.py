@@ -516,3 +516,26 @@ def test_tensorboard_is_written_anew_from_the_kept_rows_at_every_start(tmp_path)
       (1, "train/loss"): [1.0], (2, "train/loss"): [0.5], (3, "train/loss"): [0.3],
       (4, "train/loss"): [0.4], (4, "test/accuracy"): [0.75], (4, "test/params_from_step"): [4.0]}
   assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
+
+
+def test_a_resumed_windows_examples_per_sec_counts_only_the_steps_timed_here(monkeypatch):
+  # The carried steps (a stop's checkpoint) ran before this process's clock started: counted
+  # in, the rate was ~10x too high after a resume at step 9 of a 10-step window.
+  def train_step(state, batch):
+    one = jnp.float32(1)
+    return state + 1, {"loss_sum": one, "correct": one, "count": jnp.float32(2),
+                       "nonfinite": jnp.int32(0)}
+
+  def batches():
+    while True:
+      yield {"x": np.ones((2,), np.float32)}
+  examples = []
+  real = loop._train_row
+  monkeypatch.setattr(loop, "_train_row", lambda totals, prefix, n, *rest: examples.append(n)
+                      or real(totals, prefix, n, *rest))
+  carried = [{"loss_sum": np.float32(1), "correct": np.float32(1), "count": np.float32(2),
+              "nonfinite": np.int32(0)}] * 9
+  result = loop.fit(jnp.float32(0), train_step, batches(),
+                    loop.Schedule(10, log_every=10, batch_size=2),
+                    loop.Hooks(progress=False, window=list(carried)), start_step=9)
+  assert examples == [2] and result.history[-1]["train/loss"] == 0.5  # (10 steps' sums)

@@ -130,3 +130,21 @@ def test_a_file_to_predict_is_read_as_strictly_as_training_reads_it(trained, tmp
   path.write_text(content, encoding="utf-8")
   with pytest.raises(DataError, match=re.escape(message)):
     textattn.load(str(tmp / "run")).read_texts(str(path))
+
+
+def test_check_output_judges_the_file_it_would_replace(tmp_path):
+  # atomic_write replaces a symlink itself, not its target: a link pointing into the workdir (or
+  # at the input) is a fine --output; a file in a folder whose name only starts alike too.
+  from textattn.predict import check_output
+  workdir, elsewhere = tmp_path / "wd", tmp_path / "out"
+  workdir.mkdir()
+  elsewhere.mkdir()
+  (workdir / "pred.jsonl").write_text("")
+  (elsewhere / "latest.jsonl").symlink_to(workdir / "pred.jsonl")
+  check_output(str(elsewhere / "latest.jsonl"), str(workdir), (str(workdir / "pred.jsonl"),))
+  check_output(str(tmp_path / "wdx" / "p.jsonl"), str(workdir))
+  with pytest.raises(DataError, match="inside the --workdir"):
+    check_output(str(workdir / "sub" / ".." / "p.jsonl"), str(workdir))
+  with pytest.raises(DataError, match="is the --input file"):
+    check_output(str(elsewhere / ".." / "out" / "latest.jsonl"), "",
+                 (str(elsewhere / "latest.jsonl"),))

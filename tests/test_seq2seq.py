@@ -132,7 +132,7 @@ def test_pairs_loader_reads_tabs_quotes_blank_lines_and_non_ascii(tmp_path):
 def test_a_headered_pairs_csv_is_read_strictly(tmp_path):
   # An unquoted comma once shifted the columns silently ("Hello" translated as " world").
   path = tmp_path / "pairs.csv"
-  path.write_text('id,en,es\n1,"Hello, world",Hola mundo\n,,\n2,"two\nlines",dos\n',
+  path.write_text('id,en,es\n1,"Hello, world",Hola mundo\n,,\n   \n2,"two\nlines",dos\n',
                   encoding="utf-8")
   pairs = pairs_lib.read_pairs(str(path), "en", "es")
   assert pairs.sources == ["Hello, world", "two\nlines"] and pairs.targets == ["Hola mundo", "dos"]

@@ -1,15 +1,14 @@
 """THE training loop: batches -> compiled step -> logging, NaN guard, evaluation, checkpoints.
 
-`fit(state, train_step, batches, schedule, hooks)` is used by every task through the runner
-(textattn/run.py), by masked-language-model pretraining (textattn/recipes/pretrain.py) and by
-validation sweeps (textattn/sweep.py). What differs between them comes in as arguments: the pure
-step, the batches, the Schedule (intervals, examples per step, compiler options) and the Hooks
-(evaluation, checkpoints, metric writer, signal stop, NaN recovery; each optional).
+`fit(state, train_step, batches, schedule, hooks)` serves every task (run.py), MLM pretraining
+and sweeps; what differs comes in as arguments: the pure step, the batches, the Schedule
+(intervals, examples per step, compiler options) and the optional Hooks (evaluation,
+checkpoints, metric writer, signal stop, NaN recovery).
 
 Order within a step, which exact resume relies on: the step runs; at a log, evaluation or
-checkpoint boundary its window's sums are fetched (one host sync) and checked for NaN/Inf
-before anything is saved; then evaluation, then the checkpoint; only then is the next batch
-drawn, so a checkpoint's iterator position is the batch of the step after it.
+checkpoint boundary its window's sums are fetched (one host sync) and checked for NaN/Inf before
+anything is saved; then evaluation, then the checkpoint; then the next batch is drawn (so a
+checkpoint's iterator position is the batch of the step after it).
 
 Stopping on SIGINT/SIGTERM (`stop_on_signals`, installed by the caller around `fit`): the signal
 only sets a flag; the current step finishes (the host is at most MAX_IN_FLIGHT steps ahead of
@@ -17,10 +16,9 @@ the device, so the stop waits for those only), the window is checked for NaN, a 
 saved at that step like any other (so the resume is exact), and `fit` raises errors.Stopped
 (exit code 128 + the signal). A second signal exits at once (os._exit): whatever was being
 written then is an unfinished Orbax temporary directory, which a resume ignores and removes.
-The unfinished log window's per-step sums go into that checkpoint (Hooks.window), and the
-resumed run's window starts with them: its row is the uninterrupted run's. Several processes agree on the stop (an allgather of the flag at
-each log/eval/checkpoint boundary and every STOP_CHECK_EVERY steps); one process runs no
-extra host sync for it.
+The unfinished log window's per-step sums go into that checkpoint (Hooks.window) and start the
+resumed window: its row is the uninterrupted run's. Several processes agree on the stop (an
+allgather at each boundary and every STOP_CHECK_EVERY steps); one process syncs no more.
 """
 
 from __future__ import annotations
@@ -207,7 +205,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
     log(0, {f"{prefix}/compile_s": compile_s})
 
   progress = _Progress(total, start_step, is_main and hooks.progress, prefix)
-  pending, window_start = _carried(hooks.window), time.perf_counter()
+  pending, window_start, untimed = _carried(hooks.window)
   in_flight = collections.deque()
   step = start_step
   profiler = _Profiler(hooks.profile_dir, start_step, total)
@@ -236,12 +234,12 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
           skipped.append(bad)
           history[:] = [row for row in history if row["step"] <= step]
           progress.skipped(bad, step, len(skipped))
-          pending, window_start = _carried(hooks.window), time.perf_counter()
+          pending, window_start, untimed = _carried(hooks.window)
           batch = platform.to_global(next(batches), mesh)
           continue
       _check_finite(totals, done, len(pending), prefix, lambda: _skips_text(skipped)
                     + hooks.recovery.advice(), progress)
-      row = _train_row(totals, prefix, len(pending) * schedule.batch_size,
+      row = _train_row(totals, prefix, (len(pending) - untimed) * schedule.batch_size,
                        time.perf_counter() - window_start, done, schedule.steps_per_epoch)
       log(done, row)
       progress.window(done, row)
@@ -252,9 +250,10 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
       platform.raise_together(failed[0] if failed else None)  # (before a save: no rows lost)
       if save_now:
         save(done, state, eval_metrics)
-      pending, window_start = [], time.perf_counter()
+      pending, window_start, untimed = [], time.perf_counter(), 0
     signum = _agreed_stop(stop, done, boundary)
     if signum:
+      platform.raise_together(failed[0] if failed else None)  # (a failed write: not a stop)
       _stop_now(signum, done, state, pending, hooks, save_now, prefix, progress)
     if not is_last:
       batch = platform.to_global(next(batches), mesh)
@@ -410,10 +409,11 @@ def _stop_now(signum: int, done: int, state, pending: list, hooks: Hooks, just_s
                 128 + signum)
 
 
-def _carried(window: list) -> list:
-  """The log window a stop checkpoint carried, taken out of `window` (a later save has none)."""
+def _carried(window: list) -> tuple[list, float, int]:
+  """(the log window a stop checkpoint carried, taken out of `window`; now; its step count, run
+  before this process timed anything: the window's examples/s counts the others only)."""
   carried, window[:] = list(window), []
-  return carried
+  return carried, time.perf_counter(), len(carried)
 
 
 def _first_nonfinite_step(pending: list[dict], done: int) -> int:

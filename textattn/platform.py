@@ -269,12 +269,12 @@ def raise_together(error: Exception | None) -> None:
 
 
 def on_main_process(write) -> None:
-  """`write()` on process 0 only, its failure (RunError, OSError) raised on every process at
-  once (raise_together)."""
+  """`write()` on process 0 only, its failure (any Exception) raised on every process at once
+  (raise_together)."""
   error = None
   if jax.process_index() == 0:
     try:
       write()
-    except (RunError, OSError) as e:
+    except Exception as e:  # noqa: BLE001 -- re-raised as it is, on every process together
       error = e
   raise_together(error)

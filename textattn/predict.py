@@ -43,8 +43,11 @@ def check_output(path: str, workdir: str = "", keep: tuple[str, ...] = (),
   if path.endswith(("/", os.sep)) or os.path.isdir(path):
     raise DataError(f"{flag}={path} is a directory; give a file name, e.g. "
                     f"{os.path.join(path, 'predictions.jsonl')}.")
-  real = os.path.realpath(path)
-  if any(k and os.path.realpath(k) == real for k in keep):
+  def replaced(file):  # (what os.replace replaces: a symlink itself, not what it points to)
+    return os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(file))),
+                        os.path.basename(file))
+  real = replaced(path)
+  if any(k and (replaced(k) == real or os.path.realpath(k) == real) for k in keep):
     raise DataError(f"{flag}={path} is the --input file; give another file (nothing written).")
   if workdir and os.path.commonpath([real, os.path.realpath(workdir)]) == os.path.realpath(workdir):
     raise DataError(f"{flag}={path} is inside the --workdir, whose files belong to its run; "

@@ -84,14 +84,14 @@ def recovery(manager, train_iter, writer, attach, abstract_state, state_sharding
     earlier = [s for s in manager.all_steps() if s < bad_step]
     if not earlier:
       train_iter.set_state({"epoch": 0, "index": 0})
-      writer.rewind(0)
+      platform.on_main_process(lambda: writer.rewind(0))
       return fresh(), 0
     restored, restored_meta = restore_verified(
         manager, {**checkpointing.read_meta(manager, max(earlier)), "step": max(earlier)},
         abstract_state, state_sharding)
     train_iter.set_state(restored["data"])
     window[:] = sums_from_json(restored["data"].get("window", []))
-    writer.rewind(restored_meta["step"])
+    platform.on_main_process(lambda: writer.rewind(restored_meta["step"]))
     return attach(restored["state"]), restored_meta["step"]
 
   return recover

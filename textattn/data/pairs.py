@@ -97,9 +97,8 @@ def read_pairs(path: str, source_field: str = "source", target_field: str = "tar
     delimiter = "\t" if extension in (".tsv", ".txt") else ","
     for number, record in raw_lib.delimited_records(
         path, text, delimiter, (), (source_field, target_field),
-        "set config.source_field / config.target_field"):
-      if any(value.strip() for value in record.values()):
-        add(number, record[source_field], record[target_field])
+        "set config.source_field / config.target_field", skip_blank=True):
+      add(number, record[source_field], record[target_field])
   if not sources:
     raise DataError(f"{path}: no pairs found.")
   return Pairs(sources, targets)

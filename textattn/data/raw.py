@@ -102,14 +102,15 @@ def check_unique_columns(path: str, header: Sequence[str], used: Sequence[str]) 
 
 
 def delimited_records(path: str, text: str, delimiter: str, columns: Sequence[str] = (),
-                      used: Sequence[str] = (), hint: str = ""
+                      used: Sequence[str] = (), hint: str = "", skip_blank: bool = False
                       ) -> Iterator[tuple[int, dict[str, str]]]:
   """(first line, {column: value}) for each non-blank row of a .csv/.tsv file's `text`, read
   one way for training and prediction: the first row is the header (names stripped) unless
   `columns` (config.source.columns) names the columns of a headerless file; quoted fields may
   span lines; CRLF is fine. Malformed input is one DataError naming the line: bad quoting, a
   row with more or fewer fields than the header, a tab inside a TSV field, a `used` column
-  missing (`hint`: what to set, in parentheses) or named twice."""
+  missing (`hint`: what to set, in parentheses) or named twice. skip_blank: rows of only
+  whitespace are skipped too (otherwise, as a row of blank fields, they keep their place)."""
   csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
   reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
   try:
@@ -131,7 +132,7 @@ def delimited_records(path: str, text: str, delimiter: str, columns: Sequence[st
     check_unique_columns(path, header, used)
     line = reader.line_num + 1
     for values in reader:
-      if values:  # (csv yields [] for a blank line)
+      if any(value.strip() for value in values) if skip_blank else values:  # ([]: blank line)
         if len(values) != len(header):
           raise DataError(f"{path}, line {line}: expected {len(header)} fields "
                           f"({delimiter!r}-separated; {which}), found {len(values)}.")
