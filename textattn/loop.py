@@ -206,8 +206,7 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
 
   progress = _Progress(total, start_step, is_main and hooks.progress, prefix)
   pending, window_start, untimed = _carried(hooks.window)
-  in_flight = collections.deque()
-  step = start_step
+  in_flight, step = collections.deque(), start_step
   profiler = _Profiler(hooks.profile_dir, start_step, total)
   while step < total:
     profiler.before(step)
