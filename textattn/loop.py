@@ -263,7 +263,6 @@ def fit(state, train_step: Callable, batches: Iterator[dict], schedule: Schedule
 MAX_SKIPPED_BATCHES = 3
 
 
-
 def _compile(train_step, state, batches, schedule: Schedule, mesh, talk: bool):
   """The step compiled on the first batch: (executables by batch width, that global batch,
   seconds taken); `talk`: say so before and after (seconds to minutes of nothing else)."""

@@ -113,10 +113,9 @@ class MetricWriter:
       self._replace([line for line, _ in keep])
     if self._tensorboard is not None:
       self._tensorboard.close()
+      self._tensorboard = None
     for old in glob.glob(os.path.join(glob.escape(self.workdir), "events.out.tfevents.*")):
       os.remove(old)
-    import tensorboardX  # TensorBoard event files without TensorBoard itself.
-    self._tensorboard = tensorboardX.SummaryWriter(self.workdir, flush_secs=30)
     for _, row in keep:
       if "test/params_from_step" not in row:
         self._scalars(row.get("step", 0), row)
@@ -168,8 +167,8 @@ class MetricWriter:
     self._scalars(step, metrics)
 
   def _scalars(self, step: int, metrics: dict) -> None:
-    if self._tensorboard is None:  # (drop_after opens it at a start)
-      import tensorboardX
+    if self._tensorboard is None:  # (opened at the first event after a start)
+      import tensorboardX  # TensorBoard event files without TensorBoard itself.
       self._tensorboard = tensorboardX.SummaryWriter(self.workdir, flush_secs=30)
     for key, value in metrics.items():
       if isinstance(value, (int, float)) and key != "step":
