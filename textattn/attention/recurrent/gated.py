@@ -37,6 +37,7 @@ from textattn.attention.recurrent.chunking import (
   run_starts,
   to_chunks,
 )
+from textattn.attention.recurrent.layer import Core
 
 Array = jax.Array
 SUB_CHUNK = 16  # GLA's secondary chunk (the paper's and flash-linear-attention's)
@@ -62,16 +63,23 @@ def _prepare(q, k, v, log_gates, scale, initial_state, segment_ids, mask):
 
 
 def gated_step(state: Array, q_t: Array, k_t: Array, v_t: Array, log_gate_t: Array, *,
-               reset: Array | None = None) -> tuple[Array, Array]:
-  """One token: state [b, h, key, value], q_t (already scaled) and k_t [b, h, key], v_t [b, h,
-  value], log_gate_t [b, h] or [b, h, key] -> (state, o_t [b, h, value]). `reset` bool [b]:
-  empty the state before this token (a document starts). Padding: pass k_t = 0 and log-gate 0."""
+               scale: float, reset: Array | None = None,
+               real: Array | None = None) -> tuple[Array, Array]:
+  """One token: state [b, h, key, value], q_t and k_t [b, h, key], v_t [b, h, value],
+  log_gate_t [b, h] or [b, h, key] -> (state, o_t [b, h, value]), in the state's dtype.
+  `reset` bool [b]: empty the state before this token (a document starts); `real` bool [b]:
+  False for padding, which neither decays nor writes."""
+  dtype = state.dtype
+  q_t, k_t, v_t, log_gate_t = (x.astype(dtype) for x in (q_t, k_t, v_t, log_gate_t))
   if reset is not None:
     state = jnp.where(reset[:, None, None, None], 0.0, state)
+  if real is not None:
+    k_t = k_t * real[:, None, None]
+    log_gate_t = jnp.where(real.reshape((-1,) + (1,) * (log_gate_t.ndim - 1)), log_gate_t, 0.0)
   decay = jnp.exp(log_gate_t)
   decay = decay[..., None] if log_gate_t.ndim == 3 else decay[..., None, None]
   state = decay * state + k_t[..., :, None] * v_t[..., None, :]
-  return state, jnp.einsum("bhk,bhkv->bhv", q_t, state)
+  return state, scale * jnp.einsum("bhk,bhkv->bhv", q_t, state)
 
 
 def gated_recurrent(q: Array, k: Array, v: Array, log_gates: Array, *, scale: float | None = None,
@@ -83,7 +91,7 @@ def gated_recurrent(q: Array, k: Array, v: Array, log_gates: Array, *, scale: fl
 
   def one(state, inputs):
     q_t, k_t, v_t, g_t, reset = inputs
-    return gated_step(state, q_t, k_t, v_t, g_t, reset=reset)
+    return gated_step(state, q_t, k_t, v_t, g_t, scale=1.0, reset=reset)  # (q scaled)
 
   time_major = lambda x: jnp.swapaxes(x, 0, 1)
   state, out = jax.lax.scan(one, state, tuple(map(time_major, (q, k, v_c, g, run_starts(runs)))))
@@ -149,8 +157,7 @@ def gated_chunked(q: Array, k: Array, v: Array, log_gates: Array, *, scale: floa
     in_last = (run == last_run[:, None])[:, :, None, None]
     b_end = b_q[:, -1:]  # [b, 1, h, d or 1]
     k_decayed = k_c * jnp.where(in_last, jnp.exp(b_end - b_q), 0.0)
-    decay_end = b_end[:, 0, :, :, None] if per_dim else b_end[:, 0, :, :, None]
-    state = (jnp.where(keep, jnp.exp(decay_end) * state, 0.0)
+    state = (jnp.where(keep, jnp.exp(b_end[:, 0, :, :, None]) * state, 0.0)
              + jnp.einsum("bjhk,bjhv->bhkv", k_decayed, v_ch))
     return (state, last_run), out
 
@@ -159,3 +166,6 @@ def gated_chunked(q: Array, k: Array, v: Array, log_gates: Array, *, scale: floa
             to_chunks(runs, chunk, edge=True))
   (state, _), out = jax.lax.scan(one_chunk, carry, chunks)
   return from_chunks(out, length).astype(v.dtype), state
+
+
+GATED = Core(recurrent=gated_recurrent, chunked=gated_chunked, step=gated_step)
