@@ -112,9 +112,10 @@ def apply_core(module: nn.Module, core: Core, mode: str, q: Array, k: Array, v: 
 
 class ShortConvolution(nn.Module):
   """A causal depthwise convolution over time (Mamba-2's conv1d, flash-linear-attention's
-  ShortConvolution): y_t = sum_w weight[w] x_{t - width + 1 + w} (+ bias), then SiLU, where an
-  input of padding or of another document counts as 0, so it never reads across a document start
-  or padding. Decoding keeps the last width - 1 real inputs in the cache ("conv_<name>"), emptied
+  ShortConvolution): y_t = sum_w weight[w] x_{t - width + 1 + w} (+ bias), then SiLU, over the
+  real positions of t's document: padding is skipped (a padded position changes nothing, as in
+  decoding, where it never enters the buffer) and an input before the document's start counts
+  as 0, so it never reads across a document start. Decoding keeps the last width - 1 real inputs in the cache ("conv_<name>"), emptied
   where a document starts."""
   width: int = 4
   use_bias: bool = True
@@ -144,13 +145,19 @@ class ShortConvolution(nn.Module):
       if mode == "allocate":
         self.variable("cache", "buffer", jnp.zeros, (x.shape[0], self.width - 1, channels),
                       jnp.promote_types(x.dtype, jnp.float32))
-      y = jnp.zeros_like(x)
-      for shift in range(self.width):  # the input `shift` positions back, same document only
-        if shift == 0:
-          y = y + weight[-1] * x
-          continue
-        earlier = jnp.pad(x, ((0, 0), (shift, 0), (0, 0)))[:, :-shift]
-        same = jnp.pad(runs, ((0, 0), (shift, 0)), constant_values=-1)[:, :-shift] == runs
+      y = weight[-1] * x
+      # The `shift`-th real position before t in t's document (padding skipped, as decoding
+      # skips it): positions numbered by rank among the real ones of the row.
+      rank = jnp.cumsum(real.astype(jnp.int32), axis=1) - 1
+      length = x.shape[1]
+      slot = jnp.where(real, rank, length)  # (padding scattered out of range: dropped)
+      position_of_rank = jnp.zeros_like(rank).at[
+          jnp.arange(x.shape[0])[:, None], slot].set(
+              jnp.broadcast_to(jnp.arange(length), rank.shape), mode="drop")
+      for shift in range(1, self.width):
+        source = jnp.take_along_axis(position_of_rank, jnp.maximum(rank - shift, 0), axis=1)
+        same = (rank - shift >= 0) & (jnp.take_along_axis(runs, source, axis=1) == runs)
+        earlier = jnp.take_along_axis(x, source[..., None], axis=1)
         y = y + weight[-1 - shift] * earlier * same[..., None].astype(x.dtype)
     if self.use_bias:
       y = y + self.param("bias", nn.initializers.zeros, (channels,)).astype(self.dtype)
