@@ -9,7 +9,10 @@ Checked, per doc and line:
       defaults or some shipped config; `config.FIELD=...` written in prose likewise;
   (c) every `python -m textattn.X` is a module that `python -m` can run (found, not run);
   (d) every relative link `[text](path)` and every repository path in code (`tests/...`,
-      `textattn/...`, `experiments/...`, `configs/...`, `docs/...`) exists.
+      `textattn/...`, `experiments/...`, `configs/...`, `docs/...`) exists;
+  (e) every citation of a RESULTS section (`RESULTS §N`, `RESULTS.md, section N`, in the docs,
+      RESULTS itself, configs, code comments and experiments) names a `## N.` heading of
+      experiments/RESULTS.md (and `§N.M` a `**N.M` paragraph of it), so sections keep their numbers.
 ALL-CAPS words are placeholders (`--config=CONFIG`, `--config.FIELD=VALUE`) and are skipped.
 Nothing is run: configs are loaded with the same loader as `--config`, modules only found.
 """
@@ -30,7 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RESULTS = REPO / "experiments" / "RESULTS.md"
 README_MAX_BYTES = 11 * 1000  # issue 52: README <= 11 KB
-RESULTS_MAX_LINES = 600  # issue 52: RESULTS <= 600 lines
+RESULTS_MAX_LINES = 600  # issue 52's hard cap (issue 82: 480 lines is the goal, new studies fit)
+RESULTS_MAX_BYTES = 55 * 1000  # issue 82: RESULTS <= 55 KB
+RESULTS_MAX_LINE_CHARS = 200  # issue 82: no line, tables included, wider than 200 characters
 
 _CONFIG_FLAG = re.compile(r"--config=([^\s`'\"),;]+)")
 _CONFIG_FILE = re.compile(r"(?<![\w/])configs/([\w{},]+)\.py")
@@ -40,6 +45,10 @@ _VARIANT = re.compile(r"--variant=[\w-]+:([^\s`'\"]+)")
 _MODULE = re.compile(r"python3? -m (textattn(?:\.\w+)*)")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _REPO_PATH = re.compile(r"(?<![\w/.-])((?:textattn|tests|experiments|docs)/[\w./{},-]*\w)")
+_SECTION_SIGN = re.compile(r"§(\d+(?:\.\d+)?)")
+_SECTION_WORD = re.compile(r"RESULTS(?:\.md)?[,)\]]*\s*\(?sections?\s+"
+                           r"(\d+(?:\s*(?:[–-]|,|and)\s*\d+)*)")
+_OLD_VERSION = re.compile(r"(?:\b[0-9a-f]{7,40}:experiments/RESULTS\.md`?|\b[0-9a-f]{7,40})\s*$")
 
 
 @dataclasses.dataclass
@@ -240,6 +249,51 @@ def problems_of(doc: Path) -> list[str]:
   return problems
 
 
+def _citing_files() -> list[Path]:
+  """Where RESULTS sections are cited: the docs, RESULTS itself, the package, the experiments'
+  notes and scripts, and the tests."""
+  found = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+  for top, suffixes in (("textattn", (".py", ".cc", ".h")), ("tests", (".py",)),
+                        ("experiments", (".md", ".py", ".sh", ".cc", ".txt"))):
+    found += sorted(path for path in (REPO / top).rglob("*") if path.suffix in suffixes)
+  return [path for path in found if path.resolve() != Path(__file__).resolve()]  # (its fixtures)
+
+
+def _cited_sections(path: Path, text: str) -> list[tuple[int, str]]:
+  """(offset, "N" or "N.M") for each RESULTS section the text cites. In README, docs and RESULTS
+  every `§N` is one; elsewhere a `§N` within 80 characters after "RESULTS". A `§N` right after a
+  commit (`git show C:experiments/RESULTS.md` §N, "8866ba7 §N") cites an old version: skipped."""
+  anywhere = path.name in ("README.md", "RESULTS.md") or path.parent.name == "docs"
+  cited = []
+  for match in _SECTION_SIGN.finditer(text):
+    before = text[max(0, match.start() - 80):match.start()]
+    if _OLD_VERSION.search(before) or not (anywhere or "RESULTS" in before):
+      continue
+    cited.append((match.start(), match.group(1)))
+  for match in _SECTION_WORD.finditer(text):
+    if re.search(r"[0-9a-f]{7,40}:experiments/$", text[max(0, match.start() - 60):match.start()]):
+      continue
+    cited += [(match.start(1), number) for number in re.findall(r"\d+", match.group(1))]
+  return cited
+
+
+def citation_problems() -> list[str]:
+  """Each citation of a RESULTS section that names no section of experiments/RESULTS.md."""
+  results = (REPO / "experiments" / "RESULTS.md").read_text(encoding="utf-8")
+  sections = set(re.findall(r"^## (\d+)\.", results, flags=re.MULTILINE))
+  paragraphs = set(re.findall(r"^\*\*(\d+\.\d+) ", results, flags=re.MULTILINE))
+  problems = []
+  for path in _citing_files():
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for offset, section in _cited_sections(path, text):
+      if section.split(".")[0] in sections and ("." not in section or section in paragraphs):
+        continue
+      line = text.count("\n", 0, offset) + 1
+      problems.append(f"{path.relative_to(REPO)}:{line}: cites RESULTS §{section}, which "
+                      f"experiments/RESULTS.md does not have")
+  return problems
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(REPO)) for d in DOCS])
 def test_doc_names_only_configs_fields_commands_and_files_that_exist(doc):
   problems = problems_of(doc)
@@ -285,7 +339,43 @@ def test_checker_finds_each_kind_of_mistake(tmp_path, monkeypatch):
 
 def test_readme_and_results_stay_short():
   readme = (REPO / "README.md").stat().st_size
-  results = len(RESULTS.read_text().splitlines())
+  lines = RESULTS.read_text(encoding="utf-8").splitlines()
+  results_bytes = RESULTS.stat().st_size
+  wide = [f"{number} ({len(line)} characters)" for number, line in enumerate(lines, 1)
+          if len(line) > RESULTS_MAX_LINE_CHARS]
   assert readme <= README_MAX_BYTES, f"README.md is {readme} bytes; at most {README_MAX_BYTES}"
-  assert results <= RESULTS_MAX_LINES, (f"experiments/RESULTS.md has {results} lines; at most "
-                                        f"{RESULTS_MAX_LINES}")
+  assert len(lines) <= RESULTS_MAX_LINES, (f"experiments/RESULTS.md has {len(lines)} lines; at "
+                                           f"most {RESULTS_MAX_LINES}")
+  assert results_bytes <= RESULTS_MAX_BYTES, (f"experiments/RESULTS.md is {results_bytes} bytes; "
+                                              f"at most {RESULTS_MAX_BYTES}")
+  assert not wide, (f"experiments/RESULTS.md lines wider than {RESULTS_MAX_LINE_CHARS} "
+                    f"characters (split the table or move the note under it): {', '.join(wide)}")
+
+
+def test_results_citations_name_sections_that_exist():
+  problems = citation_problems()
+  assert not problems, "\n" + "\n".join(problems)
+
+
+def test_citation_check_finds_a_missing_section(tmp_path, monkeypatch):
+  """The citation check can fail: citations of absent sections are reported, present ones and
+  citations of an old version (`git show C:experiments/RESULTS.md` §N) are not."""
+  (tmp_path / "experiments").mkdir()
+  (tmp_path / "experiments" / "RESULTS.md").write_text(
+      "# Results\n## 1. One\n**1.1 A part** of it.\n## 3. Three\n")
+  (tmp_path / "docs").mkdir()
+  (tmp_path / "docs" / "a.md").write_text(
+      "Fine: RESULTS §1, §1.1 and §3; `git show 5351143:experiments/RESULTS.md` §9.\n"
+      "Wrong: RESULTS §2 and §3.2.\n")
+  (tmp_path / "README.md").write_text("See [RESULTS](experiments/RESULTS.md) (sections 1, 3).\n")
+  (tmp_path / "textattn" / "configs").mkdir(parents=True)
+  (tmp_path / "textattn" / "configs" / "c.py").write_text(
+      '"""Result: experiments/RESULTS.md, sections\n1 and 4."""\n# RESULTS section 5\n')
+  monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+  problems = citation_problems()
+  text = "\n".join(problems)
+  assert "docs/a.md:2: cites RESULTS §2," in text
+  assert "docs/a.md:2: cites RESULTS §3.2," in text
+  assert "textattn/configs/c.py:2: cites RESULTS §4," in text
+  assert "textattn/configs/c.py:3: cites RESULTS §5," in text
+  assert len(problems) == 4, text
