@@ -14,7 +14,10 @@ import sys
 
 import pytest
 
-SHARDED = ("softmax", "causal", "additive", "causal_additive_recurrent")
+SHARDED = ("softmax", "causal", "additive", "causal_additive_recurrent", "causal_linear",
+           "retnet", "gla", "mamba2")
+# The linear recurrences (textattn/attention/recurrent/parallel.py) are also checked in float64.
+RECURRENT = ("causal_linear", "retnet", "gla", "mamba2")
 # (data, sequence); 4 shards are checked on the 2 x 4 mesh, which also splits the batch. (Two
 # shards: the language-model test below, 1 x 2 and 2 x 2, for the causal forms.)
 MESHES = ((1, 8), (2, 4))
@@ -49,6 +52,18 @@ def test_sharded_outputs_and_gradients_equal_one_device(variant):
   for mesh, errors in result["segment_errors"].items():
     assert errors["output"] <= TOLERANCE, (mesh, errors)
     assert errors["gradient"] <= TOLERANCE, (mesh, errors)
+
+
+@pytest.mark.cpu_only
+def test_linear_recurrences_sharded_equal_one_device_in_float64():
+  """Each shard's (transition, state) pair from a zero state, the exclusive scan over shards and
+  the rerun from the incoming state are exact: within 1e-10 of one device in float64, packed
+  documents crossing shard boundaries included (one device: the recurrent reference, or
+  causal_linear's masked quadratic form)."""
+  result = run_on_eight_devices("exactness64", ",".join(RECURRENT))
+  for name, errors in result.items():
+    for mesh, error in errors.items():
+      assert error["output"] <= 1e-10 and error["gradient"] <= 1e-10, (name, mesh, error)
 
 
 @pytest.mark.cpu_only
@@ -115,7 +130,7 @@ def test_a_variant_without_sharding_is_refused_in_one_sentence():
   with pytest.raises(UsageError, match=r"^config.model.attention='causal_additive' declares no "
                      r"sequence sharding, so it cannot run with mesh.sequence=4; use "
                      r"mesh.sequence=1 or a variant that does \(softmax, causal, additive, "
-                     r"causal_additive_recurrent\)\.$"):
+                     r"causal_additive_recurrent, causal_linear, retnet, gla, mamba2\)\.$"):
     sequence.build(variant, mesh, num_heads=2, name="attention")
   # One sequence shard needs no declaration.
   one = jax.sharding.AbstractMesh((4, 1), ("data", "sequence"))
@@ -131,12 +146,12 @@ def test_builtins_declare_sharding_in_the_registry():
 # --------------------------------------------------------------------------------------------
 # The subprocess (8 fake CPU devices).
 
-def _inputs(batch=2, length=32, embed=8):
+def _inputs(batch=2, length=32, embed=8, dtype="float32"):
   import jax.numpy as jnp
   import numpy as np
   rng = np.random.default_rng(0)
-  x = jnp.asarray(rng.normal(size=(batch, length, embed)), jnp.float32)
-  cotangent = jnp.asarray(rng.normal(size=(batch, length, embed)), jnp.float32)
+  x = jnp.asarray(rng.normal(size=(batch, length, embed)), dtype)
+  cotangent = jnp.asarray(rng.normal(size=(batch, length, embed)), dtype)
   mask = np.ones((batch, length), bool)
   # Row 0: padding at 5-7 (the end of a shard for S = 4 and 8), then from 20 on (whole shards).
   # Row 1: its first three positions (causal rows seeing no real key), one inside a shard (13)
@@ -168,20 +183,29 @@ def _exactness(name: str) -> dict:
   return result
 
 
-def _exactness_of(name: str, segment_ids) -> dict:
+def _exactness64(names: str) -> dict:
+  import jax
+  jax.config.update("jax_enable_x64", True)
+  return {name: {mesh: errors for mesh, errors in _exactness_of(
+      name, _segment_ids(), "float64")["errors"].items()} for name in names.split(",")}
+
+
+def _exactness_of(name: str, segment_ids, dtype: str = "float32") -> dict:
   import jax
   import jax.numpy as jnp
 
   from textattn import attention, sharding
   from textattn.attention import sequence
 
-  x, mask, cotangent = _inputs()
+  x, mask, cotangent = _inputs(dtype=dtype)
   variant = attention.get(name)
-  kwargs = {"num_heads": 2, "implementation": "xla", "dtype": jnp.float32, "name": "attention"}
+  kwargs = {"num_heads": 2, "implementation": variant.reference, "dtype": jnp.dtype(dtype),
+            "name": "attention"}
   extra = {} if segment_ids is None else {"segment_ids": segment_ids}
   one = variant.build(**kwargs)
   # (jitted: op by op, an init compiles ~200 small programs, ~6 s in this fresh process)
   params = jax.jit(one.init)(jax.random.key(0), x, mask)
+  params = jax.tree.map(lambda p: p.astype(dtype), params)
 
   def outputs_and_gradients(module):
     def loss(params, x):
@@ -301,6 +325,7 @@ def _lm_segments(name: str) -> dict:
 if __name__ == "__main__":
   check, variant = sys.argv[1:3]
   result = {"exactness": lambda: _exactness(variant), "balance": _balance,
+            "exactness64": lambda: _exactness64(variant),
             "lm_segments": lambda: _lm_segments(variant),
             "refusals": _refusals, "communication": _communication}[check]()
   print(json.dumps(result))

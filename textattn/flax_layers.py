@@ -39,7 +39,8 @@ def contracts_merged_axes() -> bool:
 
 def column_sum(g: Array) -> Array:
   """g [n, m] summed over n, as ones[n] @ g (a matrix-vector product)."""
-  return jnp.matmul(jnp.ones((g.shape[0],), g.dtype), g, preferred_element_type=jnp.float32)
+  return jnp.matmul(jnp.ones((g.shape[0],), g.dtype), g,
+                    preferred_element_type=jnp.promote_types(g.dtype, jnp.float32))
 
 
 @jax.custom_vjp

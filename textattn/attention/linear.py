@@ -50,6 +50,8 @@ import jax.numpy as jnp
 
 from textattn.attention import registry
 from textattn.attention.common import Array, dense_init, merged_mean, segment_runs
+from textattn.attention.recurrent.chunking import document_runs, wide
+from textattn.attention.recurrent.parallel import incoming_state, shard_edges, shard_over_sequence
 from textattn.errors import UsageError
 from textattn.flax_layers import DenseGeneral
 
@@ -73,12 +75,12 @@ def register_feature_map(name: str, build: Callable[..., FeatureMap]) -> None:
 def elu1(x: Array, *, is_query: bool = True) -> Array:
   """elu(x) + 1: positive, and the identity's slope for x > 0 (Katharopoulos et al.)."""
   del is_query
-  return jax.nn.elu(x.astype(F32)) + 1.0
+  return jax.nn.elu(wide(x)) + 1.0
 
 
 def relu(x: Array, *, is_query: bool = True) -> Array:
   del is_query
-  return jax.nn.relu(x.astype(F32))
+  return jax.nn.relu(wide(x))
 
 
 register_feature_map("elu1", lambda **_: elu1)
@@ -100,7 +102,7 @@ def build_feature_map(name: str, *, num_heads: int, head_dim: int,
 def linear_attention(fq: Array, fk: Array, value: Array, real: Array) -> Array:
   """Bidirectional: out_t = phi(q_t) S / phi(q_t) z over the real keys. O(l f d)."""
   fk = fk * real[:, :, None, None]
-  kv = jnp.einsum("blhf,blhd->bhfd", fk, value.astype(F32))
+  kv = jnp.einsum("blhf,blhd->bhfd", fk, value.astype(fk.dtype))
   numerator = jnp.einsum("blhf,bhfd->blhd", fq, kv)
   return merged_mean(numerator, jnp.einsum("blhf,bhf->blh", fq, jnp.sum(fk, axis=1)))
 
@@ -113,18 +115,21 @@ def causal_linear_attention(fq: Array, fk: Array, value: Array, real: Array, run
   visible = (jnp.tril(jnp.ones((length, length), bool))[None]
              & real[:, None, :] & (runs[:, :, None] == runs[:, None, :]))  # [b, t, i]
   scores = jnp.einsum("bthf,bihf->bhti", fq, fk) * visible[:, None]
-  numerator = jnp.einsum("bhti,bihd->bthd", scores, value.astype(F32))
+  numerator = jnp.einsum("bhti,bihd->bthd", scores, value.astype(scores.dtype))
   return merged_mean(numerator, jnp.sum(scores, axis=-1).transpose(0, 2, 1))
 
 
 def chunked_causal_linear_attention(fq: Array, fk: Array, value: Array, real: Array, runs: Array,
-                                    *, chunk_size: int = 64) -> Array:
+                                    *, chunk_size: int = 64, initial_state: State | None = None,
+                                    initial_run: Array | None = None) -> Array:
   """Causal, chunk by chunk: within a chunk the masked [chunk, chunk] products (same run only),
   plus phi(q_t) times the state (S, z) of the earlier chunks for the positions t still in the run
   that state belongs to. The state is replaced at each chunk's end by the sums over the chunk's
   last run, added to the carried state only if that run began before the chunk: so a segment
   boundary inside a chunk resets it exactly. lax.scan over the chunks, body rematerialised
-  (jax.checkpoint); the length is padded to a multiple of the chunk with padding positions."""
+  (jax.checkpoint); the length is padded to a multiple of the chunk with padding positions.
+  `initial_state` (sequence parallelism: what earlier shards leave) is seen by the positions of
+  run `initial_run` int [batch] (None: no state)."""
   batch, length, heads, features = fq.shape
   chunk = max(1, min(chunk_size, length))
   num_chunks = -(-length // chunk)
@@ -155,11 +160,42 @@ def chunked_causal_linear_attention(fq: Array, fk: Array, value: Array, real: Ar
     return (kv, normaliser, last_run), merged_mean(numerator, denominator)
 
   head_dim = value.shape[-1]
-  state = init_state(batch, heads, features, head_dim)
-  carry = (state.kv, state.normaliser, jnp.full((batch,), -1, jnp.int32))
-  _, out = jax.lax.scan(one_chunk, carry, (split(fq), split(fk), split(value.astype(F32)),
+  state = (init_state(batch, heads, features, head_dim, fq.dtype) if initial_state is None
+           else initial_state)
+  if initial_run is None:
+    initial_run = jnp.full((batch,), -1, jnp.int32)
+  carry = (state.kv, state.normaliser, initial_run.astype(jnp.int32))
+  _, out = jax.lax.scan(one_chunk, carry, (split(fq), split(fk), split(value.astype(fq.dtype)),
                                            split(real), split(runs, "edge")))
   return out.swapaxes(0, 1).reshape(batch, num_chunks * chunk, heads, head_dim)[:, :length]
+
+
+def last_run_state(fk: Array, value: Array, real: Array, runs: Array) -> State:
+  """The state (S, z) a row leaves from a zero state: the sums over its last run's real keys."""
+  in_last = (real & (runs == runs[:, -1:]))[:, :, None, None]
+  fk = fk * in_last
+  return State(jnp.einsum("blhf,blhd->bhfd", fk, value.astype(fk.dtype)), jnp.sum(fk, axis=1))
+
+
+def sharded_causal_linear_attention(fq: Array, fk: Array, value: Array,
+                                    padding_mask: Array, segment_ids: Array | None, *, mesh,
+                                    chunk_size: int = 64) -> Array:
+  """The chunked kernel with the length split over mesh's "sequence" axis
+  (recurrent/parallel.py's scheme: each shard's last-run sums from a zero state, an exclusive
+  scan over the shards, the chunked kernel from the incoming state; the transition is the
+  identity, or 0 for a shard holding a document start)."""
+  real, runs = document_runs(padding_mask, segment_ids, padding_mask.shape)
+
+  def shard(fq, fk, value, real, runs):
+    local = last_run_state(fk, value, real, runs)
+    first_run, last_run, single = shard_edges(real, runs + 1)  # (ids: run numbers, not 0)
+    keep = single.astype(local.kv.dtype)
+    kv = incoming_state(local.kv, first_run, last_run, keep[:, None, None, None])
+    normaliser = incoming_state(local.normaliser, first_run, last_run, keep[:, None, None])
+    return chunked_causal_linear_attention(fq, fk, value, real, runs, chunk_size=chunk_size,
+                                           initial_state=State(kv, normaliser),
+                                           initial_run=runs[:, 0])
+  return shard_over_sequence(shard, mesh, (fq, fk, value, real, runs), value.ndim)
 
 
 class State(NamedTuple):
@@ -168,9 +204,9 @@ class State(NamedTuple):
   normaliser: Array  # sum phi(k_i), float32 [batch, heads, features]
 
 
-def init_state(batch: int, heads: int, features: int, head_dim: int) -> State:
-  return State(jnp.zeros((batch, heads, features, head_dim), F32),
-               jnp.zeros((batch, heads, features), F32))
+def init_state(batch: int, heads: int, features: int, head_dim: int, dtype=F32) -> State:
+  return State(jnp.zeros((batch, heads, features, head_dim), dtype),
+               jnp.zeros((batch, heads, features), dtype))
 
 
 def step(state: State, q_t: Array, k_t: Array, v_t: Array, *, real: Array | None = None,
@@ -185,12 +221,12 @@ def step(state: State, q_t: Array, k_t: Array, v_t: Array, *, real: Array | None
   if reset is not None:
     kv = jnp.where(reset[:, None, None, None], 0.0, kv)
     normaliser = jnp.where(reset[:, None, None], 0.0, normaliser)
-  k_t = k_t.astype(F32)
+  k_t = k_t.astype(kv.dtype)
   if real is not None:
     k_t = k_t * real[:, None, None]
-  kv = kv + jnp.einsum("bhf,bhd->bhfd", k_t, v_t.astype(F32))
+  kv = kv + jnp.einsum("bhf,bhd->bhfd", k_t, v_t.astype(kv.dtype))
   normaliser = normaliser + k_t
-  q_t = q_t.astype(F32)
+  q_t = q_t.astype(kv.dtype)
   out = merged_mean(jnp.einsum("bhf,bhfd->bhd", q_t, kv), jnp.einsum("bhf,bhf->bh", q_t,
                                                                      normaliser))
   return State(kv, normaliser), out
@@ -207,7 +243,7 @@ def recurrent_causal_linear_attention(fq: Array, fk: Array, value: Array, real: 
     return step(state, q, k, v, real=is_real, reset=reset)
 
   time_major = lambda x: jnp.swapaxes(x, 0, 1)
-  _, out = jax.lax.scan(one, init_state(batch, heads, features, value.shape[-1]),
+  _, out = jax.lax.scan(one, init_state(batch, heads, features, value.shape[-1], fq.dtype),
                         tuple(map(time_major, (fq, fk, value, real, starts))))
   return time_major(out)
 
@@ -252,6 +288,7 @@ class LinearAttention(nn.Module):
   feature_map: str = "elu1"  # a name in FEATURE_MAPS
   feature_options: tuple[tuple[str, Any], ...] = ()  # keywords for the feature map's builder
   chunk_size: int = 64  # the chunked kernel's
+  mesh: Any = None  # causal only: the chunked kernel split over the mesh's "sequence" axis
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, decode: bool = False, *,
@@ -279,7 +316,10 @@ class LinearAttention(nn.Module):
                       head_dim)
         self.variable("cache", "segment", jnp.zeros, (x.shape[0],), jnp.int32)
       real, runs = segment_runs(padding_mask, segment_ids)
-      if self.causal:
+      if self.causal and self.mesh is not None:
+        out = sharded_causal_linear_attention(fq, fk, value, padding_mask, segment_ids,
+                                              mesh=self.mesh, chunk_size=self.chunk_size)
+      elif self.causal:
         name = resolve(self.implementation, length=x.shape[1])
         out = CAUSAL_KERNELS[name](fq, fk, value, real, runs, chunk_size=self.chunk_size)
       else:

@@ -46,6 +46,10 @@ from textattn.attention import registry
 from textattn.attention.additive import fastformer_output, fastformer_projections
 from textattn.attention.causal_additive import _combine_runs, _scores
 from textattn.attention.common import MASK_VALUE, Array, dense_init, merged_mean, segment_runs
+from textattn.attention.linear import LinearAttention
+from textattn.attention.recurrent.gla import GLA
+from textattn.attention.recurrent.mamba2 import Mamba2
+from textattn.attention.recurrent.retnet import RetNet
 from textattn.attention.ring import from_zigzag, ring_attention_shard, to_zigzag
 from textattn.errors import UsageError
 from textattn.flax_layers import DenseGeneral
@@ -267,6 +271,12 @@ SHARDED_BUILDS = {
     "causal": functools.partial(ShardedSelfAttention, causal=True),
     "additive": ShardedAdditiveAttention,
     "causal_additive_recurrent": ShardedCausalAdditiveAttention,
+    # The linear recurrences: their own modules with a mesh (textattn/attention/recurrent/
+    # parallel.py: each shard's state pair, an exclusive scan, the chunked form from it).
+    "causal_linear": functools.partial(LinearAttention, causal=True),
+    "retnet": RetNet,
+    "gla": GLA,
+    "mamba2": Mamba2,
 }
 for _name, _build in SHARDED_BUILDS.items():
   registry.declare_shard(_name, _build)

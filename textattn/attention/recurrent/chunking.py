@@ -22,6 +22,11 @@ def compute_dtype(*arrays: Array) -> jnp.dtype:
   return jnp.promote_types(jnp.result_type(*arrays), jnp.float32)
 
 
+def wide(x: Array) -> Array:
+  """x in at least float32 (float64 kept)."""
+  return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
 def document_runs(mask: Array | None, segment_ids: Array | None,
                   shape: tuple[int, int]) -> tuple[Array, Array]:
   """(real bool [batch, length], runs int32 [batch, length]); see the module docstring."""

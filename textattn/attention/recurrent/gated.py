@@ -38,6 +38,11 @@ from textattn.attention.recurrent.chunking import (
   to_chunks,
 )
 from textattn.attention.recurrent.layer import Core
+from textattn.attention.recurrent.parallel import (
+  incoming_state,
+  shard_edges,
+  shard_over_sequence,
+)
 
 Array = jax.Array
 SUB_CHUNK = 16  # GLA's secondary chunk (the paper's and flash-linear-attention's)
@@ -57,8 +62,8 @@ def _prepare(q, k, v, log_gates, scale, initial_state, segment_ids, mask):
   k = k * real[:, :, None, None]
   g = jnp.where(real.reshape(real.shape + (1,) * (log_gates.ndim - 2)),
                 log_gates.astype(dtype), 0.0)
-  if initial_state is None:
-    initial_state = jnp.zeros((batch, heads, q.shape[-1], v.shape[-1]), dtype)
+  if initial_state is None:  # (zeros_like of the inputs: varying as they are inside shard_map)
+    initial_state = jnp.zeros_like(k[:, 0, :, :, None] * v[:, 0, :, None, :], dtype)
   return q * scale, k, v.astype(dtype), g, initial_state.astype(dtype), real, runs
 
 
@@ -161,11 +166,34 @@ def gated_chunked(q: Array, k: Array, v: Array, log_gates: Array, *, scale: floa
              + jnp.einsum("bjhk,bjhv->bhkv", k_decayed, v_ch))
     return (state, last_run), out
 
-  carry = (state, jnp.zeros((v.shape[0],), jnp.int32))  # the initial state is run 0's
+  carry = (state, runs[:, 0])  # the initial state is the first run's (run 0)
   chunks = (to_chunks(q, chunk), to_chunks(k, chunk), to_chunks(v_c, chunk), to_chunks(g, chunk),
             to_chunks(runs, chunk, edge=True))
   (state, _), out = jax.lax.scan(one_chunk, carry, chunks)
   return from_chunks(out, length).astype(v.dtype), state
 
 
-GATED = Core(recurrent=gated_recurrent, chunked=gated_chunked, step=gated_step)
+def sharded_gated(q: Array, k: Array, v: Array, log_gates: Array, *, scale: float, mesh,
+                  mask: Array | None = None, segment_ids: Array | None = None,
+                  chunk_size: int = 64) -> Array:
+  """`gated.gated_chunked`'s outputs with the length split over mesh's "sequence" axis."""
+  batch, length = v.shape[:2]
+  real, runs = document_runs(mask, segment_ids, (batch, length))
+  ids = runs + 1  # (global run numbers as segment ids: every position real to document_runs)
+
+  def shard(q, k, v, g, real, ids):
+    form = lambda s0: gated_chunked(q, k, v, g, scale=scale, initial_state=s0, segment_ids=ids,
+                                    mask=real, chunk_size=chunk_size)
+    _, local = form(None)
+    first_run, last_run, single = shard_edges(real, ids)
+    total = jnp.sum(jnp.where(real.reshape(real.shape + (1,) * (g.ndim - 2)),
+                              g.astype(local.dtype), 0.0), axis=1)  # [b, h] or [b, h, key]
+    decay = jnp.where(single.reshape((-1,) + (1,) * (total.ndim - 1)), jnp.exp(total), 0.0)
+    decay = decay[..., None] if g.ndim == 4 else decay[..., None, None]
+    out, _ = form(incoming_state(local, first_run, last_run, decay))
+    return out
+  return shard_over_sequence(shard, mesh, (q, k, v, log_gates, real, ids), v.ndim)
+
+
+GATED = Core(recurrent=gated_recurrent, chunked=gated_chunked, step=gated_step,
+             sharded=sharded_gated)

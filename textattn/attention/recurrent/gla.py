@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from textattn.attention import registry
 from textattn.attention.common import dense_init
 from textattn.attention.recurrent import family
+from textattn.attention.recurrent.chunking import wide
 from textattn.attention.recurrent.gated import GATED
 from textattn.attention.recurrent.layer import (
   GatedRMSNorm,
@@ -38,6 +39,7 @@ class GLA(nn.Module):
   num_heads: int
   implementation: str = "chunked"
   dtype: Any = jnp.float32
+  mesh: Any = None  # sequence parallelism: the core split over its "sequence" axis
   chunk_size: int = 64
   key_factor: float = 0.5  # key width / embed (expand_k)
   value_factor: float = 1.0  # value width / embed (expand_v)
@@ -61,11 +63,11 @@ class GLA(nn.Module):
                 name="gate_low_rank")(x)
     gate_logits = DenseGeneral(features=(heads, key_dim), dtype=self.dtype,
                                kernel_init=dense_init(), name="gate_key")(low)
-    log_gates = jax.nn.log_sigmoid(gate_logits.astype(jnp.float32)) / self.gate_temperature
+    log_gates = jax.nn.log_sigmoid(wide(gate_logits)) / self.gate_temperature
     o = apply_core(self, GATED, mode, q, k, v, (log_gates,), scale=key_dim ** -0.5,
                    padding_mask=padding_mask, segment_ids=segment_ids,
                    implementation=self.implementation, chunk_size=self.chunk_size, real=real,
-                   reset=reset)
+                   reset=reset, mesh=self.mesh)
     gate = dense(value_dim, "gate") if self.output_gate else None
     o = GatedRMSNorm(dtype=self.dtype, name="output_norm")(o, gate)
     return DenseGeneral(embed, axis=(-2, -1), use_bias=False, dtype=self.dtype,

@@ -36,6 +36,9 @@ class Core(NamedTuple):
   recurrent: Callable[..., tuple[Array, Array]]
   chunked: Callable[..., tuple[Array, Array]]
   step: Callable[..., tuple[Array, Array]]
+  # sharded(q, k, v, *gates, scale=, mesh=, mask=, segment_ids=, chunk_size=) -> out: the
+  # chunked form with the length split over the mesh's "sequence" axis (recurrent/parallel.py).
+  sharded: Callable[..., Array] | None = None
 
 
 FORMS = ("auto", "chunked", "recurrent")
@@ -83,7 +86,7 @@ def decode_signals(module: nn.Module, mode: str, padding_mask: Array,
 def apply_core(module: nn.Module, core: Core, mode: str, q: Array, k: Array, v: Array,
                gates: tuple[Array, ...], *, scale: float, padding_mask: Array,
                segment_ids: Array | None, implementation: str, chunk_size: int,
-               real: Array | None = None, reset: Array | None = None) -> Array:
+               real: Array | None = None, reset: Array | None = None, mesh=None) -> Array:
   """The core in the configured form, or decoding against the cache (module docstring).
   q, k [b, l, key_heads, key]; v [b, l, heads, value]; gates per-token arrays [b, l, ...]."""
   batch, length, heads, value_dim = v.shape
@@ -103,6 +106,9 @@ def apply_core(module: nn.Module, core: Core, mode: str, q: Array, k: Array, v: 
   if mode == "allocate":
     dtype = jnp.promote_types(v.dtype, jnp.float32)
     module.variable("cache", "state", jnp.zeros, (batch, heads, k.shape[-1], value_dim), dtype)
+  if mesh is not None and mode == "off":  # (sequence parallelism: training and evaluation)
+    return core.sharded(q, k, v, *gates, scale=scale, mesh=mesh, mask=padding_mask,
+                        segment_ids=segment_ids, chunk_size=chunk_size)
   form = resolve(implementation)
   keywords = {"chunk_size": chunk_size} if form == "chunked" else {}
   out, _ = getattr(core, form)(q, k, v, *gates, scale=scale, segment_ids=segment_ids,
@@ -153,7 +159,7 @@ class ShortConvolution(nn.Module):
       slot = jnp.where(real, rank, length)  # (padding scattered out of range: dropped)
       position_of_rank = jnp.zeros_like(rank).at[
           jnp.arange(x.shape[0])[:, None], slot].set(
-              jnp.broadcast_to(jnp.arange(length), rank.shape), mode="drop")
+              jnp.broadcast_to(jnp.arange(length, dtype=rank.dtype), rank.shape), mode="drop")
       for shift in range(1, self.width):
         source = jnp.take_along_axis(position_of_rank, jnp.maximum(rank - shift, 0), axis=1)
         same = (rank - shift >= 0) & (jnp.take_along_axis(runs, source, axis=1) == runs)

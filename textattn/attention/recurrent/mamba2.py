@@ -28,6 +28,8 @@ import jax.numpy as jnp
 from textattn.attention import registry
 from textattn.attention.common import dense_init
 from textattn.attention.recurrent import family
+from textattn.attention.recurrent.chunking import wide
+from textattn.attention.recurrent.chunking import wide
 from textattn.attention.recurrent.gated import GATED
 from textattn.attention.recurrent.layer import (
   GatedRMSNorm,
@@ -60,6 +62,7 @@ class Mamba2(nn.Module):
   num_heads: int
   implementation: str = "chunked"
   dtype: Any = jnp.float32
+  mesh: Any = None  # sequence parallelism: the core split over its "sequence" axis
   chunk_size: int = 64
   state_dim: int = 128  # d_state: the width of B and C
   expand: int = 2  # inner width / embed
@@ -90,7 +93,7 @@ class Mamba2(nn.Module):
     xs, b, c = jnp.split(xbc, [inner, inner + groups * n], axis=-1)
     dt_bias = self.param("dt_bias", dt_bias_init(self.dt_min, self.dt_max), (heads,))
     a_log = self.param("A_log", a_log_init, (heads,))
-    dt = jax.nn.softplus(dt.astype(jnp.float32) + dt_bias)  # [b, l, heads]
+    dt = jax.nn.softplus(wide(dt) + dt_bias)  # [b, l, heads]
     log_gates = -jnp.exp(a_log) * dt
     xs = xs.reshape(batch, length, heads, head_dim)
     v = xs * dt[..., None].astype(xs.dtype)
@@ -98,10 +101,10 @@ class Mamba2(nn.Module):
     y = apply_core(self, GATED, mode, q, k, v, (log_gates,), scale=1.0,
                    padding_mask=padding_mask, segment_ids=segment_ids,
                    implementation=self.implementation, chunk_size=self.chunk_size, real=real,
-                   reset=reset)
+                   reset=reset, mesh=self.mesh)
     if self.use_d:
       d = self.param("D", nn.initializers.ones, (heads,))
-      y = y + (d[:, None] * xs.astype(jnp.float32)).astype(y.dtype)
+      y = y + (d[:, None] * wide(xs)).astype(y.dtype)
     y = GatedRMSNorm(norm_before_gate=False, groups=groups, dtype=self.dtype, name="norm")(
         y, z.reshape(batch, length, heads, head_dim))
     return Dense(embed, use_bias=False, dtype=self.dtype, kernel_init=dense_init(),

@@ -23,6 +23,7 @@ import numpy as np
 from textattn.attention import registry
 from textattn.attention.common import dense_init
 from textattn.attention.recurrent import family
+from textattn.attention.recurrent.chunking import wide
 from textattn.attention.recurrent.gated import GATED
 from textattn.attention.recurrent.layer import (
   GatedRMSNorm,
@@ -45,6 +46,7 @@ class RetNet(nn.Module):
   num_heads: int
   implementation: str = "chunked"
   dtype: Any = jnp.float32
+  mesh: Any = None  # sequence parallelism: the core split over its "sequence" axis
   chunk_size: int = 64
   value_factor: int = 2  # value dim / key dim (the paper's 2)
   rotary: bool = True  # rotate q and k (the paper's xPos, without its scale)
@@ -65,12 +67,12 @@ class RetNet(nn.Module):
     if self.rotary:
       positions = family.positions(self, mode, length)
       q, k = apply_rotary(q, positions), apply_rotary(k, positions)
-    log_gates = jnp.broadcast_to(jnp.log(jnp.asarray(decays(heads), jnp.float32)),
+    log_gates = jnp.broadcast_to(jnp.log(jnp.asarray(decays(heads), wide(x).dtype)),
                                  (batch, length, heads))
     o = apply_core(self, GATED, mode, q, k, v, (log_gates,), scale=key_dim ** -0.5,
                    padding_mask=padding_mask, segment_ids=segment_ids,
                    implementation=self.implementation, chunk_size=self.chunk_size, real=real,
-                   reset=reset)
+                   reset=reset, mesh=self.mesh)
     gate = dense(value_dim, "gate") if self.output_gate else None
     o = GatedRMSNorm(dtype=self.dtype, name="output_norm")(o, gate)
     return DenseGeneral(embed, axis=(-2, -1), use_bias=False, dtype=self.dtype,
