@@ -37,7 +37,7 @@ def run_on_eight_devices(*args: str) -> dict:
 
 
 @pytest.mark.cpu_only
-@pytest.mark.parametrize("variant", SHARDED)
+@pytest.mark.parametrize("variant", [n for n in SHARDED if n not in RECURRENT])
 def test_sharded_outputs_and_gradients_equal_one_device(variant):
   """Padding sits inside shards, at their ends, fills whole shards, and (causal) leaves the
   first positions with no visible key."""
@@ -55,15 +55,19 @@ def test_sharded_outputs_and_gradients_equal_one_device(variant):
 
 
 @pytest.mark.cpu_only
-def test_linear_recurrences_sharded_equal_one_device_in_float64():
+def test_linear_recurrences_sharded_equal_one_device_in_float64_and_float32():
   """Each shard's (transition, state) pair from a zero state, the exclusive scan over shards and
-  the rerun from the incoming state are exact: within 1e-10 of one device in float64, packed
-  documents crossing shard boundaries included (one device: the recurrent reference, or
-  causal_linear's masked quadratic form)."""
+  the rerun from the incoming state are exact: one device's outputs and parameter and input
+  gradients within 1e-10 in float64 (a 2 x 4 mesh) and 1e-5 in float32 (1 x 8), on packed rows
+  whose documents cross shard boundaries, with padding inside and at the ends of shards (one
+  device: the recurrent reference, or causal_linear's masked quadratic form). One subprocess
+  for the four variants (its compilations are the cost)."""
   result = run_on_eight_devices("exactness64", ",".join(RECURRENT))
   for name, errors in result.items():
-    for mesh, error in errors.items():
-      assert error["output"] <= 1e-10 and error["gradient"] <= 1e-10, (name, mesh, error)
+    assert errors["same_parameters"], name
+    for dtype, tolerance in (("float64", 1e-10), ("float32", 1e-5)):
+      error = errors[dtype]
+      assert error["output"] <= tolerance and error["gradient"] <= tolerance, (name, dtype, error)
 
 
 @pytest.mark.cpu_only
@@ -186,11 +190,16 @@ def _exactness(name: str) -> dict:
 def _exactness64(names: str) -> dict:
   import jax
   jax.config.update("jax_enable_x64", True)
-  return {name: {mesh: errors for mesh, errors in _exactness_of(
-      name, _segment_ids(), "float64")["errors"].items()} for name in names.split(",")}
+  result = {}
+  for name in names.split(","):
+    wide = _exactness_of(name, _segment_ids(), "float64", meshes=((2, 4),))
+    narrow = _exactness_of(name, _segment_ids(), "float32", meshes=((1, 8),))
+    result[name] = {"float64": wide["errors"]["2x4"], "float32": narrow["errors"]["1x8"],
+                    "same_parameters": wide["same_parameters"] and narrow["same_parameters"]}
+  return result
 
 
-def _exactness_of(name: str, segment_ids, dtype: str = "float32") -> dict:
+def _exactness_of(name: str, segment_ids, dtype: str = "float32", meshes=MESHES) -> dict:
   import jax
   import jax.numpy as jnp
 
@@ -220,7 +229,7 @@ def _exactness_of(name: str, segment_ids, dtype: str = "float32") -> dict:
 
   reference_gradients, reference = outputs_and_gradients(one)
   errors, same_parameters = {}, True
-  for data, shards in MESHES:
+  for data, shards in meshes:
     mesh = sharding.make_mesh(data, shards)
     module = sequence.build(variant, mesh, **kwargs)
     shapes = jax.eval_shape(module.init, jax.random.key(0), x, mask)
