@@ -141,14 +141,19 @@ def test_the_translation_models_train_step_lowers_with_the_pallas_encoder(pallas
   assert calls == {lowering.TRITON_CALL: 6}, calls
 
 
-CAUSAL_FAMILIES = [("causal_linear", "chunked"), ("causal_linear", "recurrent"),
-                   ("sliding_window", "chunked"), ("causal_performer", "chunked"),
-                   ("causal_additive", "chunked"), ("causal_additive_recurrent", "auto")]
+CAUSAL_FAMILIES = [("causal_linear", "chunked", CUDA), ("causal_linear", "recurrent", CUDA),
+                   ("sliding_window", "chunked", CUDA), ("causal_performer", "chunked", CUDA),
+                   ("causal_additive", "chunked", CUDA), ("causal_additive_recurrent", "auto", CUDA),
+                   ("retnet", "chunked", CUDA), ("gla", "chunked", CUDA),
+                   ("mamba2", "chunked", CUDA), ("retnet", "chunked", TPU),
+                   ("gla", "chunked", TPU), ("mamba2", "chunked", TPU)]
 
 
-@pytest.mark.parametrize("attention,impl", CAUSAL_FAMILIES, ids=["-".join(c) for c in CAUSAL_FAMILIES])
-def test_the_language_models_train_step_lowers_for_cuda_with_each_causal_form(attention, impl):
-  """Packed rows with segment ids, bfloat16: each causal variant's form lowers for a GPU."""
+@pytest.mark.parametrize("attention,impl,platform", CAUSAL_FAMILIES,
+                         ids=["-".join(c) for c in CAUSAL_FAMILIES])
+def test_the_language_models_train_step_lowers_with_each_causal_form(attention, impl, platform):
+  """Packed rows with segment ids, bfloat16: each causal variant's form lowers for a GPU (and
+  the recurrent families' chunked forms for a TPU): XLA only, no kernel call."""
   from textattn.tasks.language_model import config as lm_config
   from textattn.tasks.language_model import model as lm_model
   from textattn.tasks.language_model import step as lm_step
@@ -157,10 +162,10 @@ def test_the_language_models_train_step_lowers_for_cuda_with_each_causal_form(at
   m.attention, m.attention_impl, m.dtype = attention, impl, "bfloat16"
   m.embed_dim, m.num_heads, m.ffn_dim, m.num_layers = 24, 2, 32, 1
   config.max_len = 40
-  with common.traced_for(CUDA):
+  with common.traced_for(platform):
     model = lm_model.build(config, 258)
   batch = {"inputs": _tokens(4, 41)}
-  assert not _train_step_calls(model, lm_step.train_step, batch, 40, CUDA)
+  assert not _train_step_calls(model, lm_step.train_step, batch, 40, platform)
 
 
 def test_a_pretrained_encoders_train_step_lowers_with_the_pallas_kernel():
