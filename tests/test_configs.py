@@ -26,7 +26,7 @@ def test_config_is_valid_and_documents_its_run_command(name, tmp_path):
   if config.task == "translation":
     config.dataset = str(tmp_path / "pairs.txt")  # (the user's file; this one exists)
     (tmp_path / "pairs.txt").write_text("Hi.\tHola.\n")
-  elif data_lib.is_local_file(config.dataset):  # (the user's file; this one exists)
+  elif "dataset" in config and data_lib.is_local_file(config.dataset):  # (a user's file)
     config.dataset = str(tmp_path / ("data" + os.path.splitext(config.dataset)[1]))
     pathlib.Path(config.dataset).write_text("text,label\nfine,a\n")
   bert_config = None

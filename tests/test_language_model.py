@@ -131,6 +131,45 @@ def test_each_document_alone_in_a_packed_row_and_cached_decoding_is_uncached_arg
     np.testing.assert_array_equal(tokens, logits[row].argmax(-1)[len(prompt):][:len(tokens)])
 
 
+@pytest.mark.parametrize("variant", [n for n in segment_variants() if attention.get(n).rotary])
+def test_rotary_positions_are_relative_turn_queries_and_keys_and_decode_from_the_cache(variant):
+  # position="rotary": a document packed after another has the logits it has alone (the
+  # rotation depends on i - j only, so the row's positions need no restart), they differ from
+  # the same parameters without positions (the modules do turn q and k), and greedy decoding
+  # through the cache (its running index as the position) draws the uncached argmax.
+  make = lambda position: LanguageModel(
+      vocab_size=tokenizers.ByteTokenizer.vocab_size, max_len=16, embed_dim=16, num_heads=2,
+      ffn_dim=0, num_layers=1, attention=variant, position=position)
+  model = make("rotary")
+  params = jax.jit(model.init)(jax.random.key(0), jnp.ones((1, 16), jnp.int32))["params"]
+  assert "position" not in params["embed"] and "ffn_in" not in params["blocks_0"]
+  # (queries and keys 8x larger than at initialisation: attention far from uniform, so the
+  # rotation shows in the logits)
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, p: p * 8 if any(getattr(k, "key", "") in ("query", "key") for k in path)
+      else p, params)
+  apply = jax.jit(model.apply)
+  rows = data_lib.pack([np.array([20, 21, 22, 23, 24]), np.array([8, 9, 10, 11])], 16)
+  fields = data_lib.row_fields(jnp.asarray(rows))
+  logits = np.asarray(apply({"params": params}, fields["inputs"], fields["segment_ids"]))
+  alone = np.zeros((1, 16), np.int32)
+  alone[0, :5] = [1, 8, 9, 10, 11]
+  alone_logits = np.asarray(apply({"params": params}, jnp.asarray(alone)))
+  np.testing.assert_allclose(logits[0, 7:12], alone_logits[0, :5], rtol=1e-5, atol=1e-5)
+  unturned = np.asarray(make("none").apply({"params": params}, jnp.asarray(alone)))
+  assert np.abs(unturned[0, 1:5] - alone_logits[0, 1:5]).max() > 1e-3
+
+  prompts = [np.array([40, 41, 42]), np.array([50])]
+  drawn = sampling.sample(model, params, prompts, 8, temperature=0.0)
+  batch = np.zeros((2, 16), np.int32)
+  for row, (prompt, tokens) in enumerate(zip(prompts, drawn)):
+    batch[row, :1 + len(prompt) + len(tokens)] = np.concatenate([[1], prompt, tokens])
+  logits = np.array(apply({"params": params}, jnp.asarray(batch)))
+  logits[..., [tokenizers.PAD_ID, tokenizers.START_ID]] = -np.inf
+  for row, (prompt, tokens) in enumerate(zip(prompts, drawn)):
+    np.testing.assert_array_equal(tokens, logits[row].argmax(-1)[len(prompt):][:len(tokens)])
+
+
 def test_next_token_keeps_to_the_top_k_never_draws_a_banned_token_and_follows_the_key():
   logits = jnp.asarray(np.random.default_rng(0).normal(size=(4, 12)), jnp.float32)
   banned = [tokenizers.PAD_ID, tokenizers.START_ID]
@@ -255,6 +294,14 @@ def test_refusals_name_the_variants_that_work(tmp_path):
                                 model={"attention": "sliding_window"}), None)
   runner.validate(tiny_config(path, mesh={"sequence": 2}), None)
   runner.validate(tiny_config(path), 1)
+  # Rotary positions need a variant that turns its queries and keys (registry.Variant.rotary).
+  with pytest.raises(UsageError, match=r"^config.model.position='rotary' needs an attention .* "
+                                       r"config.model.attention='causal_additive' does not; "
+                                       r"allowed: causal, causal_linear, sliding_window, "
+                                       r"causal_performer\.$"):
+    runner.validate(tiny_config(path, model={"attention": "causal_additive",
+                                             "position": "rotary"}), None)
+  runner.validate(tiny_config(path, model={"position": "rotary", "ffn_dim": 0}), None)
 
 
 @pytest.fixture(scope="module")

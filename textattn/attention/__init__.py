@@ -31,7 +31,7 @@ from textattn.attention.recurrent import mamba2  # noqa: F401
 from textattn.attention import sequence  # noqa: F401 -- declares the built-ins' sharding
 from textattn.attention.common import usable_cores
 from textattn.attention.registry import (Variant, build_options, default_options, get,
-                                         load_plugins, names, register, unregister)
+                                         load_plugins, names, register, rotary_names, unregister)
 
 __all__ = ["Variant", "build_options", "default_options", "get", "load_plugins", "names",
-           "register", "unregister", "usable_cores"]
+           "register", "rotary_names", "unregister", "usable_cores"]

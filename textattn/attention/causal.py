@@ -23,4 +23,5 @@ registry.register(registry.Variant(
     forward_flops=lambda *shape: 0.5 * softmax.forward_flops(*shape),
     kernels=softmax.KERNEL_LABELS,
     segment_ids=True,
+    rotary=True,
     description="softmax self-attention with a look-ahead mask"))

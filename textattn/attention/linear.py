@@ -52,6 +52,7 @@ from textattn.attention import registry
 from textattn.attention.common import Array, dense_init, merged_mean, segment_runs
 from textattn.attention.recurrent.chunking import document_runs, wide
 from textattn.attention.recurrent.parallel import incoming_state, shard_edges, shard_over_sequence
+from textattn.attention.rotary import apply_rotary
 from textattn.errors import UsageError
 from textattn.flax_layers import DenseGeneral
 
@@ -278,6 +279,14 @@ def resolve(implementation: str, head_dim: int | None = None, dtype: str = "floa
   return "xla"
 
 
+def positions_in_runs(runs: Array) -> Array:
+  """int32 [batch, length]: each position's offset from the start of its run (segment_runs)."""
+  index = jnp.arange(runs.shape[1])[None, :]
+  starts = jnp.concatenate([jnp.ones_like(runs[:, :1], bool), runs[:, 1:] != runs[:, :-1]],
+                           axis=1)
+  return (index - jax.lax.cummax(jnp.where(starts, index, 0), axis=1)).astype(jnp.int32)
+
+
 class LinearAttention(nn.Module):
   """Multi-head linear attention with Q/K/V/output projections (as softmax's SelfAttention)."""
   num_heads: int
@@ -289,6 +298,10 @@ class LinearAttention(nn.Module):
   feature_options: tuple[tuple[str, Any], ...] = ()  # keywords for the feature map's builder
   chunk_size: int = 64  # the chunked kernel's
   mesh: Any = None  # causal only: the chunked kernel split over the mesh's "sequence" axis
+  # Queries and keys turned by position before the feature map (registry.Variant.rotary),
+  # counted from the start of their segment (`_turn`); decoding keeps each row's next position
+  # in the cache ("index").
+  rotary: bool = False
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, decode: bool = False, *,
@@ -301,6 +314,9 @@ class LinearAttention(nn.Module):
     dense = functools.partial(DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     query, key, value = (dense(name=name)(x) for name in ("query", "key", "value"))
+    if self.rotary:
+      query, key = self._turn(query, key, segment_ids,
+                              decode and self.has_variable("cache", "state"))
     phi = build_feature_map(self.feature_map, num_heads=self.num_heads, head_dim=head_dim,
                             options=self.feature_options)
     fq, fk = phi(query, is_query=True), phi(key, is_query=False)
@@ -315,6 +331,8 @@ class LinearAttention(nn.Module):
         self.variable("cache", "state", init_state, x.shape[0], self.num_heads, fq.shape[-1],
                       head_dim)
         self.variable("cache", "segment", jnp.zeros, (x.shape[0],), jnp.int32)
+        if self.rotary:
+          self.variable("cache", "index", jnp.zeros, (x.shape[0],), jnp.int32)
       real, runs = segment_runs(padding_mask, segment_ids)
       if self.causal and self.mesh is not None:
         out = sharded_causal_linear_attention(fq, fk, value, padding_mask, segment_ids,
@@ -338,6 +356,26 @@ class LinearAttention(nn.Module):
     state.value, out = step(state.value, fq[:, 0], fk[:, 0], value[:, 0], real=real,
                             reset=reset)
     return out[:, None]
+
+  def _turn(self, query, key, segment_ids, decoding: bool):
+    """query and key [batch, length, heads, head_dim] turned by their position within their
+    segment (0 at its start; the row when there are no segment ids). Not the row's position, as
+    the dot-product families may take it: the feature map makes phi(R_i q).phi(R_j k) depend on
+    i and j, not on i - j alone, so a packed document must count from its own start, as it does
+    alone and when decoding after a reset. Decoding: the cache's index of each row (back to 0
+    where the segment id changes), then advanced."""
+    if decoding:
+      index = self.variable("cache", "index")
+      positions = index.value
+      if segment_ids is not None:  # (the cache's "segment" is still the previous step's)
+        new = segment_ids[:, 0].astype(jnp.int32) != self.get_variable("cache", "segment")
+        positions = jnp.where(new, 0, positions)
+      index.value = positions + 1
+      positions = positions[:, None]
+    else:
+      positions = positions_in_runs(segment_runs(jnp.ones(query.shape[:2], bool),
+                                                 segment_ids)[1])
+    return apply_rotary(query, positions), apply_rotary(key, positions)
 
 
 def forward_flops(batch: int, length: int, heads: int, head_dim: int,
@@ -382,6 +420,7 @@ def variant(name: str, causal: bool, description: str) -> registry.Variant:
       resolve=functools.partial(resolve, causal=causal),
       causal=causal,
       segment_ids=causal,
+      rotary=True,
       options="linear",
       option_defaults=(("feature_map", "elu1"), ("chunk_size", 64), ("features", 0)),
       option_keywords=linear_keywords,

@@ -107,14 +107,15 @@ linear.register_feature_map("favor+", favor_features)
 def build(*, num_heads: int, causal: bool = False, implementation: str = "xla",
           dtype: Any = jnp.float32, head_dim: int | None = None, name: str | None = None,
           num_features: int | None = None, seed: int = 0, orthogonal: bool = True,
-          chunk_size: int = 64) -> linear.LinearAttention:
+          chunk_size: int = 64, rotary: bool = False) -> linear.LinearAttention:
   """linear.LinearAttention with the "favor+" feature map: num_features (None: 2 * head_dim),
-  the projection's seed, orthogonal or iid rows."""
+  the projection's seed, orthogonal or iid rows; rotary: queries and keys turned by position
+  before the features (registry.Variant.rotary)."""
   options = (("num_features", num_features), ("seed", seed), ("orthogonal", orthogonal))
   return linear.LinearAttention(num_heads=num_heads, causal=causal,
                                 implementation=implementation, dtype=dtype, head_dim=head_dim,
                                 feature_map="favor+", feature_options=options,
-                                chunk_size=chunk_size, name=name)
+                                chunk_size=chunk_size, rotary=rotary, name=name)
 
 
 def forward_flops(batch: int, length: int, heads: int, head_dim: int) -> float:
@@ -148,6 +149,7 @@ def variant(name: str, causal: bool, description: str) -> registry.Variant:
       resolve=functools.partial(linear.resolve, causal=causal),
       causal=causal,
       segment_ids=causal,
+      rotary=True,
       options="performer",
       option_defaults=(("features", 0), ("orthogonal", True), ("seed", 0), ("chunk_size", 64)),
       option_keywords=performer_keywords,

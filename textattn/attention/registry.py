@@ -39,6 +39,12 @@ class Variant:
   sees only itself and earlier positions. `forward_flops` and `kernels` label benchmark rows
   (textattn/benchmark/utilization.py). `segment_ids`: the module also accepts `segment_ids`
   (int32 [batch, length], 0 = padding): a position attends only to positions of its own segment.
+  `rotary`: build also takes `rotary=True`, and the module then turns its queries and keys by
+  their position (rotary.apply_rotary; the cache's running index when decoding), so q_i . k_j
+  depends on i - j only (what a model's config.model.position = "rotary" builds): 0 .. length - 1
+  along the row for the dot-product families; a feature-map family (linear attention,
+  Performer), whose phi(R_i q) . phi(R_j k) depends on i and j themselves, counts from the start
+  of each segment, so a packed document is turned as it is alone.
   """
   name: str
   build: Callable[..., nn.Module]
@@ -50,6 +56,7 @@ class Variant:
   reference: str = "xla"
   causal: bool = False
   segment_ids: bool = False  # build's module takes the keyword segment_ids= (docstring above)
+  rotary: bool = False  # build takes rotary=True (docstring above)
   description: str = ""
   # The benchmark's accounting: forward_flops(batch, length, heads, head_dim) of one layer's
   # attention core by formula (None: no quadratic term, judged by bandwidth), and a short label
@@ -164,6 +171,11 @@ def unregister(name: str) -> None:
 
 def names() -> tuple[str, ...]:
   return tuple(_VARIANTS)
+
+
+def rotary_names() -> tuple[str, ...]:
+  """The registered variants whose build takes rotary=True."""
+  return tuple(name for name in _VARIANTS if _VARIANTS[name].rotary)
 
 
 def get(name: str) -> Variant:

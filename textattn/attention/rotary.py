@@ -38,8 +38,12 @@ def apply_rotary(x: Array, positions: Array, rotary_dim: int | None = None,
     positions = positions[None]
   angles = rotary_angles(positions, rotary_dim, base)[:, :, None, :]  # [b, l, 1, r/2]
   compute = jnp.promote_types(x.dtype, jnp.float32)
-  cos, sin = jnp.cos(angles).astype(compute), jnp.sin(angles).astype(compute)
+  # cos and sin per feature [b, l, 1, r], and x turned as x cos + (-second, first) sin: the same
+  # numbers as (first cos - second sin, second cos + first sin), without concatenating two
+  # computed halves, which XLA:CPU ran 5-7x slower (forward and backward, [64, 256, 1, 128]).
+  cos, sin = (jnp.concatenate([f, f], axis=-1).astype(compute)
+              for f in (jnp.cos(angles), jnp.sin(angles)))
   turned, rest = x[..., :rotary_dim].astype(compute), x[..., rotary_dim:]
   first, second = jnp.split(turned, 2, axis=-1)
-  rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
-  return jnp.concatenate([rotated.astype(x.dtype), rest], axis=-1)
+  rotated = (turned * cos + jnp.concatenate([-second, first], axis=-1) * sin).astype(x.dtype)
+  return jnp.concatenate([rotated, rest], axis=-1) if rest.shape[-1] else rotated

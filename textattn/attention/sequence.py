@@ -51,6 +51,7 @@ from textattn.attention.recurrent.gla import GLA
 from textattn.attention.recurrent.mamba2 import Mamba2
 from textattn.attention.recurrent.retnet import RetNet
 from textattn.attention.ring import from_zigzag, ring_attention_shard, to_zigzag
+from textattn.attention.rotary import apply_rotary
 from textattn.errors import UsageError
 from textattn.flax_layers import DenseGeneral
 
@@ -228,6 +229,7 @@ class ShardedSelfAttention(nn.Module):
   dtype: Any = jnp.float32
   head_dim: int | None = None
   layout: str = "zigzag"  # causal only: "zigzag" (balanced) or "contiguous"
+  rotary: bool = False  # as SelfAttention's: turned by their global positions, before the split
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, *,
@@ -237,6 +239,9 @@ class ShardedSelfAttention(nn.Module):
     dense = functools.partial(DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
     query, key, value = (dense(name=name)(x) for name in ("query", "key", "value"))
+    if self.rotary:
+      positions = jnp.arange(x.shape[1])
+      query, key = apply_rotary(query, positions), apply_rotary(key, positions)
     out = sharded_softmax(query, key, value, padding_mask, mesh=self.mesh, causal=self.causal,
                           layout=self.layout, segment_ids=segment_ids)
     return DenseGeneral(embed, axis=(-2, -1), dtype=self.dtype, kernel_init=dense_init(),

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from textattn.attention import registry
 from textattn.attention.common import MASK_VALUE, Array, dense_init, segment_runs
+from textattn.attention.rotary import apply_rotary
 from textattn.errors import UsageError
 from textattn.flax_layers import DenseGeneral
 
@@ -158,6 +159,7 @@ class SlidingWindowAttention(nn.Module):
   implementation: str = "xla"
   dtype: Any = jnp.float32
   head_dim: int | None = None
+  rotary: bool = False  # queries and keys turned by position (registry.Variant.rotary)
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, decode: bool = False, *,
@@ -175,6 +177,10 @@ class SlidingWindowAttention(nn.Module):
     query, key, value = (dense(name=name)(x) for name in ("query", "key", "value"))
     if decode and not self.causal:
       raise ValueError("decode=True needs the causal sliding_window variant.")
+    if self.rotary:  # (decoding: the cache's next position; else 0 .. length - 1)
+      positions = (self.get_variable("cache", "index")[None]
+                   if decode and self.has_variable("cache", "keys") else jnp.arange(x.shape[1]))
+      query, key = apply_rotary(query, positions), apply_rotary(key, positions)
     if decode and self.has_variable("cache", "keys"):
       out = self._decode_step(query, key, value, padding_mask, segment_ids)
     else:
@@ -241,6 +247,7 @@ def variant(name: str, causal: bool, description: str) -> registry.Variant:
       resolve=resolve,
       causal=causal,
       segment_ids=True,
+      rotary=True,
       options="window",
       option_defaults=(("size", WINDOW),),
       option_keywords=window_keywords,

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from absl import logging
 
 from textattn.attention import calibration, common, native, registry, splash
+from textattn.attention.rotary import apply_rotary
 from textattn.attention.common import (
   MASK_VALUE,
   Array,
@@ -389,6 +390,7 @@ class SelfAttention(nn.Module):
   implementation: str = "xla"  # a key of KERNELS, or "auto" (resolved when called)
   dtype: Any = jnp.float32
   head_dim: int | None = None  # None: embed // num_heads (Keras' key_dim, e.g. 256 x 8 heads)
+  rotary: bool = False  # queries and keys turned by position (registry.Variant.rotary)
 
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, decode: bool = False,
@@ -405,6 +407,10 @@ class SelfAttention(nn.Module):
     query = dense(name="query")(x)
     key = dense(name="key")(x)
     value = dense(name="value")(x)
+    if self.rotary:  # (decoding: the cache's next position; else 0 .. length - 1)
+      positions = (self.get_variable("cache", "index")[None]
+                   if decode and self.has_variable("cache", "keys") else jnp.arange(x.shape[1]))
+      query, key = apply_rotary(query, positions), apply_rotary(key, positions)
     self.sow("intermediates", "query_key", (query, key))  # (attention transfer, if mutable)
     if decode and self.has_variable("cache", "keys"):
       out = self._decode_step(query, key, value, padding_mask)
@@ -445,5 +451,5 @@ registry.register(registry.Variant(
     name="softmax",
     build=functools.partial(SelfAttention, causal=False),
     implementations=IMPLEMENTATIONS, resolve=resolve, check=check, forward_flops=forward_flops,
-    kernels=KERNEL_LABELS,
+    kernels=KERNEL_LABELS, rotary=True,
     description="multi-head scaled dot-product self-attention (Vaswani et al. 2017)"))

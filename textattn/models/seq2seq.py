@@ -54,12 +54,15 @@ def token_table(vocab_size: int, embed_dim: int, dtype: Any, name: str | None = 
 class Embed(nn.Module):
   """Token plus learned position embedding (the chapter's PositionalEmbedding); in decode mode
   the position is the cache's running index. `tokens`: a token table owned by the parent (shared
-  or tied embeddings); None: its own ("token")."""
+  or tied embeddings); None: its own ("token"). learned_positions=False: the token embedding
+  alone (no "position" table: a model without positions, or whose attention turns its queries
+  and keys by position, registry.Variant.rotary)."""
   vocab_size: int
   max_len: int
   embed_dim: int
   dtype: Any = jnp.float32
   tokens: nn.Module | None = None
+  learned_positions: bool = True
 
   @nn.compact
   def __call__(self, tokens: Array, decode: bool = False, positions: Array | None = None) -> Array:
@@ -67,6 +70,8 @@ class Embed(nn.Module):
     table = (self.tokens if self.tokens is not None
              else token_table(self.vocab_size, self.embed_dim, self.dtype, "token"))
     x = table(tokens)
+    if not self.learned_positions:
+      return x
     table = self.param("position", keras_embedding_init, (self.max_len, self.embed_dim))
     if positions is not None and not decode:
       return x + jnp.take(table, positions, axis=0).astype(self.dtype)
@@ -111,7 +116,8 @@ class CrossAttention(nn.Module):
 class DecoderBlock(nn.Module):
   """Causal self-attention, softmax cross-attention to `memory`, feed-forward (post-LN); with
   memory=None no cross-attention (a decoder-only language model's block, the same parameters
-  less "cross_attention"/"norm_cross"). `segment_ids`: packed documents, passed to the
+  less "cross_attention"/"norm_cross"); ffn_dim=0: no feed-forward either (nor its "norm_ffn":
+  Zoology's attention-only blocks). `segment_ids`: packed documents, passed to the
   self-attention (a variant that takes them)."""
   attention: str
   num_heads: int
@@ -143,6 +149,8 @@ class DecoderBlock(nn.Module):
     if memory is not None:
       cross = CrossAttention(self.num_heads, self.dtype, self.head_dim, name="cross_attention")
       x = norm("norm_cross")(x + dropout(cross(x, memory, memory_mask, decode=decode)))
+    if not self.ffn_dim:
+      return x
     h = nn.relu(Dense(self.ffn_dim, dtype=self.dtype, kernel_init=dense_init(),
                       name="ffn_in")(x))
     h = Dense(embed, dtype=self.dtype, kernel_init=dense_init(), name="ffn_out")(h)

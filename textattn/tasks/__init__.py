@@ -97,7 +97,7 @@ class Job:
 
 _TASKS: dict[str, Task] = {}
 _BUILT_IN = ("textattn.tasks.classification", "textattn.tasks.translation",
-             "textattn.tasks.language_model")
+             "textattn.tasks.language_model", "textattn.tasks.mqar")
 
 
 def register(task: Task) -> Task:
