@@ -195,6 +195,35 @@ def unit_lower_triangular_inverse(a: Array) -> Array:
   return inverse[..., 0, :size, :size]
 
 
+def _chunk_products(q, k, v, beta, gates, run, carried_run, scale):
+  """What each chunk's step needs that does not depend on the state, for all chunks at once:
+  q, k, v [n, b, h, C, d], beta, gates [n, b, h, C], run [n, b, C], carried_run [n, b] ->
+  (W, U, scale * Gamma * Q K^T masked, scale * exp(b) * Q for the carried run, exp(b_C - b) * K
+  for the last run, exp(b_C) where the last run is the carried one). (Rematerialising it too
+  changed neither the time nor XLA's temporary memory of forward + backward on a CPU.)"""
+  chunk, key_dim = k.shape[-2:]
+  tril = jnp.tril(jnp.ones((chunk, chunk), bool))
+  same = tril & (run[..., :, None] == run[..., None, :])  # [n, b, C, C]: j <= i, same run
+  same = same[:, :, None]  # (over heads)
+  b = jnp.cumsum(gates, axis=-1)  # chunk-local, in the compute dtype
+  gamma = jnp.where(same, jnp.exp(jnp.where(same, b[..., :, None] - b[..., None, :], 0)), 0)
+  in_carried = (run == carried_run[..., None])[:, :, None]  # [n, b, 1, C]
+  decay_in = jnp.where(in_carried, jnp.exp(b), 0)
+  strictly = same & ~jnp.eye(chunk, dtype=bool)
+  a = jnp.where(strictly, beta[..., :, None] * gamma * jnp.einsum("...id,...jd->...ij", k, k), 0)
+  rhs = beta[..., None] * jnp.concatenate([decay_in[..., None] * k, v], axis=-1)
+  wu = unit_lower_triangular_inverse(a) @ rhs
+  w, u = wu[..., :key_dim], wu[..., key_dim:]
+  scores = scale * gamma * jnp.einsum("...id,...jd->...ij", q, k)  # zero off (j <= i, same)
+  q_state = scale * decay_in[..., None] * q
+  last_run = run[..., -1:]  # [n, b, 1]
+  in_last = (run == last_run)[:, :, None]  # [n, b, 1, C]
+  b_last = b[..., -1:]
+  k_out = jnp.where(in_last, jnp.exp(jnp.where(in_last, b_last - b, 0)), 0)[..., None] * k
+  keep = jnp.where((last_run == carried_run[..., None])[:, :, None], jnp.exp(b_last), 0)
+  return w, u, scores, q_state, k_out, keep
+
+
 def _chunked(x: Inputs, chunk_size: int) -> tuple[Array, Array]:
   """The chunkwise form of prepared inputs -> (out in the compute dtype, final state)."""
   batch, length, heads, key_dim = x.k.shape
@@ -216,25 +245,7 @@ def _chunked(x: Inputs, chunk_size: int) -> tuple[Array, Array]:
   before = jnp.concatenate([x.runs[:, :1], x.runs[:, :-1]], axis=1)
   carried_run = jnp.moveaxis(jnp.pad(before, [(0, 0), (0, extra)], mode="edge")[:, ::chunk], 1, 0)
 
-  tril = jnp.tril(jnp.ones((chunk, chunk), bool))
-  same = tril & (run[..., :, None] == run[..., None, :])  # [n, b, C, C]: j <= i, same run
-  same = same[:, :, None]  # (over heads)
-  b = jnp.cumsum(gates, axis=-1)  # chunk-local, in the compute dtype
-  gamma = jnp.where(same, jnp.exp(jnp.where(same, b[..., :, None] - b[..., None, :], 0)), 0)
-  in_carried = (run == carried_run[..., None])[:, :, None]  # [n, b, 1, C]
-  decay_in = jnp.where(in_carried, jnp.exp(b), 0)
-  strictly = same & ~jnp.eye(chunk, dtype=bool)
-  a = jnp.where(strictly, beta[..., :, None] * gamma * jnp.einsum("...id,...jd->...ij", k, k), 0)
-  rhs = beta[..., None] * jnp.concatenate([decay_in[..., None] * k, v], axis=-1)
-  wu = unit_lower_triangular_inverse(a) @ rhs
-  w, u = wu[..., :key_dim], wu[..., key_dim:]
-  scores = x.scale * gamma * jnp.einsum("...id,...jd->...ij", q, k)  # zero off (j <= i, same)
-  q_state = x.scale * decay_in[..., None] * q
-  last_run = run[..., -1:]  # [n, b, 1]
-  in_last = (run == last_run)[:, :, None]  # [n, b, 1, C]
-  b_last = b[..., -1:]
-  k_out = jnp.where(in_last, jnp.exp(jnp.where(in_last, b_last - b, 0)), 0)[..., None] * k
-  keep = jnp.where((last_run == carried_run[..., None])[:, :, None], jnp.exp(b_last), 0)
+  inputs = _chunk_products(q, k, v, beta, gates, run, carried_run, x.scale)
 
   @jax.checkpoint
   def one_chunk(state, inputs):
@@ -244,7 +255,6 @@ def _chunked(x: Inputs, chunk_size: int) -> tuple[Array, Array]:
     state = keep[..., None] * state + jnp.swapaxes(k_out, -1, -2) @ corrected
     return state, out
 
-  inputs = (w, u, scores, q_state, k_out, keep)
   final, out = jax.lax.scan(one_chunk, varying_like(x.state, *inputs), inputs)
   out = jnp.moveaxis(out, (0, 3), (1, 2)).reshape(batch, num_chunks * chunk, heads, value_dim)
   return out[:, :length], final
