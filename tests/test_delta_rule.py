@@ -92,10 +92,13 @@ def numpy_delta_rule(q, k, v, beta, log_gates, initial_state, scale, segment_ids
   for b in range(batch):
     for h in range(heads):
       state = initial_state[b, h].copy()
+      previous = None  # the last real token's segment id (padding joins its document)
       for t in range(length):
-        if t and segment_ids[b, t] != segment_ids[b, t - 1]:
+        real = mask[b, t] and segment_ids[b, t] != 0
+        if real and previous is not None and segment_ids[b, t] != previous:
           state[:] = 0
-        if mask[b, t] and segment_ids[b, t] != 0:
+        if real:
+          previous = segment_ids[b, t]
           key = k[b, t, h // group]
           state = (np.exp(log_gates[b, t, h])
                    * (np.eye(len(key)) - beta[b, t, h] * np.outer(key, key)) @ state
@@ -227,17 +230,21 @@ def test_a_written_key_recalls_its_value_and_a_second_write_replaces_it():
 
 
 def test_the_step_with_reset_and_real_flags_is_the_chunked_form():
-  """Decoding: delta_rule_step token by token, `reset` at each document start and `real` for the
-  padding, gives the chunked form's outputs and final state."""
+  """Decoding: delta_rule_step token by token, `reset` at each document start (a real token whose
+  id differs from the last real token's) and `real` for the padding, gives the chunked form's
+  outputs and final state."""
   arrays = random_inputs(11, key_heads=1)
   ids, mask = packed(11, boundaries=(4,), padding=(8,))
   with jax.enable_x64(True):
     want_out, want_final = delta_rule_chunked(*arrays[:5], scale=0.5, initial_state=arrays[5],
                                               segment_ids=ids, mask=mask, chunk_size=4)
     state, outs = jnp.asarray(arrays[5]), []
+    last = ids[:, 0].copy()  # each row's last real token's id (padding joins its document)
     for t in range(11):
-      reset = jnp.asarray(ids[:, t] != ids[:, max(t - 1, 0)])
-      real = jnp.asarray(mask[:, t] & (ids[:, t] != 0))
+      real = mask[:, t] & (ids[:, t] != 0)
+      reset = jnp.asarray(real & (ids[:, t] != last))
+      last = np.where(real, ids[:, t], last)
+      real = jnp.asarray(real)
       state, out = delta_rule_step(state, *(a[:, t] for a in arrays[:5]), scale=0.5,
                                    reset=reset, real=real)
       outs.append(out)
@@ -304,10 +311,10 @@ def test_sequence_parallel_equals_one_device():
 def _sharded_errors() -> dict:
   jax.config.update("jax_enable_x64", True)
   from textattn import sharding  # (the subprocess only)
-  from textattn.attention.common import segment_runs
+  from textattn.attention.recurrent.chunking import document_runs
   length, chunk = 96, 8
   ids, mask = packed(length, boundaries=(30, 48, 50), padding=(40, 41, 95))
-  real, runs = segment_runs(jnp.asarray(mask), jnp.asarray(ids))
+  real, runs = document_runs(jnp.asarray(mask), jnp.asarray(ids), mask.shape)
   result = {}
   for dtype in SHARD_TOLERANCE:
     arrays = tuple(jnp.asarray(a, dtype) for a in random_inputs(length, key_heads=1, seed=3))

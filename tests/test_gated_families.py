@@ -1,4 +1,5 @@
-"""The gated recurrent families (textattn/attention/recurrent/): the gated core's chunked form
+"""The gated recurrent families (textattn/attention/recurrent/), and the layers of every linear
+recurrence: the gated core's chunked form
 against its recurrent reference in float64 (values, final states and gradients of every input),
 float32 and bfloat16 against float64, the cross-checks (gamma = 1 is unnormalised causal linear
 attention; equal per-dimension gates are the scalar core), long-sequence finiteness under strong
@@ -20,6 +21,8 @@ from textattn.errors import UsageError
 B, L, H, K, V = 2, 37, 2, 4, 3
 CHUNK = 16  # 37 = 2 chunks + 5: boundaries at 10 and 23 inside chunks, padding from 32
 FAMILIES = ("retnet", "gla", "mamba2")
+# Their layers, and the delta rule's (the core's own tests: tests/test_delta_rule.py).
+LAYERS = FAMILIES + ("deltanet", "gated_deltanet")
 
 
 def segments_and_mask():
@@ -164,7 +167,7 @@ def layer_inputs(dtype=np.float32, length=21, embed=16):
   return x, mask, segments
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", LAYERS)
 def test_layer_forms_agree_in_float64_values_and_parameter_gradients(name):
   with jax.enable_x64(True):
     x, mask, segments = layer_inputs(np.float64)
@@ -185,7 +188,7 @@ def test_layer_forms_agree_in_float64_values_and_parameter_gradients(name):
     assert relative_error(a, b) <= 1e-10, path[0]
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", LAYERS)
 def test_decoding_one_token_at_a_time_and_after_a_prefill_equals_the_whole_row(name):
   module = layer(name, "chunked")
   x, mask, segments = layer_inputs()

@@ -98,7 +98,7 @@ def test_every_causal_variant_with_segment_ids_is_offered():
   # (the built-in ones; causal_window_linear's hybrid takes no segment ids, so it is not)
   assert segment_variants() == ["causal", "causal_additive", "causal_additive_recurrent",
                                 "causal_linear", "sliding_window", "causal_performer",
-                                "retnet", "gla", "mamba2"]
+                                "retnet", "gla", "mamba2", "deltanet", "gated_deltanet"]
 
 
 @pytest.mark.parametrize("variant", segment_variants())

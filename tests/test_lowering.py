@@ -146,7 +146,9 @@ CAUSAL_FAMILIES = [("causal_linear", "chunked", CUDA), ("causal_linear", "recurr
                    ("causal_additive", "chunked", CUDA), ("causal_additive_recurrent", "auto", CUDA),
                    ("retnet", "chunked", CUDA), ("gla", "chunked", CUDA),
                    ("mamba2", "chunked", CUDA), ("retnet", "chunked", TPU),
-                   ("gla", "chunked", TPU), ("mamba2", "chunked", TPU)]
+                   ("gla", "chunked", TPU), ("mamba2", "chunked", TPU),
+                   ("deltanet", "chunked", CUDA), ("gated_deltanet", "chunked", CUDA),
+                   ("deltanet", "chunked", TPU), ("gated_deltanet", "chunked", TPU)]
 
 
 @pytest.mark.parametrize("attention,impl,platform", CAUSAL_FAMILIES,

@@ -15,9 +15,9 @@ import sys
 import pytest
 
 SHARDED = ("softmax", "causal", "additive", "causal_additive_recurrent", "causal_linear",
-           "retnet", "gla", "mamba2")
+           "retnet", "gla", "mamba2", "deltanet", "gated_deltanet")
 # The linear recurrences (textattn/attention/recurrent/parallel.py) are also checked in float64.
-RECURRENT = ("causal_linear", "retnet", "gla", "mamba2")
+RECURRENT = ("causal_linear", "retnet", "gla", "mamba2", "deltanet", "gated_deltanet")
 # (data, sequence); 4 shards are checked on the 2 x 4 mesh, which also splits the batch. (Two
 # shards: the language-model test below, 1 x 2 and 2 x 2, for the causal forms.)
 MESHES = ((1, 8), (2, 4))
@@ -134,7 +134,8 @@ def test_a_variant_without_sharding_is_refused_in_one_sentence():
   with pytest.raises(UsageError, match=r"^config.model.attention='causal_additive' declares no "
                      r"sequence sharding, so it cannot run with mesh.sequence=4; use "
                      r"mesh.sequence=1 or a variant that does \(softmax, causal, additive, "
-                     r"causal_additive_recurrent, causal_linear, retnet, gla, mamba2\)\.$"):
+                     r"causal_additive_recurrent, causal_linear, retnet, gla, mamba2, deltanet, "
+                     r"gated_deltanet\)\.$"):
     sequence.build(variant, mesh, num_heads=2, name="attention")
   # One sequence shard needs no declaration.
   one = jax.sharding.AbstractMesh((4, 1), ("data", "sequence"))

@@ -40,7 +40,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 VARIANTS = ("causal", "causal_additive", "causal_additive_recurrent", "causal_linear",
-            "sliding_window", "causal_performer", "retnet", "gla", "mamba2")
+            "sliding_window", "causal_performer", "retnet", "gla", "mamba2", "deltanet",
+            "gated_deltanet")
 BASE = "causal"
 CLASSIFIERS = ("softmax", "linear", "local", "performer")
 

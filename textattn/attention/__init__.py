@@ -28,6 +28,7 @@ from textattn.attention import window_additive  # noqa: F401
 from textattn.attention.recurrent import retnet  # noqa: F401
 from textattn.attention.recurrent import gla  # noqa: F401
 from textattn.attention.recurrent import mamba2  # noqa: F401
+from textattn.attention.recurrent import deltanet  # noqa: F401 -- deltanet, gated_deltanet
 from textattn.attention import sequence  # noqa: F401 -- declares the built-ins' sharding
 from textattn.attention.common import usable_cores
 from textattn.attention.registry import (Variant, build_options, default_options, get,

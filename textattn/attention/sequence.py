@@ -47,6 +47,7 @@ from textattn.attention.additive import fastformer_output, fastformer_projection
 from textattn.attention.causal_additive import _combine_runs, _scores
 from textattn.attention.common import MASK_VALUE, Array, dense_init, merged_mean, segment_runs
 from textattn.attention.linear import LinearAttention
+from textattn.attention.recurrent.deltanet import DeltaNet
 from textattn.attention.recurrent.gla import GLA
 from textattn.attention.recurrent.mamba2 import Mamba2
 from textattn.attention.recurrent.retnet import RetNet
@@ -282,6 +283,8 @@ SHARDED_BUILDS = {
     "retnet": RetNet,
     "gla": GLA,
     "mamba2": Mamba2,
+    "deltanet": DeltaNet,
+    "gated_deltanet": functools.partial(DeltaNet, gated=True),
 }
 for _name, _build in SHARDED_BUILDS.items():
   registry.declare_shard(_name, _build)

@@ -25,8 +25,9 @@ log_gates None is g = 0 (DeltaNet). Three forms of the same function:
                         state) pair from a zero state, an exclusive scan of the pairs over the
                         shards, and the chunked form rerun from the incoming state.
 
-Segments: the state is emptied before each run's first token (`common.segment_runs`: a run
-starts wherever the segment id changes; id 0 is padding, as everywhere in textattn). In the
+Segments: the state is emptied before each run's first token (`chunking.document_runs`: a run
+starts at a real token whose segment id differs from the previous real token's; padding, mask
+False or id 0, joins the run before it, so the final state is the last document's). In the
 chunked form every within-chunk coupling (K K^T in A, Q K^T in O) is masked to pairs of the same
 run; the incoming state is seen (in W S and in (exp(b) * Q) S) only by the positions still in the
 run it belongs to; the outgoing state keeps exp(b_C) S only if the chunk's last run is that run,
@@ -43,7 +44,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from textattn.attention.common import Array, segment_runs
+from textattn.attention.common import Array
+from textattn.attention.recurrent.chunking import compute_dtype as _compute_dtype
+from textattn.attention.recurrent.chunking import document_runs, expand_heads
+from textattn.attention.recurrent.layer import Core
+from textattn.attention.recurrent.parallel import SEQUENCE, incoming_state, shard_over_sequence
 
 
 class Inputs(NamedTuple):
@@ -54,23 +59,14 @@ class Inputs(NamedTuple):
   v: Array  # [batch, length, heads, value_dim]
   beta: Array  # [batch, length, heads]
   log_gates: Array  # [batch, length, heads] (zeros for DeltaNet)
-  runs: Array  # int32 [batch, length], run numbers (`common.segment_runs`)
+  runs: Array  # int32 [batch, length], run numbers (`chunking.document_runs`)
   state: Array  # [batch, heads, key_dim, value_dim], the state the first run enters with
   scale: float
 
 
 def compute_dtype(*arrays: Array | None) -> jnp.dtype:
-  """At least float32; float64 if any input is float64."""
-  return jnp.result_type(jnp.float32, *(a.dtype for a in arrays if a is not None))
-
-
-def repeat_key_heads(x: Array, heads: int, axis: int = 2) -> Array:
-  """Grouped queries/keys [..., key_heads, ...] -> [..., heads, ...]: head h reads key head
-  h // (heads // key_heads)."""
-  key_heads = x.shape[axis]
-  if heads % key_heads:
-    raise ValueError(f"key heads ({key_heads}) must divide the value heads ({heads}).")
-  return x if key_heads == heads else jnp.repeat(x, heads // key_heads, axis=axis)
+  """At least float32; float64 if any input is float64 (None entries ignored)."""
+  return _compute_dtype(*(a for a in arrays if a is not None))
 
 
 def _inputs(q, k, v, beta, log_gates, scale, initial_state, real, runs) -> Inputs:
@@ -90,7 +86,7 @@ def _inputs(q, k, v, beta, log_gates, scale, initial_state, real, runs) -> Input
     raise ValueError(f"initial_state {initial_state.shape} must be [batch, heads, key_dim, "
                      f"value_dim] = {state_shape}.")
   dtype = compute_dtype(q, k, v, beta, log_gates, initial_state)
-  q, k = (repeat_key_heads(x, heads).astype(dtype) for x in (q, k))
+  q, k = (expand_heads(x, heads, name).astype(dtype) for x, name in ((q, "q"), (k, "k")))
   beta = jnp.where(real[:, :, None], beta.astype(dtype), 0)
   gates = (jnp.zeros(beta.shape, dtype) if log_gates is None
            else jnp.where(real[:, :, None], log_gates.astype(dtype), 0))
@@ -101,8 +97,7 @@ def _inputs(q, k, v, beta, log_gates, scale, initial_state, real, runs) -> Input
 
 
 def _runs(mask, segment_ids, batch, length) -> tuple[Array, Array]:
-  mask = jnp.ones((batch, length), bool) if mask is None else mask
-  return segment_runs(mask, segment_ids)
+  return document_runs(mask, segment_ids, (batch, length))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,7 +115,8 @@ def delta_rule_step(state: Array, q_t: Array, k_t: Array, v_t: Array, beta_t: Ar
   exp(g) (I - beta k k^T) S + beta k v^T = D + beta k (v - D^T k)^T with D = exp(g) S."""
   heads = v_t.shape[1]
   dtype = compute_dtype(state, q_t, k_t, v_t, beta_t, log_gate_t)
-  q_t, k_t = (repeat_key_heads(x, heads, axis=1).astype(dtype) for x in (q_t, k_t))
+  q_t, k_t = (expand_heads(x[:, None], heads, name)[:, 0].astype(dtype)
+              for x, name in ((q_t, "q"), (k_t, "k")))
   beta_t = beta_t.astype(dtype)
   gate = jnp.zeros_like(beta_t) if log_gate_t is None else log_gate_t.astype(dtype)
   if real is not None:
@@ -158,15 +154,6 @@ def delta_rule_recurrent(q: Array, k: Array, v: Array, beta: Array, log_gates: A
 
 # ---------------------------------------------------------------------------------------------
 # Chunkwise.
-
-def varying_like(x: Array, *references: Array) -> Array:
-  """x, marked as varying over every manual mesh axis the references vary over: inside
-  jax.shard_map a scan's carry must vary as its body's output does (a replicated initial state
-  meets sharded tokens); outside shard_map nothing varies and x is returned as it is."""
-  varying = lambda a: jax.typeof(a).manual_axis_type.varying
-  axes = frozenset().union(*map(varying, references)) - varying(x)
-  return jax.lax.pcast(x, tuple(sorted(axes)), to="varying") if axes else x
-
 
 def unit_lower_triangular_inverse(a: Array) -> Array:
   """(I + a)^-1 for strictly lower triangular a [..., n, n] (its diagonal and upper part are
@@ -255,7 +242,10 @@ def _chunked(x: Inputs, chunk_size: int) -> tuple[Array, Array]:
     state = keep[..., None] * state + jnp.swapaxes(k_out, -1, -2) @ corrected
     return state, out
 
-  final, out = jax.lax.scan(one_chunk, varying_like(x.state, *inputs), inputs)
+  # (+ zeros_like of the inputs: inside shard_map the carry then varies as the body's output
+  # does, where a replicated initial state meets sharded tokens)
+  state = x.state + jnp.zeros_like(inputs[1][0][..., :1, :])
+  final, out = jax.lax.scan(one_chunk, state, inputs)
   out = jnp.moveaxis(out, (0, 3), (1, 2)).reshape(batch, num_chunks * chunk, heads, value_dim)
   return out[:, :length], final
 
@@ -283,7 +273,7 @@ def delta_rule_shard(q: Array, k: Array, v: Array, beta: Array, log_gates: Array
   """One shard of `delta_rule_chunked` with the length split into contiguous shards along
   `axis_name` (call inside jax.shard_map; arguments are this shard's [batch, n, ...] slices).
 
-  `runs` and `mask` are `common.segment_runs(mask, segment_ids)` of the WHOLE row, split like the
+  `runs` and `mask` are `chunking.document_runs(mask, segment_ids)` of the WHOLE row, split like the
   tokens (None: one document, all real), so run numbers compare across shards. initial_state
   (replicated) enters shard 0. Returns (out, the state after this shard's last token): the last
   shard's is the sequence's final state.
@@ -305,19 +295,25 @@ def delta_rule_shard(q: Array, k: Array, v: Array, beta: Array, log_gates: Array
                              (batch, heads, key_dim, value_dim + key_dim)))
   _, pair = _chunked(widened, chunk_size)
   local, transition = pair[..., :value_dim], pair[..., value_dim:]
-  transitions, locals_, firsts, lasts = jax.lax.all_gather(
-      (transition, local, x.runs[:, 0], x.runs[:, -1]), axis_name)
-  me = jax.lax.axis_index(axis_name)
-
-  def entering(j, state):  # the state shard j enters with, given the state after shard j - 1
-    if isinstance(j, int) and j == 0:
-      return state
-    continues = (j == 0) | (firsts[j] == lasts[jnp.maximum(j - 1, 0)])
-    return jnp.where(continues[:, None, None, None], state, 0)
-
-  state = x.state
-  for j in range(transitions.shape[0]):
-    after = transitions[j] @ entering(j, state) + locals_[j]
-    state = jnp.where(j < me, after, state)
-  out, final = _chunked(x._replace(state=entering(me, state)), chunk_size)
+  incoming = incoming_state(local, x.runs[:, 0], x.runs[:, -1], transition, jnp.matmul,
+                            initial=x.state)
+  out, final = _chunked(x._replace(state=incoming), chunk_size)
   return out.astype(v.dtype), final
+
+
+def sharded_delta_rule(q: Array, k: Array, v: Array, beta: Array, log_gates: Array | None = None,
+                       *, scale: float | None = None, mesh, mask: Array | None = None,
+                       segment_ids: Array | None = None, chunk_size: int = 64) -> Array:
+  """`delta_rule_chunked`'s outputs with the length split over mesh's "sequence" axis (and its
+  rows over "data"): `delta_rule_shard` on each shard, runs counted over the whole row."""
+  real, runs = _runs(mask, segment_ids, *v.shape[:2])
+  gates = () if log_gates is None else (log_gates,)
+
+  def shard(q, k, v, beta, real, runs, *gates):
+    return delta_rule_shard(q, k, v, beta, *gates, axis_name=SEQUENCE, scale=scale, runs=runs,
+                            mask=real, chunk_size=chunk_size)[0]
+  return shard_over_sequence(shard, mesh, (q, k, v, beta, real, runs) + gates, v.ndim)
+
+
+DELTA_RULE = Core(recurrent=delta_rule_recurrent, chunked=delta_rule_chunked,
+                  step=delta_rule_step, sharded=sharded_delta_rule)

@@ -37,14 +37,15 @@ def shard_over_sequence(core: Callable, mesh: jax.sharding.Mesh, arrays: tuple[A
 
 
 def incoming_state(local: Array, first_run: Array, last_run: Array, transition: Array,
-                   apply: Callable[[Array, Array], Array] = jnp.multiply) -> Array:
+                   apply: Callable[[Array, Array], Array] = jnp.multiply,
+                   initial: Array | None = None) -> Array:
   """This shard's incoming state (inside shard_map): the exclusive scan over the shards of
-  S_in(j) = [first_run(j) == last_run(j - 1)] (M(j - 1) S_in(j - 1) + S_local(j - 1)), where
-  apply(M, S) is M S (broadcast elementwise for the gated core's decays; a matrix product for
-  the delta rule's transitions)."""
+  S_in(j) = [first_run(j) == last_run(j - 1)] (M(j - 1) S_in(j - 1) + S_local(j - 1)),
+  S_in(0) = `initial` (None: zeros), where apply(M, S) is M S (broadcast elementwise for the
+  gated core's decays; a matrix product for the delta rule's transitions)."""
   every = jax.lax.all_gather((transition, local, first_run, last_run), SEQUENCE)
   me = jax.lax.axis_index(SEQUENCE)
-  state = mine = jnp.zeros_like(local)
+  state = mine = jnp.zeros_like(local) if initial is None else initial
   for j in range(1, every[1].shape[0]):
     continues = every[2][j] == every[3][j - 1]  # [batch]
     carried = apply(every[0][j - 1], state) + every[1][j - 1]
