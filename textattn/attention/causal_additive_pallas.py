@@ -52,14 +52,45 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from textattn.attention import common
-from textattn.attention.additive_pallas import TRITON
+from textattn.attention import common, pallas_gpu
 from textattn.attention.common import MASK_VALUE, Array
+from textattn.attention.pallas_gpu import TritonConfig
 
 F32 = jnp.float32
+# The configurations an autotune tries, the default first (the first that fits the device:
+# pallas_gpu.choose). On the H200 (RESULTS section 28) chunk 64 with 3 stages was refused
+# (344,576 bytes of shared memory, `shared_memory_bytes` reproduces it) and chunk 64 with one
+# stage had not compiled after 220 s (each dot is a float32 FMA loop Triton unrolls: C x C x F
+# per head and pooling).
+CONFIGS = (TritonConfig(32, 4, 1), TritonConfig(16, 4, 2), TritonConfig(32, 4, 2),
+           TritonConfig(64, 4, 1))
 # The saved log-sum-exp of a row whose prefix has no real position (and the backward's suffix
 # reference before any row): larger than any real one, finite so differences stay finite.
 _UNSEEN = 1e30
+
+
+def shared_memory_bytes(config: TritonConfig, features: int, itemsize: int,
+                        heads: int = 1) -> dict[str, int]:
+  """Shared memory per program of the forward and the backward kernel (pallas_gpu.estimate):
+  every load in the chunk loop feeds a dot (the masked [C, C] weights times a [C, F] tile), so
+  all are pipelined. Forward: q, k [C, F] in the input dtype, the mask [C] int32. Backward: q,
+  k, du in the input dtype, g_q, g_k [C, F] float32, both log-sum-exps [C, heads padded] float32,
+  the mask."""
+  chunk, padded = config.rows, pl.next_power_of_2(features)
+  rows, mask = chunk * padded, chunk * 4
+  dots = [(chunk, chunk, padded)]
+  forward = pallas_gpu.estimate(config, (rows * itemsize,) * 2 + (mask,), dots, padded)
+  backward = pallas_gpu.estimate(
+      config, (rows * itemsize,) * 3 + (rows * 4,) * 2
+      + (chunk * pl.next_power_of_2(heads) * 4,) * 2 + (mask,), dots, padded)
+  return {"forward": forward, "backward": backward}
+
+
+def default_config(features: int, itemsize: int, heads: int,
+                   limit: int | None = None) -> TritonConfig:
+  """The first of CONFIGS whose forward and backward fit this GPU's shared memory."""
+  return pallas_gpu.choose(
+      CONFIGS, lambda c: max(shared_memory_bytes(c, features, itemsize, heads).values()), limit)
 
 
 class _Shape(NamedTuple):
@@ -272,8 +303,12 @@ def _weight_rows(kernel, shape: _Shape):
   return jnp.pad(kernel.astype(F32).T, ((0, 0), (0, shape.padded - shape.features)))
 
 
+def _compiler_params(config: TritonConfig):
+  return plgpu.CompilerParams(num_warps=config.num_warps, num_stages=config.num_stages)
+
+
 def _forward(q, k, mask, alpha_kernel, beta_kernel, shape: _Shape, interpret: bool,
-             save: bool):
+             save: bool, config: TritonConfig):
   """u (and with `save`, the residuals g_q, g_k, lse_a, lse_b)."""
   batch = q.shape[0]
   row_spec, mask_spec, lse_spec, weight_spec = _specs(shape)
@@ -287,21 +322,21 @@ def _forward(q, k, mask, alpha_kernel, beta_kernel, shape: _Shape, interpret: bo
       functools.partial(_kernel, shape=shape, scale=shape.head_dim ** -0.5), grid=(batch,),
       in_specs=[row_spec, row_spec, mask_spec, weight_spec, weight_spec],
       out_specs=out_specs, out_shape=out_shape, interpret=interpret,
-      compiler_params=TRITON, name="chunked_causal_additive",
+      compiler_params=_compiler_params(config), name="chunked_causal_additive",
   )(q, k, mask, _weight_rows(alpha_kernel, shape), _weight_rows(beta_kernel, shape))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _core(q, k, mask, alpha_kernel, beta_kernel, shape, interpret):
-  return _forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret, save=False)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _core(q, k, mask, alpha_kernel, beta_kernel, shape, interpret, config):
+  return _forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret, False, config)[0]
 
 
-def _core_forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret):
-  u, *saved = _forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret, save=True)
+def _core_forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret, config):
+  u, *saved = _forward(q, k, mask, alpha_kernel, beta_kernel, shape, interpret, True, config)
   return u, (q, k, mask, alpha_kernel, beta_kernel, *saved)
 
 
-def _core_backward(shape, interpret, residuals, d_u):
+def _core_backward(shape, interpret, config, residuals, d_u):
   q, k, mask, alpha_kernel, beta_kernel, global_query, global_key, alpha_lse, beta_lse = residuals
   batch = q.shape[0]
   row_spec, mask_spec, lse_spec, weight_spec = _specs(shape)
@@ -315,7 +350,8 @@ def _core_backward(shape, interpret, residuals, d_u):
       out_specs=[row_spec, row_spec, gradient_spec, gradient_spec],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
                  gradient_shape, gradient_shape],
-      interpret=interpret, compiler_params=TRITON, name="chunked_causal_additive_backward",
+      interpret=interpret, compiler_params=_compiler_params(config),
+      name="chunked_causal_additive_backward",
   )(q, k, d_u, mask, global_query, global_key, alpha_lse, beta_lse,
     _weight_rows(alpha_kernel, shape), _weight_rows(beta_kernel, shape))
 
@@ -331,17 +367,28 @@ _core.defvjp(_core_forward, _core_backward)
 
 def pallas_recurrent_causal_additive(query: Array, key: Array, padding_mask: Array,
                                      alpha_kernel: Array, beta_kernel: Array, *,
-                                     chunk_size: int = 64, interpret: bool | None = None) -> Array:
+                                     chunk_size: int | None = None, interpret: bool | None = None,
+                                     config: TritonConfig | None = None) -> Array:
   """The recurrent form's u [batch, length, heads, dim] (module docstring), first-order
-  reverse-mode gradients through the backward kernel. `interpret` None: interpret mode on a
-  CPU."""
+  reverse-mode gradients through the backward kernel. `config` None: `default_config` (with
+  `chunk_size`, when given, as its rows); a configuration whose shared memory (by estimate)
+  exceeds the GPU's is refused before compiling. `interpret` None: interpret mode on a CPU."""
   batch, length, heads, head_dim = query.shape
   if interpret is None:
     interpret = common.backend() == "cpu"
   features = heads * head_dim
-  chunk = min(chunk_size, pl.next_power_of_2(length))
+  if config is None:
+    config = default_config(features, query.dtype.itemsize, heads)
+    if chunk_size is not None:
+      config = config._replace(rows=chunk_size)
+  chunk = min(config.rows, pl.next_power_of_2(length))
+  if not interpret:
+    needed = shared_memory_bytes(config._replace(rows=chunk), features, query.dtype.itemsize,
+                                 heads)
+    pallas_gpu.check_fits("pallas_recurrent_causal_additive", config._replace(rows=chunk),
+                          max(needed.values()))
   shape = _Shape(length, features, pl.next_power_of_2(features), heads,
                  pl.next_power_of_2(heads), head_dim, chunk, pl.cdiv(length, chunk))
   u = _core(query.reshape(batch, length, features), key.reshape(batch, length, features),
-            padding_mask.astype(jnp.int32), alpha_kernel, beta_kernel, shape, interpret)
+            padding_mask.astype(jnp.int32), alpha_kernel, beta_kernel, shape, interpret, config)
   return u.reshape(query.shape)
