@@ -247,12 +247,12 @@ def pallas_vjp(q, k, mask, wa, wb, cotangent):
   return (u,) + pullback(cotangent.astype(u.dtype))
 
 
-def pallas_gradient_inputs(dtype, spread=1.0, seed=6):
+def pallas_gradient_inputs(dtype, spread=1.0, seed=6, length=21):
   """3 heads of 4 (12 features, padded to 16 in the kernel), 21 positions in chunks of
   PALLAS_CHUNK (a ragged last chunk); padding inside example 0, at the end of example 1 and at
   its first position. Values rounded to `dtype`, returned in float64 with a float64 cotangent."""
   rng = np.random.default_rng(seed)
-  batch, length, heads, head_dim = 2, 21, 3, 4
+  batch, heads, head_dim = 2, 3, 4
   q, k, cotangent = (rng.normal(size=(batch, length, heads, head_dim)) for _ in range(3))
   wa, wb = (spread * rng.normal(size=(heads * head_dim, heads)) for _ in range(2))
   mask = np.ones((batch, length), bool)
@@ -283,6 +283,20 @@ def test_pallas_chunked_kernel_gradients_match_float64_definition(dtype, toleran
     for name, g, w in zip(("u", "dq", "dk", "d_alpha_kernel", "d_beta_kernel"), got, want):
       assert g.dtype == dtype, name
       assert_relatively_close(jnp.asarray(g, jnp.float32), w, tolerance, f"{spread}: {name}")
+
+
+def test_pallas_chunked_kernel_at_a_length_that_is_a_multiple_of_the_chunk():
+  # Values and gradients against float64 where no chunk is ragged (3 whole chunks), padding
+  # as above.
+  q, k, mask, wa, wb, cotangent = pallas_gradient_inputs(np.float32, length=3 * PALLAS_CHUNK)
+  got = pallas_vjp(*(jnp.asarray(x, jnp.float32) for x in (q, k)), jnp.asarray(mask),
+                   *(jnp.asarray(x, jnp.float32) for x in (wa, wb, cotangent)))
+  with jax.enable_x64(True):
+    u, pullback = jax.vjp(functools.partial(float64_recurrent, mask=jnp.asarray(mask)),
+                          q, k, wa, wb)
+    want = [np.asarray(x) for x in (u,) + pullback(jnp.asarray(cotangent))]
+  for name, g, w in zip(("u", "dq", "dk", "d_alpha_kernel", "d_beta_kernel"), got, want):
+    assert_relatively_close(g, w, 1e-5, name)
 
 
 def test_pallas_chunked_kernel_gradient_path_is_causal():
