@@ -70,7 +70,7 @@ def test_the_accelerator_script_runs_every_part_at_toy_sizes(rehearsals):
   from textattn.attention import lowering
   returncode, stdout, stderr, out = rehearsals("accelerators.sh")
   assert returncode == 0, (stdout + stderr)[-3000:]
-  parts = [line.split()[1] for line in stdout.splitlines() if line.startswith("== ")]
+  parts = [line.split()[1].rstrip(":") for line in stdout.splitlines() if line.startswith("== ")]
   assert parts == ["lowering", "numerics", "bandwidth", "tune", "peer", "layers"], parts
   # 0. Every autotune configuration of every GPU kernel lowers for CUDA at the 16K shape.
   lowered = (out / "lowering.log").read_text()
@@ -78,15 +78,16 @@ def test_the_accelerator_script_runs_every_part_at_toy_sizes(rehearsals):
     for config in kernel.configs:
       assert f"ok     {name:34s} bfloat16  {config.label()} [" in lowered, (name, config)
   assert "FAILED" not in lowered
-  # 2. The additive core, XLA and Pallas (interpret mode), with bytes by formula; each
-  # command-buffer setting's flags tried (this jaxlib refuses jax#27988's).
+  # 2. The additive core, XLA and Pallas (interpret mode), with bytes by formula; the flags of
+  # one other command-buffer setting tried, the others listed.
   bandwidth = _csv(out / "kernels" / "bandwidth.csv")
   timed = {(row["kernel"], row["command_buffers"]) for row in bandwidth if row["status"] == "ok"}
   assert timed == {("additive_pallas (XLA reference)", "default"), ("additive_pallas", "default")}
   assert all(float(row["core_bytes"]) > 0 and float(row["tbps"]) > 0
              for row in bandwidth if row["status"] == "ok")
-  assert {row["command_buffers"] for row in bandwidth} == {
-      "default", "off", "custom_call", "legacy_triton"}
+  settings = {row["command_buffers"]: row["status"] for row in bandwidth if not row["config"]
+              and row["batch"] == "0"}
+  assert settings == {"off": "flags_ok", "custom_call": "planned", "legacy_triton": "planned"}
   # 3. Each GPU kernel's first configuration timed, with its shared-memory estimate; the first
   # kernel's compared with its XLA reference (bfloat16 on both sides).
   tune = _csv(out / "kernels" / "tune.csv")

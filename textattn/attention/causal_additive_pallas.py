@@ -114,14 +114,32 @@ def _column(tile, h):
   return jnp.sum(jnp.where(jnp.arange(tile.shape[1])[None, :] == h, tile, 0.0), axis=1)
 
 
-def _pool_chunk(x, real, carry, weights, heads, shape: _Shape, scale: float):
-  """One chunk of a prefix softmax pooling of x [C, padded] (its own scores): returns the
-  pooled means [C, padded] (0 where the prefix has no real position), the new carry
-  (max, weighted sum, sum of weights; head-replicated [padded] vectors) and each row's
-  log-sum-exp [C, heads_padded] (`_UNSEEN` where the prefix has no real position)."""
+def _unpack_mask(packed):
+  """The kernels' int32 mask: run * 2 + real (`pallas_recurrent_causal_additive`) -> (real
+  bool, run int32)."""
+  return jnp.bitwise_and(packed, 1) > 0, jnp.right_shift(packed, 1)
+
+
+def _row(vector, row: int, shape: _Shape):
+  """Entry `row` of a [C] int32 vector, as a scalar."""
+  return jnp.sum(jnp.where(jnp.arange(shape.chunk) == row, vector, 0))
+
+
+def _pool_chunk(x, real, run, carry, carried_run, weights, heads, shape: _Shape, scale: float):
+  """One chunk of a prefix softmax pooling of x [C, padded] (its own scores), each row over the
+  earlier real positions of its own run (segment): returns the pooled means [C, padded] (0 where
+  that prefix has no real position), the new carry (max, weighted sum, sum of weights;
+  head-replicated [padded] vectors, over the positions so far of the chunk's last run, which is
+  the new carried run) and each row's log-sum-exp [C, heads_padded] (`_UNSEEN` where the prefix
+  has no real position). The carry reaches the rows of the carried run only."""
   carried_max, carried_acc, carried_sum = carry
   positions = jnp.arange(shape.chunk)
-  visible = (positions[:, None] >= positions[None, :]) & real[None, :]  # [t, i]
+  visible = ((positions[:, None] >= positions[None, :]) & real[None, :]
+             & (run[:, None] == run[None, :]))  # [t, i]
+  uses_carry = run == carried_run  # [t]
+  last_run = _row(run, shape.chunk - 1, shape)
+  in_last_run = real & (run == last_run)  # [i]: the positions the next carry sums
+  carry_goes_on = carried_run == last_run
   column = jnp.arange(shape.heads_padded)
   num = jnp.zeros_like(x)
   den = jnp.zeros_like(x)
@@ -134,10 +152,11 @@ def _pool_chunk(x, real, carry, weights, heads, shape: _Shape, scale: float):
     previous_max = _head_value(carried_max, head, shape)
     previous_sum = _head_value(carried_sum, head, shape)
     masked = jnp.where(visible, scores[None, :], MASK_VALUE)
-    row_max = jnp.maximum(jnp.max(masked, axis=1), previous_max)  # m_t
+    row_previous_max = jnp.where(uses_carry, previous_max, MASK_VALUE)
+    row_max = jnp.maximum(jnp.max(masked, axis=1), row_previous_max)  # m_t
     # exp only where visible: a later, larger score would overflow (and inf * 0 = NaN).
     w = jnp.where(visible, jnp.exp(masked - row_max[:, None]), 0.0)  # [t, i]
-    rescale = jnp.exp(previous_max - row_max)  # exp(M - m_t) [t]
+    rescale = jnp.where(uses_carry, jnp.exp(row_previous_max - row_max), 0.0)  # exp(M - m_t)
     x_head = jnp.where(head[None, :], x, 0.0)
     acc_head = jnp.where(head, carried_acc, 0.0)
     num = (num + plgpu.dot(w, x_head, precision=jax.lax.Precision.HIGHEST)
@@ -146,15 +165,16 @@ def _pool_chunk(x, real, carry, weights, heads, shape: _Shape, scale: float):
     den = den + jnp.where(head[None, :], row_sum[:, None], 0.0)
     row_lse = jnp.where(row_sum > 0, row_max + jnp.log(jnp.maximum(row_sum, 1e-30)), _UNSEEN)
     lse = jnp.where(column[None, :] == h, row_lse[:, None], lse)
-    # The carry after the chunk: the whole chunk's sums (its last row's, computed directly).
-    chunk_max = jnp.maximum(previous_max, jnp.max(scores))
-    e = jnp.where(real, jnp.exp(scores - chunk_max), 0.0)
-    carried_scale = jnp.exp(previous_max - chunk_max)
+    # The carry after the chunk: the last row's sums (its run's positions), computed directly.
+    chunk_max = jnp.maximum(jnp.where(carry_goes_on, previous_max, MASK_VALUE),
+                            jnp.max(jnp.where(in_last_run, scores, MASK_VALUE)))
+    e = jnp.where(in_last_run, jnp.exp(scores - chunk_max), 0.0)
+    carried_scale = jnp.where(carry_goes_on, jnp.exp(previous_max - chunk_max), 0.0)
     new_max = jnp.where(head, chunk_max, new_max)
     new_acc = new_acc + jnp.sum(e[:, None] * x_head, axis=0) + carried_scale * acc_head
     new_sum = jnp.where(head, jnp.sum(e) + carried_scale * previous_sum, new_sum)
   mean = jnp.where(den > 0, num / jnp.maximum(den, 1e-30), 0.0)
-  return mean, (new_max, new_acc, new_sum), lse
+  return mean, (new_max, new_acc, new_sum), lse, last_run
 
 
 def _head_setup(alpha_ref, beta_ref, shape: _Shape):
@@ -179,16 +199,16 @@ def _kernel(q_ref, k_ref, mask_ref, alpha_ref, beta_ref, u_ref, *residual_refs, 
   heads, alpha, beta = _head_setup(alpha_ref, beta_ref, shape)
 
   def body(index, carry):
-    alpha_carry, beta_carry = carry
+    alpha_carry, beta_carry, carried_run = carry
     rows, in_bounds, tile_mask = _chunk_rows(index, shape)
     q = plgpu.load(q_ref.at[rows, :], mask=tile_mask, other=0.0).astype(F32)
     k = plgpu.load(k_ref.at[rows, :], mask=tile_mask, other=0.0).astype(F32)
-    real = plgpu.load(mask_ref.at[rows], mask=in_bounds, other=0) > 0
-    global_query, alpha_carry, alpha_lse = _pool_chunk(q, real, alpha_carry, alpha, heads, shape,
-                                                       scale)
+    real, run = _unpack_mask(plgpu.load(mask_ref.at[rows], mask=in_bounds, other=0))
+    global_query, alpha_carry, alpha_lse, last_run = _pool_chunk(
+        q, real, run, alpha_carry, carried_run, alpha, heads, shape, scale)
     mixed = k * global_query  # p_i = g_q(i) * k_i: needs this chunk's alpha pooling first
-    global_key, beta_carry, beta_lse = _pool_chunk(mixed, real, beta_carry, beta, heads, shape,
-                                                   scale)
+    global_key, beta_carry, beta_lse, _ = _pool_chunk(
+        mixed, real, run, beta_carry, carried_run, beta, heads, shape, scale)
     plgpu.store(u_ref.at[rows, :], (q * global_key).astype(u_ref.dtype), mask=tile_mask)
     if residual_refs:
       query_ref, key_ref, alpha_lse_ref, beta_lse_ref = residual_refs
@@ -196,23 +216,28 @@ def _kernel(q_ref, k_ref, mask_ref, alpha_ref, beta_ref, u_ref, *residual_refs, 
       plgpu.store(key_ref.at[rows, :], global_key, mask=tile_mask)
       plgpu.store(alpha_lse_ref.at[rows, :], alpha_lse, mask=in_bounds[:, None])
       plgpu.store(beta_lse_ref.at[rows, :], beta_lse, mask=in_bounds[:, None])
-    return alpha_carry, beta_carry
+    return alpha_carry, beta_carry, last_run
 
   empty = (jnp.full((shape.padded,), MASK_VALUE, F32), jnp.zeros((shape.padded,), F32),
            jnp.zeros((shape.padded,), F32))
-  jax.lax.fori_loop(0, shape.num_chunks, body, (empty, empty))
+  jax.lax.fori_loop(0, shape.num_chunks, body, (empty, empty, jnp.int32(-1)))
 
 
-def _pool_chunk_backward(x, real, pooled, d_pooled, lse, carry, weights, heads, d_weights,
-                         shape: _Shape, scale: float):
-  """Backward of one chunk of a prefix softmax pooling g(t) = sum_{i<=t} w[t, i] x_i (module
-  docstring): x, g, dg [C, padded]; lse [C, heads_padded] saved by the forward; carry (R, S,
-  S_c) of the later rows (R and S_c head-replicated [padded], S per feature). Returns dx
-  [C, padded], the carry including this chunk's rows and the updated d_weights (per head,
-  [padded])."""
+def _pool_chunk_backward(x, real, run, pooled, d_pooled, lse, carry, carried_run, weights,
+                         heads, d_weights, shape: _Shape, scale: float):
+  """Backward of one chunk of a prefix softmax pooling g(t) = sum_{i<=t, same run} w[t, i] x_i
+  (module docstring): x, g, dg [C, padded]; lse [C, heads_padded] saved by the forward; carry
+  (R, S, S_c) of the later rows of the carried run (R and S_c head-replicated [padded], S per
+  feature), which only this chunk's rows of that run see. Returns dx [C, padded], the carry
+  over the later rows of this chunk's first run (the new carried run, also returned) and the
+  updated d_weights (per head, [padded])."""
   carried_min, carried_sum, carried_dot = carry
   positions = jnp.arange(shape.chunk)
-  visible = (positions[:, None] <= positions[None, :]) & real[:, None]  # [i, t]: w[t, i]
+  visible = ((positions[:, None] <= positions[None, :]) & real[:, None]
+             & (run[:, None] == run[None, :]))  # [i, t]: w[t, i]
+  first_run = _row(run, 0, shape)
+  carry_goes_on = carried_run == first_run
+  in_first_run = run == first_run  # [t]: the rows the next carry sums
   d_x = jnp.zeros_like(x)
   new_min = jnp.zeros_like(carried_min)
   new_sum = jnp.zeros_like(carried_sum)
@@ -226,7 +251,8 @@ def _pool_chunk_backward(x, real, pooled, d_pooled, lse, carry, weights, heads, 
     # exp only where visible (elsewhere s_i - lse(t) may be large); visible entries are <= 0.
     w_t = jnp.where(visible, jnp.exp(jnp.where(visible, scores[:, None] - row_lse[None, :],
                                                 MASK_VALUE)), 0.0)  # [i, t]
-    from_later = jnp.where(real, jnp.exp(scores - reference), 0.0)  # exp(s_i - R) [i]
+    from_later = jnp.where(real & (run == carried_run), jnp.exp(scores - reference),
+                           0.0)  # exp(s_i - R) [i]
     d_head = jnp.where(head[None, :], d_pooled, 0.0)
     dots = jnp.sum(jnp.where(head[None, :], pooled * d_pooled, 0.0), axis=1)  # c_t
     value_term = (plgpu.dot(w_t, d_head, precision=jax.lax.Precision.HIGHEST)
@@ -235,16 +261,17 @@ def _pool_chunk_backward(x, real, pooled, d_pooled, lse, carry, weights, heads, 
                 - jnp.sum(w_t * dots[None, :], axis=1) - from_later * previous_dot)  # ds_i
     d_x = d_x + value_term + scale * d_scores[:, None] * weight[None, :]
     new_d_weights.append(d_weight + scale * jnp.sum(d_scores[:, None] * x, axis=0))
-    # The carry with this chunk's rows: reference min(R, lse of its seen rows).
-    seen = row_lse < _UNSEEN / 2
-    smallest = jnp.minimum(reference, jnp.min(jnp.where(seen, row_lse, _UNSEEN)))
+    # The carry with this chunk's rows of its first run: reference min(R, lse of those rows).
+    seen = (row_lse < _UNSEEN / 2) & in_first_run
+    smallest = jnp.minimum(jnp.where(carry_goes_on, reference, _UNSEEN),
+                           jnp.min(jnp.where(seen, row_lse, _UNSEEN)))
     row_weight = jnp.where(seen, jnp.exp(jnp.minimum(smallest - row_lse, 0.0)), 0.0)  # [t]
-    shift = jnp.exp(smallest - reference)
+    shift = jnp.where(carry_goes_on, jnp.exp(smallest - reference), 0.0)
     new_min = jnp.where(head, smallest, new_min)
     new_sum = (new_sum + shift * jnp.where(head, carried_sum, 0.0)
                + jnp.sum(row_weight[:, None] * d_head, axis=0))
     new_dot = jnp.where(head, shift * previous_dot + jnp.sum(row_weight * dots), new_dot)
-  return d_x, (new_min, new_sum, new_dot), tuple(new_d_weights)
+  return d_x, (new_min, new_sum, new_dot), tuple(new_d_weights), first_run
 
 
 def _backward_kernel(q_ref, k_ref, du_ref, mask_ref, query_ref, key_ref, alpha_lse_ref,
@@ -255,7 +282,7 @@ def _backward_kernel(q_ref, k_ref, du_ref, mask_ref, query_ref, key_ref, alpha_l
   heads, alpha, beta = _head_setup(alpha_ref, beta_ref, shape)
 
   def body(index, carry):
-    alpha_carry, beta_carry, d_alpha, d_beta = carry
+    alpha_carry, beta_carry, d_alpha, d_beta, carried_run = carry
     rows, in_bounds, tile_mask = _chunk_rows(shape.num_chunks - 1 - index, shape)
 
     def load(ref):
@@ -263,27 +290,27 @@ def _backward_kernel(q_ref, k_ref, du_ref, mask_ref, query_ref, key_ref, alpha_l
 
     q, k, d_u, global_query, global_key = (load(ref) for ref in (q_ref, k_ref, du_ref,
                                                                    query_ref, key_ref))
-    real = plgpu.load(mask_ref.at[rows], mask=in_bounds, other=0) > 0
+    real, run = _unpack_mask(plgpu.load(mask_ref.at[rows], mask=in_bounds, other=0))
     alpha_lse, beta_lse = (plgpu.load(ref.at[rows, :], mask=in_bounds[:, None], other=_UNSEEN)
                            for ref in (alpha_lse_ref, beta_lse_ref))
     mixed = k * global_query
-    d_mixed, beta_carry, d_beta = _pool_chunk_backward(
-        mixed, real, global_key, d_u * q, beta_lse, beta_carry, beta, heads, d_beta, shape,
-        scale)
-    d_q, alpha_carry, d_alpha = _pool_chunk_backward(
-        q, real, global_query, d_mixed * k, alpha_lse, alpha_carry, alpha, heads, d_alpha, shape,
-        scale)
+    d_mixed, beta_carry, d_beta, first_run = _pool_chunk_backward(
+        mixed, real, run, global_key, d_u * q, beta_lse, beta_carry, carried_run, beta, heads,
+        d_beta, shape, scale)
+    d_q, alpha_carry, d_alpha, _ = _pool_chunk_backward(
+        q, real, run, global_query, d_mixed * k, alpha_lse, alpha_carry, carried_run, alpha,
+        heads, d_alpha, shape, scale)
     plgpu.store(dq_ref.at[rows, :], (d_q + d_u * global_key).astype(dq_ref.dtype),
                 mask=tile_mask)
     plgpu.store(dk_ref.at[rows, :], (d_mixed * global_query).astype(dk_ref.dtype),
                 mask=tile_mask)
-    return alpha_carry, beta_carry, d_alpha, d_beta
+    return alpha_carry, beta_carry, d_alpha, d_beta, first_run
 
   zeros = jnp.zeros((shape.padded,), F32)
   empty = (jnp.full((shape.padded,), _UNSEEN, F32), zeros, zeros)
   no_gradient = (zeros,) * shape.heads
-  _, _, d_alpha, d_beta = jax.lax.fori_loop(0, shape.num_chunks, body,
-                                            (empty, empty, no_gradient, no_gradient))
+  _, _, d_alpha, d_beta, _ = jax.lax.fori_loop(
+      0, shape.num_chunks, body, (empty, empty, no_gradient, no_gradient, jnp.int32(-1)))
   for h in range(shape.heads):
     d_alpha_ref[h, :] = d_alpha[h]
     d_beta_ref[h, :] = d_beta[h]
@@ -366,11 +393,14 @@ _core.defvjp(_core_forward, _core_backward)
 
 
 def pallas_recurrent_causal_additive(query: Array, key: Array, padding_mask: Array,
-                                     alpha_kernel: Array, beta_kernel: Array, *,
+                                     alpha_kernel: Array, beta_kernel: Array,
+                                     runs: Array | None = None, *,
                                      chunk_size: int | None = None, interpret: bool | None = None,
                                      config: TritonConfig | None = None) -> Array:
   """The recurrent form's u [batch, length, heads, dim] (module docstring), first-order
-  reverse-mode gradients through the backward kernel. `config` None: `default_config` (with
+  reverse-mode gradients through the backward kernel. `runs` (int32 [batch, length], None: one
+  run), as the XLA forms take them (`common.segment_runs`): a position pools only the earlier
+  positions of its own run (packed documents). `config` None: `default_config` (with
   `chunk_size`, when given, as its rows); a configuration whose shared memory (by estimate)
   exceeds the GPU's is refused before compiling. `interpret` None: interpret mode on a CPU."""
   batch, length, heads, head_dim = query.shape
@@ -389,6 +419,10 @@ def pallas_recurrent_causal_additive(query: Array, key: Array, padding_mask: Arr
                           max(needed.values()))
   shape = _Shape(length, features, pl.next_power_of_2(features), heads,
                  pl.next_power_of_2(heads), head_dim, chunk, pl.cdiv(length, chunk))
+  # One int32 per position for both: run * 2 + real (`_unpack_mask`).
+  packed = padding_mask.astype(jnp.int32)
+  if runs is not None:
+    packed = packed + 2 * runs.astype(jnp.int32)
   u = _core(query.reshape(batch, length, features), key.reshape(batch, length, features),
-            padding_mask.astype(jnp.int32), alpha_kernel, beta_kernel, shape, interpret, config)
+            packed, alpha_kernel, beta_kernel, shape, interpret, config)
   return u.reshape(query.shape)
