@@ -181,6 +181,23 @@ def test_the_language_models_train_step_lowers_for_cuda_with_each_causal_form(at
   assert not _train_step_calls(model, lm_step.train_step, batch, 40, CUDA)
 
 
+def test_the_language_models_train_step_lowers_with_the_pallas_chunked_kernel_and_segments():
+  """Packed rows with segment ids in bfloat16 through the Pallas chunked kernel: its forward and
+  backward Triton calls (one layer)."""
+  from textattn.tasks.language_model import config as lm_config
+  from textattn.tasks.language_model import model as lm_model
+  from textattn.tasks.language_model import step as lm_step
+  config = lm_config.defaults()
+  m = config.model
+  m.attention, m.attention_impl, m.dtype = "causal_additive_recurrent", "pallas", "bfloat16"
+  m.embed_dim, m.num_heads, m.ffn_dim, m.num_layers = 32, 2, 32, 1
+  config.max_len = 40
+  with common.traced_for(CUDA):
+    model = lm_model.build(config, 258)
+  calls = _train_step_calls(model, lm_step.train_step, {"inputs": _tokens(4, 41)}, 40, CUDA)
+  assert calls == {lowering.TRITON_CALL: 2}, calls
+
+
 def test_a_pretrained_encoders_train_step_lowers_with_the_pallas_kernel():
   encoder = bert.BertConfig(vocab_size=60, hidden_size=24, num_layers=2, num_heads=2,
                             intermediate_size=32, max_positions=40)

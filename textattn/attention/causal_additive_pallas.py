@@ -1,5 +1,5 @@
-"""The recurrent causal additive form, chunk by chunk, as Pallas kernels (Triton style), forward
-and backward.
+"""The recurrent causal additive form, chunk by chunk, as Pallas kernels (Triton; pallas_gpu.py
+says why), forward and backward.
 
 `pallas_recurrent_causal_additive` is the same function as
 `causal_additive.chunked_recurrent_causal_additive` (and so as the scan form; tests check values
@@ -10,7 +10,11 @@ the Triton lowering takes them and interpret mode runs them on a CPU; not for TP
 Notation, per head h and example: a_i = score_alpha(q_i), alpha[t, i] = exp(a_i - lse_a(t))
 [i <= t, real_i] with lse_a(t) the log-sum-exp of the real a_i, i <= t; g_q(t) = sum_i alpha[t, i]
 q_i; p_i = g_q(i) * k_i; b_i = score_beta(p_i), beta[t, i] likewise; g_k(t) = sum_i beta[t, i]
-p_i; u_t = g_k(t) * q_t.
+p_i; u_t = g_k(t) * q_t. With segments (packed documents: `runs`, as the XLA forms take them)
+"i <= t" also asks i and t to be in the same run; the kernels read one int32 per position,
+run * 2 + real, and each carry across chunks belongs to one run (the forward's to the last
+run of the chunks so far, the backward's to the first run of the chunks after), reaching only
+the rows of that run.
 
 Forward: one program per example walks its chunks in order (the running sums carry across
 chunks), [chunk, F] tiles with F = heads * head_dim padded to a power of two. Inside a chunk,

@@ -37,8 +37,9 @@ class Variant:
   num_heads, dtype)` raises ValueError naming the bad field. `reference` is the implementation
   the benchmark's --check_against_reference compares the others with. `causal`: each position
   sees only itself and earlier positions. `forward_flops`, `core_bytes` and `kernels` label
-  benchmark rows (textattn/benchmark/utilization.py). `segment_ids`: the module also accepts `segment_ids`
-  (int32 [batch, length], 0 = padding): a position attends only to positions of its own segment.
+  benchmark rows (textattn/benchmark/utilization.py). `segment_ids`: the module also accepts
+  `segment_ids` (int32 [batch, length], 0 = padding): a position attends only to positions of
+  its own segment.
   """
   name: str
   build: Callable[..., nn.Module]
