@@ -10,9 +10,8 @@ against the fused Pallas kernel at its default configuration, at batch 16 and 4,
 tokens (4 heads of 64), most important first; the Pallas rows under XLA's default command
 buffers and with command buffers off, and at batch 4 and 16K also with CUSTOM_CALL commands
 added and with jax#27988's flag that put Pallas' Triton calls in (COMMAND_BUFFERS: measured, not
-assumed; jaxlib 0.10.2's XLA no longer knows that flag and refuses it, a row then says so). Bytes
-are
-counted by formula (the kernel's `core_bytes`: 11 passes of [batch, length, 256] for a forward
+assumed; jaxlib 0.10.2's XLA no longer knows that flag and refuses it, a row then says so).
+Bytes are counted by formula (the kernel's `core_bytes`: 11 passes of [batch, length, 256] for a forward
 and backward), so a row's TB/s is what the maths must move over the time taken, against the
 device's bandwidth (textattn/benchmark/utilization.py PEAKS; 4.8 TB/s on an H200). At batch 4
 and 16K the core moves ~370 MB: ~0.08 ms at full H200 bandwidth, where launch overheads show.
@@ -53,12 +52,13 @@ from textattn.benchmark import utilization
 COMPILE_CAP_S = 30.0
 # Besides the compile: process start (JAX, CUDA) for a child's first point, and the timed calls.
 START_S, RUN_S = 40.0, 20.0
-# XLA_FLAGS of each command-buffer setting a point runs under.
+# XLA_FLAGS of each command-buffer setting a point runs under, in the order they run (one
+# group of processes each: a refused flag fails in a second, so it goes before the last).
 COMMAND_BUFFERS = {
     "default": "",
     "off": "--xla_gpu_enable_command_buffer=",
-    "custom_call": "--xla_gpu_enable_command_buffer=+CUSTOM_CALL",
     "legacy_triton": "--legacy_command_buffer_custom_call_targets=__gpu$xla.gpu.triton",
+    "custom_call": "--xla_gpu_enable_command_buffer=+CUSTOM_CALL",
 }
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIELDS = ("kernel", "config", "dtype", "batch", "length", "heads", "head_dim", "command_buffers",
