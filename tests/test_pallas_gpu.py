@@ -2,6 +2,7 @@
 measured, every autotune configuration against Hopper's limit, and that a configuration over
 the limit is never chosen (a kernel's default, which "auto" uses) nor compiled when asked for."""
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -83,5 +84,5 @@ def test_a_configuration_over_the_limit_is_refused_before_compiling():
   args = kernel.inputs(jnp.float32, 1, 64, HEADS, 64)
   with common.traced_for("cuda"), pytest.raises(ValueError, match="shared memory"):
     kernel.run(*args, config=TritonConfig(64, 4, 3))
-  # In interpret mode (a CPU) there is no shared memory to exceed: the same call runs.
-  assert kernel.run(*args, config=TritonConfig(64, 4, 3)).shape == args[0].shape
+  if jax.default_backend() == "cpu":  # interpret mode: no shared memory to exceed, it runs
+    assert kernel.run(*args, config=TritonConfig(64, 4, 3)).shape == args[0].shape

@@ -18,10 +18,11 @@ additive kernel, causal_additive_pallas.py) use Triton, named by their `plgpu.Co
   gated / delta-rule families may well be Mosaic GPU (Hopper's wgmma and TMA pay off for
   chunked matrix products), and names itself here.
 
-Shared memory (`estimate`). The Triton compiler allocates, per program:
-  - (num_stages - 1) buffers of every load inside a loop that feeds a `dot` (its software
-    pipeliner prefetches those; loads that feed no dot stay in registers unless the loop asks
-    for stages itself, which `fori_loop` does not), live for the whole loop;
+Shared memory (`estimate`), a model of what the Triton compiler allocates per program (our
+reading of its software pipeliner and layout conversions, not its code):
+  - (num_stages - 1) buffers of every load inside a loop that feeds a `dot` (the pipeliner
+    prefetches those; loads that feed no dot stay in registers unless the loop asks for stages
+    itself, which Pallas' `fori_loop` does not), live for the whole loop;
   - the two operands of a `dot` ([M, K] and [K, N], float32 here, converted through shared
     memory), live around one dot at a time;
   - scratch for cross-warp reductions and layout conversions (small next to the above; taken as
