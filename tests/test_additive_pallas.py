@@ -73,13 +73,15 @@ def assert_relatively_close(got, want, tolerance, name):
 NAMES = ("u", "dq", "dk", "d_alpha_kernel", "d_beta_kernel")
 
 
-@pytest.mark.parametrize("heads,head_dim,tiling", [
-    (2, 8, SMALL_TILES),  # F = 16; several tiles and programs
-    (3, 8, SMALL_TILES),  # F = 24, padded to 32 inside the kernel
-    (2, 8, None),  # the default tiling: one 64-row tile over 37 rows
-], ids=["16_features_small_tiles", "24_features_small_tiles", "default_tiling"])
-def test_pallas_kernel_matches_float64_values_and_gradients(heads, head_dim, tiling):
-  args = inputs(heads, head_dim)
+@pytest.mark.parametrize("heads,head_dim,tiling,length", [
+    (2, 8, SMALL_TILES, 37),  # F = 16; several tiles and programs, the last tile ragged
+    (3, 8, SMALL_TILES, 37),  # F = 24, padded to 32 inside the kernel
+    (2, 8, SMALL_TILES, 48),  # a length that is a multiple of the tile (and of the split)
+    (2, 8, None, 37),  # the default tiling: 32-row tiles, one per program, the second ragged
+], ids=["16_features_small_tiles", "24_features_small_tiles", "length_a_multiple_of_the_tile",
+        "default_tiling"])
+def test_pallas_kernel_matches_float64_values_and_gradients(heads, head_dim, tiling, length):
+  args = inputs(heads, head_dim, length=length)
   cotangent = np.random.default_rng(1).normal(size=args[0].shape)
   want = reference(args, cotangent)
   kernel = lambda *a: additive_pallas.pallas_additive_attention(*a, tiling=tiling)

@@ -38,10 +38,11 @@ def padded_at_the_end(args):
   return q, k, mask, w_alpha, w_beta
 
 
-def test_tpu_kernel_matches_float64_values_and_gradients():
+@pytest.mark.parametrize("length", [37, 48], ids=["ragged_last_tile", "whole_tiles"])
+def test_tpu_kernel_matches_float64_values_and_gradients(length):
   # 3 heads of 8: F = 24 (not a multiple of 128 lanes); 37 rows in 3 tiles of 16, the last one
-  # 11 rows past the end.
-  args = padded_at_the_end(inputs(3, 8))
+  # 11 rows past the end; or 48 rows, 3 whole tiles.
+  args = padded_at_the_end(inputs(3, 8, length=length))
   cotangent = np.random.default_rng(1).normal(size=args[0].shape)
   want = reference(args, cotangent)
   f32 = [jnp.asarray(a) if a.dtype == bool else jnp.asarray(a, jnp.float32) for a in args]

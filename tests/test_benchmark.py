@@ -142,6 +142,10 @@ def test_sweep_writes_a_row_per_point_and_all_outputs(runs):
     markdown = f.read()
   assert "| softmax | 16 | ok |" in markdown and "| additive | 16 | ok |" in markdown
   assert "additive" in stdout and "median ms" in stdout  # the compact table
+  # Additive attention's core bytes by formula (4 passes of [2, 16, 16] float32 and the mask:
+  # the attention mode is a forward), over the point's time; softmax states none.
+  assert float(rows[2]["core_bytes"]) == 4 * 2 * 16 * 16 * 4 + 2 * 2 * 16 * 4
+  assert float(rows[2]["core_tbps"]) > 0 and rows[0]["core_bytes"] == ""
 
 
 def test_mesh_rows_report_memory_per_device_communication_and_ring_blocks(runs):

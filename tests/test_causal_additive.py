@@ -11,7 +11,6 @@ import pytest
 
 from textattn import attention
 from textattn.attention import additive, causal_additive, causal_additive_pallas, common
-from textattn.errors import UsageError
 
 B, L, H, D = 2, 7, 2, 4
 
@@ -221,11 +220,15 @@ def test_pallas_chunked_kernel_matches_float64_definition(spread, dtype, toleran
   assert not np.asarray(got, np.float32)[1, 0].any()
 
 
-def float64_recurrent(q, k, wa, wb, mask):
+def float64_recurrent(q, k, wa, wb, mask, runs=None):
   """The recurrent form as masked [t, i] softmax matrices (call under jax.enable_x64 with float64
-  inputs): differentiable, and independent of chunks, scans and running sums."""
+  inputs): differentiable, and independent of chunks, scans and running sums. `runs`: a
+  position sees only its own run's (segment's)."""
   batch, length, _, head_dim = q.shape
-  visible = (mask[:, None, :] & jnp.tril(jnp.ones((length, length), bool))[None])[..., None]
+  visible = mask[:, None, :] & jnp.tril(jnp.ones((length, length), bool))[None]
+  if runs is not None:
+    visible = visible & (runs[:, :, None] == runs[:, None, :])
+  visible = visible[..., None]
 
   def pool(x, kernel):  # [b, t, h, d]: sum_{i<=t, real} softmax(score(x_i)) x_i
     scores = jnp.einsum("bif,fh->bih", x.reshape(batch, length, -1), kernel) / np.sqrt(head_dim)
@@ -247,12 +250,12 @@ def pallas_vjp(q, k, mask, wa, wb, cotangent):
   return (u,) + pullback(cotangent.astype(u.dtype))
 
 
-def pallas_gradient_inputs(dtype, spread=1.0, seed=6):
+def pallas_gradient_inputs(dtype, spread=1.0, seed=6, length=21):
   """3 heads of 4 (12 features, padded to 16 in the kernel), 21 positions in chunks of
   PALLAS_CHUNK (a ragged last chunk); padding inside example 0, at the end of example 1 and at
   its first position. Values rounded to `dtype`, returned in float64 with a float64 cotangent."""
   rng = np.random.default_rng(seed)
-  batch, length, heads, head_dim = 2, 21, 3, 4
+  batch, heads, head_dim = 2, 3, 4
   q, k, cotangent = (rng.normal(size=(batch, length, heads, head_dim)) for _ in range(3))
   wa, wb = (spread * rng.normal(size=(heads * head_dim, heads)) for _ in range(2))
   mask = np.ones((batch, length), bool)
@@ -285,6 +288,52 @@ def test_pallas_chunked_kernel_gradients_match_float64_definition(dtype, toleran
       assert_relatively_close(jnp.asarray(g, jnp.float32), w, tolerance, f"{spread}: {name}")
 
 
+def test_pallas_chunked_kernel_at_a_length_that_is_a_multiple_of_the_chunk():
+  # Values and gradients against float64 where no chunk is ragged (3 whole chunks), padding
+  # as above.
+  q, k, mask, wa, wb, cotangent = pallas_gradient_inputs(np.float32, length=3 * PALLAS_CHUNK)
+  got = pallas_vjp(*(jnp.asarray(x, jnp.float32) for x in (q, k)), jnp.asarray(mask),
+                   *(jnp.asarray(x, jnp.float32) for x in (wa, wb, cotangent)))
+  with jax.enable_x64(True):
+    u, pullback = jax.vjp(functools.partial(float64_recurrent, mask=jnp.asarray(mask)),
+                          q, k, wa, wb)
+    want = [np.asarray(x) for x in (u,) + pullback(jnp.asarray(cotangent))]
+  for name, g, w in zip(("u", "dq", "dk", "d_alpha_kernel", "d_beta_kernel"), got, want):
+    assert_relatively_close(g, w, 1e-5, name)
+
+
+# Packed documents over 21 positions in chunks of PALLAS_CHUNK: row 0 has a boundary inside the
+# first chunk, a document across the chunks' border, a padding position between documents and
+# a last one across the next border; row 1 one document over every chunk (with the padding of
+# pallas_gradient_inputs).
+PACKED = np.array([[1] * 5 + [2] * 9 + [0] + [3] * 6, [4] * 21])
+
+
+@jax.jit
+def pallas_vjp_with_runs(q, k, mask, wa, wb, cotangent, runs):
+  u, pullback = jax.vjp(lambda *args: pallas(PALLAS_CHUNK)(args[0], args[1], mask, *args[2:],
+                                                             runs), q, k, wa, wb)
+  return (u,) + pullback(cotangent.astype(u.dtype))
+
+
+def test_pallas_chunked_kernel_with_segments_matches_float64_values_and_gradients():
+  q, k, mask, wa, wb, cotangent = pallas_gradient_inputs(np.float32)
+  real, runs = common.segment_runs(jnp.asarray(mask), jnp.asarray(PACKED))
+  got = pallas_vjp_with_runs(*(jnp.asarray(x, jnp.float32) for x in (q, k)), real,
+                             *(jnp.asarray(x, jnp.float32) for x in (wa, wb, cotangent)), runs)
+  with jax.enable_x64(True):
+    u, pullback = jax.vjp(functools.partial(float64_recurrent, mask=real, runs=runs),
+                          q, k, wa, wb)
+    want = [np.asarray(x) for x in (u,) + pullback(jnp.asarray(cotangent))]
+  for name, g, w in zip(("u", "dq", "dk", "d_alpha_kernel", "d_beta_kernel"), got, want):
+    assert_relatively_close(g, w, 1e-5, name)
+  # A document's first position sees only itself: not the one before it across the boundary.
+  u0 = np.asarray(got[0])[0]
+  assert not np.allclose(u0[5], np.asarray(pallas(PALLAS_CHUNK)(
+      *(jnp.asarray(x, jnp.float32) for x in (q, k)), real, *(jnp.asarray(x, jnp.float32)
+                                                               for x in (wa, wb))))[0, 5])
+
+
 def test_pallas_chunked_kernel_gradient_path_is_causal():
   # d(u_s)/d(q_t, k_t) = 0 for every t > s: with a cotangent on the rows <= s only, the
   # backward kernel's dq and dk are exactly 0 after s (inside a chunk, at its end, at the next
@@ -308,7 +357,9 @@ SEGMENTED_KERNELS = {
     "direct": ("direct", causal_additive.direct_causal_additive),
     "scan": ("recurrent", causal_additive.recurrent_causal_additive),
     "chunked": ("recurrent", functools.partial(causal_additive.chunked_recurrent_causal_additive,
-                                               chunk_size=4))}
+                                               chunk_size=4)),
+    # (chunks of 4 in interpret mode; a GPU's Triton dot needs 16)
+    "pallas": ("recurrent", pallas(4 if jax.default_backend() == "cpu" else PALLAS_CHUNK))}
 
 
 @pytest.mark.parametrize("kernel", SEGMENTED_KERNELS)
@@ -343,9 +394,12 @@ def test_segments_pool_only_their_own_earlier_positions_as_each_document_alone(k
       assert_relatively_close(a, b, 1e-5, name)
 
 
-def test_pallas_refuses_segments_and_auto_uses_the_chunked_form():
-  module = attention.get("causal_additive_recurrent").build(num_heads=H, implementation="pallas")
+def test_the_pallas_module_takes_segments_as_the_chunked_form_does():
   x, mask = jax.random.normal(jax.random.key(0), (B, L, H * D)), jnp.ones((B, L), bool)
-  params = module.init(jax.random.key(1), x, mask)
-  with pytest.raises(UsageError, match=r"^config.model.attention_impl='pallas' takes no segment"):
-    module.apply(params, x, mask, segment_ids=jnp.asarray(SEGMENTS))
+  modules = {impl: attention.get("causal_additive_recurrent").build(num_heads=H,
+                                                                     implementation=impl)
+             for impl in ("pallas", "chunked")}
+  params = modules["chunked"].init(jax.random.key(1), x, mask)
+  outputs = {impl: np.asarray(m.apply(params, x, mask, segment_ids=jnp.asarray(SEGMENTS)))
+             for impl, m in modules.items()}
+  assert_relatively_close(outputs["pallas"], outputs["chunked"], 1e-5)

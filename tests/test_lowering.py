@@ -12,12 +12,15 @@ cuDNN present ("cuDNN is not detected"), so its path has no test here; its numer
 
 from __future__ import annotations
 
+import functools
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
 
 from textattn import defaults, models, optim, train_state
-from textattn.attention import common, lowering, pallas_allowlist
+from textattn.attention import common, lowering, pallas_allowlist, pallas_gpu
 from textattn.models import bert
 from textattn.tasks import translation
 from textattn.tasks.classification import step
@@ -27,13 +30,28 @@ CUDA, TPU = "cuda", "tpu"
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", sorted(lowering.KERNELS))
-def test_each_kernel_lowers_forward_and_backward_to_its_platforms_kernel_calls(name, dtype):
-  # Odd head size (5), 15 features, length 100 over 32-row tiles (a ragged last tile), padding.
+def test_each_kernels_default_configuration_lowers_forward_and_backward_to_its_kernel_calls(
+    name, dtype):
+  # Each kernel as "auto" or a model would call it (no tiling given: its default configuration
+  # for the platform). Odd head size (5), 15 features, length 100 (ragged last tiles), padding.
   # On b532f66 the fused additive kernel's CUDA export failed here: Mosaic GPU (jax's default
   # Pallas lowering for CUDA) refused it; its Triton compiler parameters fix that.
   calls = lowering.check_kernel(name, jnp.dtype(dtype))
-  _, _, call, expected = lowering.KERNELS[name]
-  assert calls == {call: expected}
+  kernel = lowering.KERNELS[name]
+  assert calls == {kernel.call: kernel.calls}
+  assert kernel.backend == {TPU: "mosaic"}.get(kernel.platform, pallas_gpu.BACKENDS.get(name))
+
+
+def test_a_configuration_reaches_the_triton_call():
+  # The warps and stages of a TritonConfig are the Triton call's (each call's backend_config),
+  # not a module-wide setting.
+  kernel = lowering.KERNELS["causal_additive_recurrent_pallas"]
+  config = pallas_gpu.TritonConfig(16, num_warps=8, num_stages=2)
+  run = functools.partial(kernel.run, config=config)
+  text = lowering.export(lowering.forward_backward(run), kernel.inputs(jnp.float32),
+                         CUDA).mlir_module()
+  assert re.findall(r"num_warps = (\d+)", text) == ["8", "8"]
+  assert re.findall(r"num_stages = (\d+)", text) == ["2", "2"]
 
 
 def test_a_kernel_traced_in_interpret_mode_is_caught_as_a_fallback():
@@ -168,6 +186,23 @@ def test_the_language_models_train_step_lowers_with_each_causal_form(attention, 
     model = lm_model.build(config, 258)
   batch = {"inputs": _tokens(4, 41)}
   assert not _train_step_calls(model, lm_step.train_step, batch, 40, platform)
+
+
+def test_the_language_models_train_step_lowers_with_the_pallas_chunked_kernel_and_segments():
+  """Packed rows with segment ids in bfloat16 through the Pallas chunked kernel: its forward and
+  backward Triton calls (one layer)."""
+  from textattn.tasks.language_model import config as lm_config
+  from textattn.tasks.language_model import model as lm_model
+  from textattn.tasks.language_model import step as lm_step
+  config = lm_config.defaults()
+  m = config.model
+  m.attention, m.attention_impl, m.dtype = "causal_additive_recurrent", "pallas", "bfloat16"
+  m.embed_dim, m.num_heads, m.ffn_dim, m.num_layers = 32, 2, 32, 1
+  config.max_len = 40
+  with common.traced_for(CUDA):
+    model = lm_model.build(config, 258)
+  calls = _train_step_calls(model, lm_step.train_step, {"inputs": _tokens(4, 41)}, 40, CUDA)
+  assert calls == {lowering.TRITON_CALL: 2}, calls
 
 
 def test_a_pretrained_encoders_train_step_lowers_with_the_pallas_kernel():

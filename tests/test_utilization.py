@@ -44,3 +44,22 @@ def test_known_peaks_and_derived_percentages():
 
 def test_the_cpu_peak_is_measured_and_positive():
   assert 0 < utilization.measured_cpu_peak(size=128, repeats=2) < 100  # TFLOP/s
+
+
+def test_the_additive_cores_bytes_follow_the_stated_formula():
+  # 4 passes of [B, L, F] forward (read q twice and k once, write u), 7 more backward, and the
+  # int32 mask read by each pooling kernel: ~370 MB at [4, 16384, 4 x 64] in bfloat16 (issue 85).
+  core = attention.get("additive").core_bytes
+  b, l, h, d = 4, 16384, 4, 64
+  forward = utilization.core_bytes(core, "attention", b, l, h, d, 2)
+  both = utilization.core_bytes(core, "attention+backward", b, l, h, d, 2)
+  assert forward == 4 * b * l * h * d * 2 + 2 * b * l * 4
+  assert both == 11 * b * l * h * d * 2 + 4 * b * l * 4 == 370_147_328
+  assert utilization.core_bytes(core, "train_step", b, l, h, d, 2) is None
+  assert utilization.core_bytes(attention.get("softmax").core_bytes, "attention", b, l, h, d,
+                                2) is None
+  out = utilization.derived({"median_ms": 0.1}, attention_flop_count=None, bytes_accessed=None,
+                            model_flops=None, peak_tflops=None, peak_tbps=4.8,
+                            formula_bytes=both)
+  assert out["core_tbps"] == pytest.approx(3.70147328)
+  assert out["pct_core_bandwidth"] == pytest.approx(100 * 3.70147328 / 4.8)

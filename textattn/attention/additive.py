@@ -282,6 +282,8 @@ registry.register(registry.Variant(
     check=check,
     kernels=(("xla", "linear (XLA)"), ("native", "native"), ("pallas", "pallas"),
              ("pallas_tpu", "pallas")),
+    core_bytes=lambda batch, length, heads, head_dim, itemsize, backward: (
+        additive_pallas.core_bytes(batch, length, heads * head_dim, itemsize, backward)),
     description="Fastformer additive attention, linear in length (arXiv 2108.09084)"))
 
 

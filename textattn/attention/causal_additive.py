@@ -331,24 +331,18 @@ class CausalAdditiveAttention(nn.Module):
           self.variable("cache", "mask", jnp.zeros, (batch, length), bool)
           self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
       if segment_ids is None:
-        u = self._kernel(False)(query, key, padding_mask, alpha_kernel, beta_kernel)
+        u = self._kernel()(query, key, padding_mask, alpha_kernel, beta_kernel)
       else:
         real, runs = common.segment_runs(padding_mask, segment_ids)
-        u = self._kernel(True)(query, key, real, alpha_kernel, beta_kernel, runs)
+        u = self._kernel()(query, key, real, alpha_kernel, beta_kernel, runs)
     return fastformer_output(u, query, self.dtype)
 
-  def _kernel(self, segments: bool):
-    """The whole-sequence kernel; decoding steps are the same for every implementation. The
-    Pallas kernel takes no segments: 'auto' then uses the chunked XLA form, 'pallas' refuses."""
+  def _kernel(self):
+    """The whole-sequence kernel (each takes segments: runs as a sixth argument); decoding steps
+    are the same for every implementation."""
     if self.form == "direct":
       return direct_causal_additive
-    implementation = resolve(self.implementation, form=self.form)
-    if segments and implementation == "pallas":
-      if self.implementation != "auto":
-        raise UsageError("config.model.attention_impl='pallas' takes no segment ids (packed "
-                         "documents); use 'auto', 'xla' or 'chunked'.")
-      implementation = "chunked"
-    return RECURRENT_KERNELS[implementation]
+    return RECURRENT_KERNELS[resolve(self.implementation, form=self.form)]
 
   def _decode_step(self, query, key, padding_mask, alpha_kernel, beta_kernel):
     cache = self.variable("cache", "state")

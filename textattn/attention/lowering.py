@@ -7,10 +7,15 @@ cannot lower at all fails here in seconds, on a CPU, rather than on a lent GPU. 
 does not prove: that the GPU/TPU compiler accepts the lowered kernel, its numerics, its speed.
 
   python -m textattn.attention.lowering            # every GPU and TPU kernel, forward+backward
+  python -m textattn.attention.lowering --configs --shape 4,16384,4,64 --dtypes bfloat16
+                                                   # every autotune configuration at 16K
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import functools
 import re
 import sys
 from collections import Counter
@@ -19,7 +24,15 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from textattn.attention import additive_pallas, additive_tpu, causal_additive_pallas, common
+from textattn.attention import (
+    additive,
+    additive_pallas,
+    additive_tpu,
+    causal_additive,
+    causal_additive_pallas,
+    common,
+    pallas_gpu,
+)
 
 # The custom-call targets a Pallas kernel lowers to, by lowering.
 TRITON_CALL = "__gpu$xla.gpu.triton"
@@ -51,74 +64,145 @@ def kernel_calls(exported: jax.export.Exported) -> Counter:
   return Counter({k: v for k, v in custom_calls(exported).items() if k in _ALLOWED})
 
 
-# The GPU and TPU kernels, each a function of (q, k, mask, alpha_kernel, beta_kernel), forward
-# and backward, and how many kernel calls a forward+backward holds.
-def _gpu_fused(q, k, mask, a, b):
-  # 32-row tiles over a length that is no multiple of them: a ragged last tile.
-  return additive_pallas.pallas_additive_attention(
-      q, k, mask, a, b, tiling=additive_pallas.Tiling(32, 2, interpret=False))
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+  """One accelerator kernel, as the lowering check, tests/test_lowering.py and the GPU script
+  (experiments/gpu/kernels.py: numerics, bandwidth, autotune) see it. A new kernel family (the
+  chunked gated and delta-rule kernels to come) is one entry in KERNELS.
+
+  run(*inputs, config=None) -> output: the kernel (config None: its default for the platform);
+  reference(*inputs) -> output: the XLA function of the same maths, which it must match and
+  beat; inputs(dtype, batch, length, heads, head_dim) -> the arguments (random, padded);
+  argnums: the differentiable ones; platform: "cuda" or "tpu"; call: its custom-call target,
+  `calls` of them in a forward+backward; backend: pallas_gpu.TRITON / MOSAIC_GPU, or "mosaic"
+  (TPU); configs: what an autotune tries, the default first; shared_memory(config, features,
+  itemsize, heads) -> bytes per program (Triton kernels); core_bytes(batch, length, features,
+  itemsize) -> bytes a forward+backward must move, by formula (a bandwidth figure's numerator).
+  """
+  run: Callable
+  reference: Callable
+  inputs: Callable
+  argnums: tuple[int, ...]
+  platform: str
+  call: str
+  calls: int
+  backend: str
+  configs: tuple = ()
+  shared_memory: Callable | None = None
+  core_bytes: Callable | None = None
 
 
-def _gpu_chunked(q, k, mask, a, b):
-  return causal_additive_pallas.pallas_recurrent_causal_additive(q, k, mask, a, b, chunk_size=32)
-
-
-def _tpu_fused(q, k, mask, a, b):
-  return additive_tpu.tpu_additive_attention(q, k, mask, a, b,
-                                             tiling=additive_tpu.Tiling(32, False))
-
-
-# name: (function, platform, kernel call, calls in forward+backward)
-KERNELS = {
-    "additive_pallas": (_gpu_fused, "cuda", TRITON_CALL, 3 + 3),
-    "causal_additive_recurrent_pallas": (_gpu_chunked, "cuda", TRITON_CALL, 1 + 1),
-    "additive_pallas_tpu": (_tpu_fused, "tpu", TPU_CALL, 3 + 3),
-}
-
-
-def kernel_inputs(dtype, batch: int = 2, length: int = 100, heads: int = 3, head_dim: int = 5):
-  """An awkward shape: odd head size, features (15) no power of two, a ragged last tile, and
-  padding (the second example's last 37 positions)."""
+def additive_inputs(dtype, batch: int = 2, length: int = 100, heads: int = 3, head_dim: int = 5):
+  """q, k [batch, length, heads, head_dim], a mask, both scoring kernels (float32). Default: an
+  awkward shape: odd head size, features (15) no power of two, ragged last tiles, and padding
+  (the last example's last 37% of positions)."""
   keys = jax.random.split(jax.random.key(0), 4)
   q = jax.random.normal(keys[0], (batch, length, heads, head_dim), dtype)
   k = jax.random.normal(keys[1], (batch, length, heads, head_dim), dtype)
-  mask = jnp.ones((batch, length), bool).at[-1, length - 37:].set(False)
-  a = jax.random.normal(keys[2], (heads * head_dim, heads), jnp.float32)
-  b = jax.random.normal(keys[3], (heads * head_dim, heads), jnp.float32)
+  mask = jnp.ones((batch, length), bool).at[-1, length - (length * 37) // 100:].set(False)
+  a = 0.1 * jax.random.normal(keys[2], (heads * head_dim, heads), jnp.float32)
+  b = 0.1 * jax.random.normal(keys[3], (heads * head_dim, heads), jnp.float32)
   return q, k, mask, a, b
 
 
-def forward_backward(kernel: Callable) -> Callable:
+kernel_inputs = additive_inputs
+
+
+def _fused(q, k, mask, a, b, config=None):
+  tiling = None
+  if config is not None:
+    batch, length = q.shape[:2]
+    tiling = additive_pallas.default_tiling(batch, length, common.backend() == "cpu",
+                                            q.shape[2] * q.shape[3], config)
+  return additive_pallas.pallas_additive_attention(q, k, mask, a, b, tiling=tiling)
+
+
+def _chunked(q, k, mask, a, b, config=None):
+  return causal_additive_pallas.pallas_recurrent_causal_additive(q, k, mask, a, b, config=config)
+
+
+def _tpu_fused(q, k, mask, a, b, config=None):
+  del config
+  return additive_tpu.tpu_additive_attention(q, k, mask, a, b)
+
+
+def _additive_bytes(batch, length, features, itemsize):
+  return additive_pallas.core_bytes(batch, length, features, itemsize)
+
+
+def _causal_shared_memory(config, features, itemsize, heads):
+  return max(causal_additive_pallas.shared_memory_bytes(config, features, itemsize,
+                                                        heads).values())
+
+
+def _fused_shared_memory(config, features, itemsize, heads):
+  del heads
+  return additive_pallas.shared_memory_bytes(config, features, itemsize)
+
+
+_ADDITIVE = dict(inputs=additive_inputs, argnums=(0, 1, 3, 4))
+KERNELS = {
+    "additive_pallas": Kernel(
+        _fused, additive.additive_attention, platform="cuda", call=TRITON_CALL, calls=3 + 3,
+        backend=pallas_gpu.BACKENDS["additive_pallas"], configs=additive_pallas.CONFIGS,
+        shared_memory=_fused_shared_memory, core_bytes=_additive_bytes, **_ADDITIVE),
+    "causal_additive_recurrent_pallas": Kernel(
+        _chunked, causal_additive.recurrent_causal_additive, platform="cuda", call=TRITON_CALL,
+        calls=1 + 1, backend=pallas_gpu.BACKENDS["causal_additive_recurrent_pallas"],
+        configs=causal_additive_pallas.CONFIGS, shared_memory=_causal_shared_memory,
+        **_ADDITIVE),
+    "additive_pallas_tpu": Kernel(
+        _tpu_fused, additive.additive_attention, platform="tpu", call=TPU_CALL, calls=3 + 3,
+        backend="mosaic", core_bytes=_additive_bytes, **_ADDITIVE),
+}
+
+
+def forward_backward(kernel: Callable, argnums: tuple[int, ...] = (0, 1, 3, 4)) -> Callable:
   """Loss and gradients of a kernel, as a training step would take them."""
-  def loss(q, k, mask, a, b):
-    return jnp.sum(kernel(q, k, mask, a, b).astype(jnp.float32) ** 2)
-  return jax.value_and_grad(loss, argnums=(0, 1, 3, 4))
+  def loss(*args):
+    return jnp.sum(kernel(*args).astype(jnp.float32) ** 2)
+  return jax.value_and_grad(loss, argnums=argnums)
 
 
-def check_kernel(name: str, dtype) -> Counter:
-  """Exports kernel `name` forward+backward for its platform; its kernel calls, or ValueError
-  when the module holds none of the expected call (a silent fallback to XLA) or another kind."""
-  fn, platform, call, expected = KERNELS[name]
-  calls = kernel_calls(export(forward_backward(fn), kernel_inputs(dtype), platform))
-  if set(calls) != {call} or (expected is not None and calls[call] != expected):
-    raise ValueError(f"{name} ({jnp.dtype(dtype).name}) exported for {platform} holds kernel "
-                     f"calls {dict(calls)}, not {expected or 'some'} x {call}.")
+def check_kernel(name: str, dtype, config=None, shape: Sequence[int] | None = None) -> Counter:
+  """Exports kernel `name` forward+backward for its platform (its default configuration, or
+  `config`; at `shape` = (batch, length, heads, head_dim), as abstract arrays, or at the awkward
+  default shape); its kernel calls, or ValueError when the module holds none of the expected
+  call (a silent fallback to XLA) or another kind."""
+  kernel = KERNELS[name]
+  args = (kernel.inputs(dtype) if shape is None
+          else jax.eval_shape(lambda: kernel.inputs(dtype, *shape)))
+  run = functools.partial(kernel.run, config=config)
+  calls = kernel_calls(export(forward_backward(run, kernel.argnums), args, kernel.platform))
+  if set(calls) != {kernel.call} or calls[kernel.call] != kernel.calls:
+    raise ValueError(f"{name} ({jnp.dtype(dtype).name}) exported for {kernel.platform} holds "
+                     f"kernel calls {dict(calls)}, not {kernel.calls} x {kernel.call}.")
   return calls
 
 
 def main(argv: Sequence[str] = ()) -> int:
-  del argv
-  print(f"jax {jax.__version__}: exporting each kernel's forward+backward (lowering only)")
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--configs", action="store_true",
+                      help="every autotune configuration of each GPU kernel, not its default")
+  parser.add_argument("--shape", default=None,
+                      help="batch,length,heads,head_dim to lower at (default: a small awkward one)")
+  parser.add_argument("--dtypes", default="float32,bfloat16")
+  args = parser.parse_args(list(argv))
+  shape = tuple(int(n) for n in args.shape.split(",")) if args.shape else None
+  print(f"jax {jax.__version__}: exporting each kernel's forward+backward (lowering only)"
+        + (f" at {shape}" if shape else ""))
   failed = 0
-  for name in KERNELS:
-    for dtype in (jnp.float32, jnp.bfloat16):
-      try:
-        calls = check_kernel(name, dtype)
-        print(f"ok     {name:34s} {jnp.dtype(dtype).name:9s} {dict(calls)}")
-      except Exception as error:  # noqa: BLE001 -- every failure is reported, then exit 1
-        failed += 1
-        print(f"FAILED {name:34s} {jnp.dtype(dtype).name:9s} {type(error).__name__}: "
-              f"{str(error).splitlines()[0][:300]}")
+  for name, kernel in KERNELS.items():
+    configs = kernel.configs if args.configs and kernel.configs else (None,)
+    for config in configs:
+      for dtype in args.dtypes.split(","):
+        label = f"{name:34s} {dtype:9s}" + (f" {config.label()}" if config else " default")
+        try:
+          calls = check_kernel(name, jnp.dtype(dtype), config, shape)
+          print(f"ok     {label} [{kernel.backend}] {dict(calls)}")
+        except Exception as error:  # noqa: BLE001 -- every failure is reported, then exit 1
+          failed += 1
+          print(f"FAILED {label} {type(error).__name__}: {str(error).splitlines()[0][:300]}")
   return 1 if failed else 0
 
 

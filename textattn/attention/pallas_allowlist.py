@@ -8,7 +8,8 @@ therefore picks a Pallas kernel only on a (device kind, JAX version) listed belo
 keeps the XLA kernel and says why once. An entry is added by a run on that platform, in the same
 commit as its RESULTS section: the kernel's tests passed there (`pytest
 tests/test_additive_pallas.py tests/test_causal_additive.py` with JAX_PLATFORMS unset) and it
-was timed faster than XLA (experiments/gpu/accelerators.sh, part 3).
+was timed faster than XLA (experiments/gpu/accelerators.sh, parts "bandwidth" and "tune"),
+with the configuration it was timed at first in its kernel's CONFIGS (the default).
 
 Entry: {"device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
         "variants": ("additive", ...), "results": "experiments/RESULTS.md section N",

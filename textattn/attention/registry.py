@@ -36,9 +36,10 @@ class Variant:
   keeps working); `check(implementation, embed_dim,
   num_heads, dtype)` raises ValueError naming the bad field. `reference` is the implementation
   the benchmark's --check_against_reference compares the others with. `causal`: each position
-  sees only itself and earlier positions. `forward_flops` and `kernels` label benchmark rows
-  (textattn/benchmark/utilization.py). `segment_ids`: the module also accepts `segment_ids`
-  (int32 [batch, length], 0 = padding): a position attends only to positions of its own segment.
+  sees only itself and earlier positions. `forward_flops`, `core_bytes` and `kernels` label
+  benchmark rows (textattn/benchmark/utilization.py). `segment_ids`: the module also accepts
+  `segment_ids` (int32 [batch, length], 0 = padding): a position attends only to positions of
+  its own segment.
   `rotary`: build also takes `rotary=True`, and the module then turns its queries and keys by
   their position (rotary.apply_rotary; the cache's running index when decoding), so q_i . k_j
   depends on i - j only (what a model's config.model.position = "rotary" builds): 0 .. length - 1
@@ -63,6 +64,10 @@ class Variant:
   # per implementation ("naive", "flash", "native", ...).
   forward_flops: Callable[[int, int, int, int], float] | None = None
   kernels: tuple[tuple[str, str], ...] = ()
+  # core_bytes(batch, length, heads, head_dim, itemsize, backward) -> bytes one layer's
+  # attention core must move by formula, forward (and backward): a linear-time variant's
+  # bandwidth figure (None: not counted).
+  core_bytes: Callable[[int, int, int, int, int, bool], float] | None = None
   # Sequence parallelism: shard(mesh=, **build's keywords) returns a module with build's
   # parameters whose core runs split over the mesh's "sequence" axis (None: it cannot be split;
   # textattn/attention/sequence.py declares the built-ins' with `declare_shard`).

@@ -131,10 +131,13 @@ def _utilization(spec: dict, config, args, device, result: dict) -> dict:
     model_flops = spec["batch_size"] * spec["seq_len"] * utilization.model_flops_per_token(
         parameters, m.num_layers, spec["seq_len"], m.embed_dim, factor)
   peak_tflops, peak_tbps = peak(device, m.dtype, len(jax.tree.leaves(args)[0].sharding.device_set))
+  formula_bytes = utilization.core_bytes(variant.core_bytes, spec["mode"], spec["batch_size"],
+                                         spec["seq_len"], heads, head_dim,
+                                         np.dtype(models.DTYPES[m.dtype]).itemsize)
   fields.update(utilization.derived(result, attention_flop_count=flop_count,
                                     bytes_accessed=result.get("bytes_accessed"),
                                     model_flops=model_flops, peak_tflops=peak_tflops,
-                                    peak_tbps=peak_tbps))
+                                    peak_tbps=peak_tbps, formula_bytes=formula_bytes))
   return fields
 
 

@@ -15,7 +15,8 @@ COLUMNS = ("variant", "attention", "implementation", "seq_len", "batch_size", "m
            "argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "rss_peak_bytes",
            "flops", "max_abs_diff", "warmup", "repeats", "lengths", "platform", "load_1m",
            "kernel", "attention_tflops", "model_tflops", "mfu_pct", "peak_tflops", "pct_of_peak",
-           "bytes_accessed", "achieved_tbps", "peak_tbps", "pct_of_bandwidth", "mesh",
+           "bytes_accessed", "achieved_tbps", "peak_tbps", "pct_of_bandwidth", "core_bytes",
+           "core_tbps", "pct_core_bandwidth", "mesh",
            "comm_layer_bytes", "comm_formula_bytes", "comm_step_bytes", "ring_blocks", "message")
 OUTPUTS = ("results.csv", "results.md", "time_vs_length.png", "memory_vs_length.png")
 
@@ -140,14 +141,16 @@ def write_markdown(rows: Sequence[dict], path: str, command: str, sweep_settings
         f"| {_format(row['max_abs_diff'], 'diff')} | {row.get('load_1m', '')} | {message} |")
   lines += ["", "## Utilisation (formulas: textattn/benchmark/utilization.py)", "",
             ("| variant | L | kernel | attention TFLOP/s | % of peak | TB/s moved | % of bandwidth "
-             "| model TFLOP/s | MFU % | peak TFLOP/s |"),
-            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| core TB/s (formula) | % of bandwidth (formula) | model TFLOP/s | MFU % "
+             "| peak TFLOP/s |"),
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for row in rows:
     if row["status"] == "ok":
       lines.append(f"| {row['variant']} | {row['seq_len']} | {row.get('kernel', '')} | "
                    + " | ".join(_number_text(row.get(k)) for k in (
                        "attention_tflops", "pct_of_peak", "achieved_tbps", "pct_of_bandwidth",
-                       "model_tflops", "mfu_pct", "peak_tflops")) + " |")
+                       "core_tbps", "pct_core_bandwidth", "model_tflops", "mfu_pct",
+                       "peak_tflops")) + " |")
   lines += _mesh_lines(rows)
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")

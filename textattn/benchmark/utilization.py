@@ -7,7 +7,12 @@ Formulas (stated, not measured):
     (the backward is 2.5x the forward: FlashAttention-2's accounting). From the variant's
     registry entry (`Variant.forward_flops`); linear-time variants have none and are judged by
     bandwidth instead.
-  bytes moved: XLA's cost_analysis()["bytes accessed"] of the compiled function.
+  bytes moved: XLA's cost_analysis()["bytes accessed"] of the compiled function (which does not
+    see inside a Pallas call); and, for a variant that states it (`Variant.core_bytes`, e.g.
+    additive attention's 4 passes of [B, L, F] forward and 7 backward), the bytes its attention
+    core must move by formula, over the point's time: the same numerator for every kernel of
+    the variant. In the attention modes the time includes the layer's projections, so the
+    core's own rate is higher (experiments/gpu/kernels.py times the core alone).
   model FLOPs per token of a train step (PaLM, Chowdhery et al. 2022, appendix B):
     6 * N + 12 * layers * L * width (N = parameters outside the embedding tables, which are
     looked up rather than multiplied); the attention term is halved when causal and left out
@@ -50,6 +55,16 @@ def model_flops_per_token(parameters: int, layers: int, length: int, width: int,
   return 6.0 * parameters + 12.0 * layers * length * width * attention_factor
 
 
+def core_bytes(variant_core_bytes, mode: str, batch: int, length: int, heads: int,
+               head_dim: int, itemsize: int) -> float | None:
+  """Bytes the attention core moves in one call of `mode` by the variant's formula, or None (no
+  formula, or not an attention-only mode)."""
+  if variant_core_bytes is None or mode not in ("attention", "attention+backward"):
+    return None
+  return float(variant_core_bytes(batch, length, heads, head_dim, itemsize,
+                                  mode.endswith("backward")))
+
+
 def device_peak(device_kind: str, dtype: str) -> tuple[float | None, float | None]:
   """(peak TFLOP/s for the dtype, peak memory TB/s) of a known accelerator, else (None, None)."""
   for name, (bf16, fp32, bandwidth) in PEAKS.items():
@@ -76,7 +91,7 @@ def measured_cpu_peak(size: int = 1024, repeats: int = 5) -> float:
 
 def derived(result: dict, *, attention_flop_count: float | None, bytes_accessed: float | None,
             model_flops: float | None, peak_tflops: float | None,
-            peak_tbps: float | None) -> dict:
+            peak_tbps: float | None, formula_bytes: float | None = None) -> dict:
   """The utilisation columns of a timed point (median step time in result["median_ms"])."""
   seconds = result["median_ms"] / 1e3
   out = {"peak_tflops": peak_tflops, "peak_tbps": peak_tbps}
@@ -89,6 +104,11 @@ def derived(result: dict, *, attention_flop_count: float | None, bytes_accessed:
     out["achieved_tbps"] = bytes_accessed / seconds / 1e12
     if peak_tbps:
       out["pct_of_bandwidth"] = 100.0 * out["achieved_tbps"] / peak_tbps
+  if formula_bytes:
+    out["core_bytes"] = formula_bytes
+    out["core_tbps"] = formula_bytes / seconds / 1e12
+    if peak_tbps:
+      out["pct_core_bandwidth"] = 100.0 * out["core_tbps"] / peak_tbps
   if model_flops:
     out["model_tflops"] = model_flops / seconds / 1e12
     if peak_tflops:
