@@ -93,6 +93,15 @@ def memory_bytes(core: str, form: str, length: int) -> int:
              + analysis.output_size_in_bytes)
 
 
+def cpu_name() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    return f"{names[0]}, {len(names)} cores" if names else platform.machine()
+  except OSError:
+    return platform.machine()
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--length", type=int, default=4096)
@@ -115,7 +124,7 @@ def main() -> None:
     row["memory_vs_causal_linear"] = round(row["chunked_memory_mib"] / reference, 2)
   result = {"rows": rows, "causal_linear_chunked_memory_mib": round(reference, 1),
             "memory_length": args.memory_length, "batch": B, "heads": H, "head_dim": D,
-            "cpu": platform.processor() or platform.machine(), "jax": jax.__version__,
+            "cpu": cpu_name(), "jax": jax.__version__,
             "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                                      capture_output=True, text=True).stdout.strip(),
             "date": datetime.date.today().isoformat()}
