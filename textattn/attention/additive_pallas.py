@@ -1,41 +1,28 @@
 """Fastformer additive attention as Pallas kernels (Triton), forward and backward, written for
 memory bandwidth.
 
-`pallas_additive_attention` is the same function as `additive.additive_attention` (tests check
-values and gradients against float64 in Pallas interpret mode): implementation "pallas" of the
-"additive" variant. Lowered through Triton (pallas_gpu.py says why not Mosaic GPU), with the
-generic Pallas ops (masked `load`/`store` of [rows, features] tiles, `jnp` element-wise maths and
-reductions, `fori_loop`), which also run in interpret mode on a CPU (`interpret=None` means: on
-a CPU). Not for TPUs: their Mosaic lowering has no masked loads; `additive_tpu` is the same
-algorithm in Mosaic's BlockSpec style (implementation "pallas_tpu").
+`pallas_additive_attention` is `additive.additive_attention` (values and gradients checked
+against float64 in Pallas interpret mode): implementation "pallas" of "additive", lowered through
+Triton (pallas_gpu.py says why not Mosaic GPU) with generic Pallas ops, which also run in
+interpret mode on a CPU (`interpret=None`: on a CPU). Not for TPUs (Mosaic has no masked loads):
+`additive_tpu` is the same algorithm in Mosaic's BlockSpec style ("pallas_tpu").
 
-Layout: q, k, u are [batch, length, F] with F = heads * head_dim (each head's score reads every
-feature, so a tile holds whole rows); F is padded in the kernel to a power of two, as Triton's
-tensors must be, by masked loads (no feature mask at all where F is one). Tiles are loaded in
-the activations' dtype (bfloat16 moves half float32's bytes) and every score, softmax sum and
-accumulation is float32.
+Layout: q, k, u [batch, length, F], F = heads * head_dim (a head's score reads all its features,
+so a tile holds whole rows), padded in the kernel to a power of two by masked loads. Tiles load
+in the activations' dtype; scores, softmax sums and accumulations are float32. The core is
+memory-bound, so each kernel streams its inputs once, in row tiles, over a (batch, split) grid of
+about `PROGRAMS` programs (every SM's loads in flight at batch 4); per-split partial sums
+([heads] softmax statistics, [F] sums) are combined in XLA (a few percent of a pass). Softmax
+statistics are per head (the earlier kernels replicated them per feature: 64x the exps).
 
-The core is memory-bound: its arithmetic is a few operations per element it reads. So each
-kernel streams its inputs once, in row tiles, from many programs: a (batch, split) grid whose
-splits (a few tiles each) give about `PROGRAMS` programs in all, enough to keep every SM's
-loads in flight at batch 4; partial sums per split ([heads] softmax statistics, [F] sums) are
-combined in XLA (O(batch * splits * F), a few percent of a pass). Softmax statistics live in
-head space (one score, max and exp per row and head; the earlier kernels computed them
-replicated over each head's features, 64x the exps at head_dim 64, and ran 128 programs).
-
-Forward, three kernels (a pass each, which the maths needs: g_q pools all of q before any
-beta score exists, and u = q * g_k needs all of k):
-  1. alpha pooling over q: per split, each head's running max and sum of exp(score - max), and
-     the sum of exp(score - max) * q; combined in XLA into g_q and the alpha log-sum-exp;
-  2. beta pooling over p = k * g_q, giving g_k;
-  3. output: u = q * g_k.
-Backward, three kernels (the sums over splits and the per-head dot products <g, dg>_h of
-[batch, F] vectors are XLA, everything over the length is Pallas):
-  1. dg_k = sum_l du_l * q_l;
-  2. beta backward: recompute p and beta from the saved log-sum-exp; dk, and per-split partial
-     sums of dg_q and d(beta_kernel);
-  3. alpha backward: recompute alpha; dq = du * g_k + alpha * dg_q + score term, and partial
-     sums of d(alpha_kernel).
+Forward, three kernels (a pass each, as the maths needs: g_q pools all of q before any beta
+score exists, u = q * g_k needs all of k): 1. alpha pooling over q (per split, each head's
+running max and sum of exp(score - max), and of exp(score - max) * q; combined in XLA into g_q
+and the alpha log-sum-exp); 2. beta pooling over p = k * g_q, giving g_k; 3. u = q * g_k.
+Backward, three kernels (sums over splits and per-head dot products <g, dg>_h are XLA): 1. dg_k =
+sum_l du_l * q_l; 2. beta backward: recompute p and beta from the saved log-sum-exp; dk, partial
+sums of dg_q and d(beta_kernel); 3. alpha backward: recompute alpha; dq = du * g_k + alpha *
+dg_q + score term, partial sums of d(alpha_kernel).
 Bytes the core moves (`core_bytes`, what a bandwidth figure counts): forward reads q twice and
 k once and writes u, backward reads du and q twice and k once and writes dq and dk: 11 passes
 of B * L * F * itemsize (369 MB at [4, 16384, 256] in bfloat16), plus the padding mask.

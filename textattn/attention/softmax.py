@@ -4,14 +4,12 @@ Kernels (pure functions over projected tensors [batch, length, heads, head_dim];
 adds the look-ahead mask, which is how textattn/attention/causal.py reuses them):
   xla          `softmax_attention`, the reference einsum, float32 logits and softmax.
   dot_product  `jax.nn.dot_product_attention`, its default (XLA) implementation.
-  cudnn        its cuDNN flash attention (NVIDIA GPU, bfloat16/float16; padding as key lengths).
-               Tested against the float64 reference only when the suite runs on a GPU
-               (tests/test_attention.py); no GPU has run it yet.
-  splash       JAX's Pallas TPU splash attention (textattn/attention/splash.py; TPU, any dtype;
-               padding as segment ids). Tested in TPU interpret mode on a CPU; no TPU has run it.
+  cudnn        its cuDNN flash attention (NVIDIA GPU, bfloat16/float16; padding as key lengths;
+               against float64 on an H200, RESULTS §28).
+  splash       JAX's Pallas TPU splash attention (splash.py; TPU, any dtype; padding as segment
+               ids; tested in TPU interpret mode on a CPU, never on a TPU).
   chunked      exact, query-chunked and rematerialised: memory O(length * chunk), not O(length^2).
-  fused        the CPU fast path: batched-matmul layout, mask as one additive bias, hand-written
-               flash-style backward.
+  fused        the CPU fast path: batched matmuls, the mask as one bias, a flash-style backward.
   native       the same maths as two C++ XLA FFI kernels (CPU, one device; built on first use by
                textattn.attention.native).
   auto         on a one-device CPU run where native builds, native where it was measured faster
@@ -395,24 +393,21 @@ class SelfAttention(nn.Module):
   @nn.compact
   def __call__(self, x: Array, padding_mask: Array, decode: bool = False,
                segment_ids: Array | None = None) -> Array:
-    """decode=True (causal only), as Flax's examples/wmt: a first call (`init`) on the whole
-    [batch, max_len] length allocates the "cache" collection (keys, values, their mask, the
-    next position); each later call gives one position [batch, 1, embed] and attends to the
-    cached positions so far and itself. `segment_ids` int32 [batch, length] (packed documents,
-    0 = padding; SEGMENT_KERNELS): a position attends within its own segment only."""
+    """decode=True (causal only), as Flax's examples/wmt: a first call on the whole [batch,
+    max_len] allocates the "cache" (keys, values, their mask, the next position); each later
+    call gives one position [batch, 1, embed], attending to the cached ones and itself.
+    `segment_ids` int32 [batch, length] (0 = padding; SEGMENT_KERNELS): packed documents."""
     embed = x.shape[-1]
     head_dim = self.head_dim or embed // self.num_heads
     dense = functools.partial(DenseGeneral, features=(self.num_heads, head_dim),
                               dtype=self.dtype, kernel_init=dense_init())
-    query = dense(name="query")(x)
-    key = dense(name="key")(x)
-    value = dense(name="value")(x)
+    query, key, value = (dense(name=name)(x) for name in ("query", "key", "value"))
+    stepping = decode and self.has_variable("cache", "keys")
     if self.rotary:  # (decoding: the cache's next position; else 0 .. length - 1)
-      positions = (self.get_variable("cache", "index")[None]
-                   if decode and self.has_variable("cache", "keys") else jnp.arange(x.shape[1]))
+      positions = self.get_variable("cache", "index")[None] if stepping else jnp.arange(x.shape[1])
       query, key = apply_rotary(query, positions), apply_rotary(key, positions)
     self.sow("intermediates", "query_key", (query, key))  # (attention transfer, if mutable)
-    if decode and self.has_variable("cache", "keys"):
+    if stepping:
       out = self._decode_step(query, key, value, padding_mask)
     else:
       if decode:
