@@ -217,7 +217,8 @@ def test_malformed_mesh_specs_are_refused_in_one_sentence(text):
                         "forward+backward; --mode=decode_step runs without one.")),
     ("forward", {"variants": "causal_additive"},
      ("--variants: 'causal_additive' declares no sequence sharding, so it cannot run with --mesh "
-     "sequence:4; allowed: softmax, causal, additive, causal_additive_recurrent.")),
+     "sequence:4; allowed: softmax, causal, additive, causal_additive_recurrent, causal_linear, "
+     "retnet, gla, mamba2, deltanet, gated_deltanet.")),
     ("attention", {"variants": "softmax_chunked"},
      ("--variants: with --mesh sequence:4 each attention runs its sequence-sharded core whatever "
      "the implementation, so name it 'softmax', not 'softmax_chunked'.")),
@@ -234,7 +235,9 @@ def test_meshes_the_benchmark_cannot_run_are_refused_in_one_sentence(mode, given
   assert str(error.value) == message
   # Without --variants a mesh benchmarks the variants that declare sequence sharding.
   settings = plan.resolve_settings(defaults.complete(defaults.classification()), "forward", {}, mesh=(1, 2))
-  assert settings["variants"] == ["softmax", "causal", "additive", "causal_additive_recurrent"]
+  assert settings["variants"] == ["softmax", "causal", "additive", "causal_additive_recurrent",
+                                  "causal_linear", "retnet", "gla", "mamba2", "deltanet",
+                                  "gated_deltanet"]
 
 
 def test_failed_points_are_recorded_and_the_sweep_goes_on(runs):
