@@ -216,7 +216,7 @@ def main() -> None:
                       help="auto: width 256 for softmax and the two best recurrent families")
   parser.add_argument("--quadratic", default=",".join(QUADRATIC),
                       help="families that are not recurrent (never among the two best)")
-  parser.add_argument("--lrs", default="3e-4,1e-3,3e-3")
+  parser.add_argument("--lrs", default="1e-3,3e-3,1e-2")
   parser.add_argument("--seeds", default="0")
   parser.add_argument("--steps", type=int, default=2000)
   parser.add_argument("--only", default="", help="FAMILY[:WIDTH[:LR]],... : a subset")
