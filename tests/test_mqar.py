@@ -63,17 +63,20 @@ def test_query_gaps_follow_zoologys_sequential_power_law_draw():
 
 
 def test_training_batches_are_a_function_of_seed_and_step():
-  setting = data_lib.Setting(32, 4)
+  # A mixed setting's batch, then the training setting's, in turn.
+  settings = (data_lib.Setting(16, 2), data_lib.Setting(32, 4))
   make = lambda seed, index=0, count=1: data_lib.TrainBatches(
-      setting, 8, seed, 64, 0.01, steps_per_epoch=4, process_index=index, process_count=count)
+      settings, 8, seed, 64, 0.01, steps_per_epoch=4, process_index=index, process_count=count)
   straight = make(3)
   batches = [next(straight) for _ in range(6)]
+  assert [b["inputs"].shape[1] for b in batches] == [16, 32] * 3
+  assert [b["answers"].shape[1] for b in batches] == [2, 4] * 3
   assert straight.get_state() == {"epoch": 1, "index": 2}
   resumed = make(3)
   resumed.set_state({"epoch": 1, "index": 1})  # batch 5
   for key, value in next(resumed).items():
     np.testing.assert_array_equal(value, batches[5][key])
-  assert not np.array_equal(batches[0]["inputs"], batches[1]["inputs"])
+  assert not np.array_equal(batches[0]["inputs"], batches[2]["inputs"])
   assert not np.array_equal(next(make(4))["inputs"], batches[0]["inputs"])
   # Two processes read the two halves of the same global batch.
   halves = [next(make(3, index, 2))["inputs"] for index in (0, 1)]
@@ -82,7 +85,8 @@ def test_training_batches_are_a_function_of_seed_and_step():
 
 def tiny_config(**overrides):
   config = defaults.for_task("mqar")
-  config.update(vocab_size=32, length=24, pairs=3, test_settings="24x3,48x3,48x6",
+  config.update(vocab_size=32, length=24, pairs=3, mixed_settings="12x2",
+                test_settings="24x3,48x3,48x6",
                 val_examples=64, test_examples=64, batch_size=32, num_train_steps=200,
                 eval_every_steps=100, checkpoint_every_steps=100, log_every_steps=100)
   config.model.update(embed_dim=32, attention_impl="xla")

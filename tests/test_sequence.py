@@ -72,10 +72,12 @@ def test_linear_recurrences_sharded_equal_one_device_in_float64_and_float32():
 
 @pytest.mark.cpu_only
 def test_a_language_model_on_a_sequence_mesh_keeps_documents_apart_and_equals_one_device():
-  """Causal softmax (the ring) and causal additive (recurrent prefix over shards) as 2-layer
-  language models on a 1 x 2 and a 2 x 2 mesh: the logits equal one device's, and changing one
-  document of a packed row (one that crosses the shard boundary) leaves the others' unchanged."""
-  for variant in ("causal", "causal_additive_recurrent"):
+  """Causal softmax (the ring; with learned and with rotary positions, the latter turned by
+  their global positions before the split) and causal additive (recurrent prefix over shards)
+  as 2-layer language models on a 1 x 2 and a 2 x 2 mesh: the logits equal one device's, and
+  changing one document of a packed row (one that crosses the shard boundary) leaves the
+  others' unchanged."""
+  for variant in ("causal", "causal:rotary", "causal_additive_recurrent"):
     result = run_on_eight_devices("lm_segments", variant)
     for mesh, errors in result.items():
       assert errors["against_one_device"] <= TOLERANCE, (variant, mesh, errors)
@@ -302,7 +304,8 @@ def _lm_segments(name: str) -> dict:
 
   config = lm_config.defaults()
   m = config.model
-  m.attention, m.attention_impl = name, "xla"
+  name, _, position = name.partition(":")  # ("causal:rotary": config.model.position)
+  m.attention, m.attention_impl, m.position = name, "xla", position or m.position
   m.embed_dim, m.num_heads, m.ffn_dim, m.num_layers = 16, 2, 32, 2
   config.max_len = 30  # padded to 32 on the mesh (2 x 2 x 8 zig-zag chunks)
   rng = np.random.default_rng(0)

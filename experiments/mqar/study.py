@@ -100,7 +100,7 @@ def run_one(family: str, width: int, lr: float, seed: int, steps: int, runs: str
              f"--config.model.embed_dim={width}", f"--config.optimizer.learning_rate={lr}",
              f"--config.seed={seed}", f"--config.num_train_steps={steps}",
              f"--config.eval_every_steps={evals}", f"--config.checkpoint_every_steps={evals}",
-             f"--config.log_every_steps={max(min(100, steps // 5), 1)}",
+             f"--config.log_every_steps={max(min(100, steps // 4), 1)}",
              f"--config.optimizer.warmup_steps={max(steps // 20, 1)}", *extra]
   started = time.perf_counter()
   done = subprocess.run(command, cwd=REPO, check=False)
@@ -216,7 +216,7 @@ def main() -> None:
                       help="auto: width 256 for softmax and the two best recurrent families")
   parser.add_argument("--quadratic", default=",".join(QUADRATIC),
                       help="families that are not recurrent (never among the two best)")
-  parser.add_argument("--lrs", default="3e-4,1e-3,3e-3")
+  parser.add_argument("--lrs", default="1e-3,3e-3,1e-2")
   parser.add_argument("--seeds", default="0")
   parser.add_argument("--steps", type=int, default=2000)
   parser.add_argument("--only", default="", help="FAMILY[:WIDTH[:LR]],... : a subset")
@@ -224,7 +224,7 @@ def main() -> None:
   parser.add_argument("--out", default="experiments/mqar/study.jsonl")
   parser.add_argument("--pilot", action="store_true",
                       help="measure each (family, width) for --pilot_steps steps into --out")
-  parser.add_argument("--pilot_steps", type=int, default=30)
+  parser.add_argument("--pilot_steps", type=int, default=32)
   parser.add_argument("--pilot_file", default="experiments/mqar/pilot.jsonl",
                       help="the pilot's rows, for the estimate")
   parser.add_argument("--budget_hours", type=float, default=6.0)

@@ -29,15 +29,9 @@ import jax.numpy as jnp
 from absl import logging
 
 from textattn.attention import calibration, common, native, registry, splash
+from textattn.attention.common import (MASK_VALUE, Array, dense_init, key_visibility,
+                                       rows_with_a_key, usable_cores)
 from textattn.attention.rotary import apply_rotary
-from textattn.attention.common import (
-  MASK_VALUE,
-  Array,
-  dense_init,
-  key_visibility,
-  rows_with_a_key,
-  usable_cores,
-)
 from textattn.errors import UsageError
 from textattn.flax_layers import DenseGeneral
 

@@ -1,7 +1,8 @@
 """The classification models, by architecture: attention encoder (encoder.py), n-gram bag and
 BiLSTM (baselines.py), pretrained BERT-family encoder (bert.py; registered by
 textattn/pretrained/finetune.py). Each registers itself (registry.py); `build_model` looks the
-config's up. The translation model is seq2seq.py.
+config's up. The translation model is seq2seq.py; the decoder-only one (the language model's
+and MQAR's) decoder.py.
 
 Token id 0 is padding everywhere: the padding mask is `tokens != 0`, it is handed to every
 attention variant, and no pooling lets a padding position contribute. The one exception is

@@ -10,8 +10,7 @@ from textattn.checks import check_choice, check_integer
 from textattn.data import tfds_source
 from textattn.data.raw import not_a_file
 from textattn.errors import DataConfigError, UsageError
-from textattn.models.layers import DTYPES, accepts_head_dim
-from textattn.tasks.language_model.model import POSITIONS
+from textattn.models import decoder
 from textattn.tasks.language_model import data as data_lib
 from textattn.tasks.language_model import ngram, tokenizers
 
@@ -36,7 +35,7 @@ def defaults() -> ml_collections.ConfigDict:
   config.tokenizer = "bytes"  # bytes (lossless) | bpe (byte-level, lossless) | word (lossy)
   config.vocab_size = 4096  # bpe and word: ids, the 3 special ones included
   config.max_len = 256  # tokens per packed row (the longest context)
-  # ---- Model (textattn/tasks/language_model/model.py) ----------------------------------------
+  # ---- Model (textattn/models/decoder.py) ----------------------------------------------------
   config.model = ml_collections.ConfigDict()
   config.model.attention = "causal"  # a causal variant that declares segment ids
   config.model.attention_impl = "auto"  # its kernel (chunked / recurrent forms; 'auto' picks)
@@ -88,7 +87,7 @@ def validate(config, device_count: int | None) -> None:
     raise UsageError(f"config.model.attention={m.attention!r} does not keep packed documents "
                      f"apart (no segment ids); a language model needs one that does: "
                      f"{', '.join(segment_variants()) or 'none is registered'}.")
-  validate_model(m, config.mesh.sequence)
+  decoder.validate_config(m, config.mesh.sequence)
   if config.optimizer.lora.rank:
     raise UsageError(f"config.optimizer.lora.rank={config.optimizer.lora.rank} adapts a "
                      f"pretrained model's weights; a language model has none: leave it at 0.")
@@ -104,40 +103,3 @@ def validate(config, device_count: int | None) -> None:
   else:
     tfds_source.check_name(config.dataset,
                            tfds_source.data_root(tfds_source.tfds_data_dir(config)))
-
-
-def validate_model(m, mesh_sequence: int) -> None:
-  """UsageError naming the first bad field of a LanguageModel's config.model section (the
-  language model's and MQAR's), its variant already known to be one the task can train."""
-  variant = attention.get(m.attention)
-  sequence.check_declared(variant, mesh_sequence)
-  for field in ("embed_dim", "num_heads", "num_layers"):
-    check_integer(f"model.{field}", m[field], 1)
-  check_integer("model.ffn_dim", m.ffn_dim, 0)
-  check_integer("model.head_dim", m.head_dim, 0)
-  check_choice("model.position", m.position, POSITIONS)
-  if m.position == "rotary" and not variant.rotary:
-    raise UsageError(f"config.model.position='rotary' needs an attention that turns its queries "
-                     f"and keys by position (registry.Variant.rotary), which "
-                     f"config.model.attention={m.attention!r} does not; allowed: "
-                     f"{', '.join(n for n in attention.rotary_names() if attention.get(n).causal)}"
-                     f".")
-  if m.head_dim:  # (the variant's own check assumes embed_dim / num_heads)
-    check_choice("model.attention_impl", m.attention_impl, variant.implementations)
-  else:
-    variant.validate(m.attention_impl, m.embed_dim, m.num_heads, m.dtype)
-  attention.build_options(variant, m)
-  if m.head_dim and not accepts_head_dim(m.attention):
-    raise UsageError(f"config.model.head_dim={m.head_dim}: config.model.attention="
-                     f"{m.attention!r} has no head size option (use head_dim=0).")
-  if not m.head_dim and m.embed_dim % m.num_heads:
-    raise UsageError(f"config.model.num_heads={m.num_heads} must divide "
-                     f"config.model.embed_dim={m.embed_dim}.")
-  head_dim = m.head_dim or m.embed_dim // m.num_heads
-  if m.position == "rotary" and head_dim % 2:
-    raise UsageError(f"config.model.position='rotary' turns pairs of features, so the head size "
-                     f"must be even; it is {head_dim} (config.model.embed_dim={m.embed_dim}, "
-                     f"num_heads={m.num_heads}, head_dim={m.head_dim}).")
-  check_choice("model.dtype", m.dtype, tuple(DTYPES))
-  if not 0 <= m.dropout_rate < 1:
-    raise UsageError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")

@@ -3,7 +3,7 @@ causal model reads key-value pairs, then recalls each key's value when the key c
 
 For a config from `defaults.for_task("mqar")` (config.py): trains on fresh examples of one
 setting (config.length tokens, config.pairs pairs; data.py, Zoology's generator) drawn from
-(config.seed, the step), with the language model's decoder (tasks/language_model/model.py:
+(config.seed, the step), with the language model's decoder (textattn/models/decoder.py:
 by default Zoology's two attention-only layers of one head, rotary positions) scored only at the
 answers (step.py), on the runner (textattn/run.py: checkpoints, exact resume, the report). The
 best checkpoint is the one of highest val/accuracy (a fixed validation set at the training
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from textattn import platform, restore, tasks
-from textattn.tasks.language_model import model as model_lib
+from textattn.models import decoder
 from textattn.tasks.mqar import data as data_lib
 from textattn.tasks.mqar import step as step_lib
 from textattn.tasks.mqar.config import defaults, validate
@@ -48,7 +48,8 @@ class ExampleSets:
 
 @dataclasses.dataclass
 class MqarData:
-  """The run's splits: train (its first batch, standing for the generator in the fingerprint),
+  """The run's splits: train (its first batch of each setting, standing for the generator in
+  the fingerprint),
   validation (the training setting) and test (one set per test setting)."""
   train: ExampleSets
   validation: ExampleSets
@@ -57,19 +58,20 @@ class MqarData:
 
 
 def load_data(config) -> MqarData:
-  train = data_lib.TrainBatches(data_lib.training_setting(config), config.batch_size,
+  train = data_lib.TrainBatches(data_lib.training_settings(config), config.batch_size,
                                 config.seed, config.vocab_size, config.alpha, 1)
   validation = data_lib.fixed_set(config, data_lib.VALIDATION, data_lib.training_setting(config),
                                   config.val_examples)
   test = tuple(data_lib.fixed_set(config, data_lib.TEST, s, config.test_examples)
                for s in data_lib.test_settings(config))
-  return MqarData(ExampleSets((train.draw(0),)), ExampleSets((validation,)), ExampleSets(test))
+  first = tuple(train.draw(n) for n in range(len(train.settings)))  # (one of each setting)
+  return MqarData(ExampleSets(first), ExampleSets((validation,)), ExampleSets(test))
 
 
-def build(config, mesh=None) -> model_lib.LanguageModel:
+def build(config, mesh=None) -> decoder.LanguageModel:
   """The model of config.model for the task's vocabulary and its longest sequence."""
-  return model_lib.from_model_config(config.model, config.vocab_size, data_lib.longest(config),
-                                     mesh)
+  return decoder.from_model_config(config.model, config.vocab_size, data_lib.longest(config),
+                                   mesh)
 
 
 def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
@@ -78,7 +80,7 @@ def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
   mesh = platform.config_mesh(config)
   module = build(config, mesh)
   train_iter = data_lib.TrainBatches(
-      data_lib.training_setting(config), config.batch_size, config.seed, config.vocab_size,
+      data_lib.training_settings(config), config.batch_size, config.seed, config.vocab_size,
       config.alpha, config.num_train_steps, *platform.row_block(mesh))
   evaluator = step_lib.make_evaluator(config.platform.eval_batch_size, mesh,
                                       platform.step_compiler_options(config))
@@ -100,10 +102,11 @@ def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
   def describe(params):
     count = sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(params))
     m = config.model
+    mixed = f" (in turn after {config.mixed_settings})" if config.mixed_settings else ""
     return (f"Model: {m.num_layers}-layer {m.attention} decoder, embed {m.embed_dim}, "
             f"{m.num_heads} head(s), {m.position} positions, feed-forward {m.ffn_dim or 'none'}; "
             f"{count:,} parameters\nData: MQAR, vocabulary {config.vocab_size:,}, training "
-            f"{config.length} tokens x {config.pairs} pairs (fresh every step), alpha "
+            f"{config.length} tokens x {config.pairs} pairs{mixed}, fresh every step, alpha "
             f"{config.alpha}; validation {config.val_examples:,} examples; test "
             f"{config.test_examples:,} per setting: {config.test_settings}")
 
@@ -113,12 +116,14 @@ def prepare(config, workdir: str, is_main: bool) -> tasks.Job:
 
 
 def describe_report(config, metrics: dict) -> str:
-  """The test accuracy per setting, one line each, the training setting marked."""
-  trained = data_lib.training_setting(config)
+  """The test accuracy per setting, one line each, those trained on marked."""
+  trained, mixed = data_lib.training_setting(config), data_lib.training_settings(config)
+  longest = max(s.length for s in mixed)
   lines = ["MQAR test accuracy per setting (LENGTHxPAIRS):"]
   for setting in data_lib.test_settings(config):
-    note = "  (trained)" if setting == trained else (
-        "  (longer than trained)" if setting.length > trained.length else "")
+    note = ("  (the training setting)" if setting == trained else
+            "  (mixed into training)" if setting in mixed else
+            "  (longer than trained)" if setting.length > longest else "")
     lines.append(f"  {setting.name:>10}: {metrics[f'test/{setting.name}/accuracy']:.4f}{note}")
   return "\n".join(lines)
 

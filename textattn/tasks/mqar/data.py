@@ -20,7 +20,10 @@ tokens, the query positions and the answers.
 
 Training batches (`TrainBatches`) are drawn from NumPy's generator seeded by (config.seed, the
 step), so batch n is the same whatever ran before it: a resume and a run on any number of
-devices see the same examples. The validation set (the training setting) and the test sets (one
+devices see the same examples. Each batch holds one setting: the training setting, or, with
+config.mixed_settings, in turn each of those and then the training setting (Zoology trains on
+such a mixture of easier settings and the hard ones, a batch per setting; a model learns the
+recall on short sequences with few pairs in a few hundred steps, and long ones then follow). The validation set (the training setting) and the test sets (one
 per test setting, `parse_settings`) are fixed draws seeded by (config.data_seed, the split, the
 setting), the same for every run of the same data_seed.
 """
@@ -167,7 +170,15 @@ def fixed_set(config, split: int, setting: Setting, count: int) -> Examples:
 
 
 def training_setting(config) -> Setting:
+  """The setting trained on (with mixed_settings: the last of the mixture), validated on."""
   return Setting(config.length, config.pairs)
+
+
+def training_settings(config) -> tuple[Setting, ...]:
+  """The settings of the training batches in turn: config.mixed_settings, then the training
+  setting."""
+  mixed = parse_settings(config.mixed_settings, "mixed_settings") if config.mixed_settings else ()
+  return mixed + (training_setting(config),)
 
 
 def test_settings(config) -> tuple[Setting, ...]:
@@ -176,21 +187,21 @@ def test_settings(config) -> tuple[Setting, ...]:
 
 def longest(config) -> int:
   """The longest sequence the model reads (training or test): a learned position table's rows."""
-  return max([config.length] + [s.length for s in test_settings(config)])
+  return max(s.length for s in training_settings(config) + test_settings(config))
 
 
 class TrainBatches:
-  """Infinite training batches of one setting: batch n (counted from 0) is `generate` from
-  NumPy's generator seeded by (TRAIN, seed, n), whole; this process yields its rows
-  [process_index * local, (process_index + 1) * local) of it. The position is `get_state()` =
-  {"epoch", "index"} (an "epoch" is `steps_per_epoch` batches, the run's length: fresh examples
-  never repeat; the runner's iterator contract, data.TrainIterator's); `set_state` resumes
-  there exactly."""
+  """Infinite training batches: batch n (counted from 0) is `generate` of settings[n mod
+  len(settings)] from NumPy's generator seeded by (TRAIN, seed, n), whole; this process yields
+  its rows [process_index * local, (process_index + 1) * local) of it. The position is
+  `get_state()` = {"epoch", "index"} (an "epoch" is `steps_per_epoch` batches, the run's length:
+  fresh examples never repeat; the runner's iterator contract, data.TrainIterator's);
+  `set_state` resumes there exactly."""
 
-  def __init__(self, setting: Setting, global_batch_size: int, seed: int, vocab_size: int,
-               alpha: float, steps_per_epoch: int, process_index: int = 0,
+  def __init__(self, settings: tuple[Setting, ...], global_batch_size: int, seed: int,
+               vocab_size: int, alpha: float, steps_per_epoch: int, process_index: int = 0,
                process_count: int = 1):
-    self.setting, self.vocab_size, self.alpha = setting, int(vocab_size), float(alpha)
+    self.settings, self.vocab_size, self.alpha = tuple(settings), int(vocab_size), float(alpha)
     self.global_batch_size = int(global_batch_size)
     self.local_batch_size = self.global_batch_size // process_count  # (the runner checked it)
     self._offset = process_index * self.local_batch_size
@@ -212,7 +223,8 @@ class TrainBatches:
   def draw(self, number: int) -> Examples:
     """Batch `number`, whole (every process's rows)."""
     rng = np.random.default_rng([TRAIN, self.seed, number])
-    return generate(rng, self.global_batch_size, self.setting, self.vocab_size, self.alpha)
+    return generate(rng, self.global_batch_size, self.settings[number % len(self.settings)],
+                    self.vocab_size, self.alpha)
 
   def __iter__(self) -> TrainBatches:
     return self

@@ -1,6 +1,6 @@
 """MQAR's pure steps and its evaluation: cross-entropy and accuracy at the answers only.
 
-The model (tasks/language_model/model.LanguageModel) reads a batch's tokens causally and gives
+The model (textattn/models/decoder.LanguageModel) reads a batch's tokens causally and gives
 logits only at the query positions (`logits_at`), where the target is the queried key's value;
 no other position is scored. Sums (per batch, summed across batches, divided when reported):
 loss_sum (nats over the answers), correct (argmax over the whole vocabulary = the value), count
