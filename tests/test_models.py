@@ -235,7 +235,8 @@ def test_attention_registry_is_complete():
                                "causal_additive",
                                "causal_additive_recurrent", "linear", "causal_linear",
                                "sliding_window", "local", "performer", "causal_performer",
-                               "window_linear", "causal_window_linear", "window_additive")
+                               "window_linear", "causal_window_linear", "window_additive",
+                               "retnet", "gla", "mamba2", "deltanet", "gated_deltanet")
   for name in attention.names():
     module = attention.get(name).build(num_heads=2)
     x = jnp.ones((1, 4, 8))

@@ -263,7 +263,8 @@ def _communication() -> dict:
   from textattn import sharding
   from textattn.benchmark import layer_cost
   result = {}
-  for name in SHARDED:
+  # (The linear recurrences' all_gather of state pairs has no formula in collectives.py yet.)
+  for name in (n for n in SHARDED if n not in RECURRENT):
     row = layer_cost.layer_cost(name, sharding.make_mesh(1, 4), batch=1, length=32, embed=8,
                                 heads=2, always_sharded=True)
     result[name] = (row["comm_total"], row["comm_formula"])

@@ -254,7 +254,7 @@ def test_a_variant_that_declares_no_sharding_is_refused_before_the_workdir_is_to
   assert str(error.value) == (
       "config.model.attention='toy_mean' declares no sequence sharding, so it cannot run with "
       "mesh.sequence=2; use mesh.sequence=1 or a variant that does (softmax, causal, additive, "
-      "causal_additive_recurrent).")
+      "causal_additive_recurrent, causal_linear, retnet, gla, mamba2, deltanet, gated_deltanet).")
   assert not (tmp_path / "run").exists()
   config.mesh.sequence = 3
   config.model.attention = "additive"
