@@ -15,7 +15,8 @@ from textattn import attention, defaults
 def get_config():
   config = defaults.sibling(__file__, "imdb_lm_bytes.py")
   config.model.attention = "deltanet"
-  config.model.position = "none"  # as the paper: DeltaNet uses no position embedding (its short convolutions order the tokens)
+  # As the paper: DeltaNet uses no position embedding (its short convolutions order the tokens).
+  config.model.position = "none"
   # Its options, at the authors' defaults (e.g. --config.model.deltanet.chunk_size=128):
   config.model.deltanet = attention.default_options("deltanet")
   return config

@@ -15,7 +15,8 @@ from textattn import attention, defaults
 def get_config():
   config = defaults.sibling(__file__, "imdb_lm_bytes.py")
   config.model.attention = "gated_deltanet"
-  config.model.position = "none"  # as the paper: Gated DeltaNet uses no position embedding (its convolutions and decays order the tokens)
+  # As the paper: no position embedding (its convolutions and decays order the tokens).
+  config.model.position = "none"
   # Its options, at the authors' defaults (e.g. --config.model.gated_deltanet.chunk_size=128):
   config.model.gated_deltanet = attention.default_options("gated_deltanet")
   return config

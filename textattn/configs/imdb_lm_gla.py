@@ -15,7 +15,8 @@ from textattn import attention, defaults
 def get_config():
   config = defaults.sibling(__file__, "imdb_lm_bytes.py")
   config.model.attention = "gla"
-  config.model.position = "none"  # as the paper: GLA uses no position embedding (its decays order the tokens)
+  # As the paper: GLA uses no position embedding (its decays order the tokens).
+  config.model.position = "none"
   # Its options, at the authors' defaults (e.g. --config.model.gla.chunk_size=128):
   config.model.gla = attention.default_options("gla")
   return config

@@ -15,7 +15,8 @@ from textattn import attention, defaults
 def get_config():
   config = defaults.sibling(__file__, "imdb_lm_bytes.py")
   config.model.attention = "mamba2"
-  config.model.position = "none"  # as the paper: Mamba-2 uses no position embedding (its convolution and decays order the tokens)
+  # As the paper: Mamba-2 uses no position embedding (its convolution and decays order the tokens).
+  config.model.position = "none"
   # Its options, at the authors' defaults (e.g. --config.model.mamba2.chunk_size=128):
   config.model.mamba2 = attention.default_options("mamba2")
   return config

@@ -15,7 +15,8 @@ from textattn import attention, defaults
 def get_config():
   config = defaults.sibling(__file__, "imdb_lm_bytes.py")
   config.model.attention = "retnet"
-  config.model.position = "none"  # as the paper: RetNet turns its queries and keys itself (rotary) and adds no position embedding
+  # As the paper: RetNet turns its queries and keys itself (rotary) and adds no position embedding.
+  config.model.position = "none"
   # Its options, at the authors' defaults (e.g. --config.model.retnet.chunk_size=128):
   config.model.retnet = attention.default_options("retnet")
   return config

@@ -10,7 +10,8 @@ Forms, all the same function:
                      scalar gates   O = scale [(Q exp(b)) S + (Gamma * Q K^T) V],
                                     Gamma_ij = exp(b_i - b_j) for j <= i (masked before the exp);
                      per-dim gates  GLA's secondary chunking: 16-token sub-chunks; a diagonal
-                                    sub-block pairwise in log space, sum_d q_id k_jd exp(b_id - b_jd);
+                                    sub-block pairwise in log space,
+                                    sum_d q_id k_jd exp(b_id - b_jd);
                                     an off-diagonal one (key sub-chunk J before query sub-chunk I)
                                     as (q_i exp(b_i - b_r)) . (k_j exp(b_r - b_j)) with r the last
                                     position before sub-chunk I, so both exponents are <= 0 (never

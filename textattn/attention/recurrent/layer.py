@@ -121,7 +121,8 @@ class ShortConvolution(nn.Module):
   ShortConvolution): y_t = sum_w weight[w] x_{t - width + 1 + w} (+ bias), then SiLU, over the
   real positions of t's document: padding is skipped (a padded position changes nothing, as in
   decoding, where it never enters the buffer) and an input before the document's start counts
-  as 0, so it never reads across a document start. Decoding keeps the last width - 1 real inputs in the cache ("conv_<name>"), emptied
+  as 0, so it never reads across a document start. Decoding keeps the last width - 1 real
+  inputs in the cache ("conv_<name>"), emptied
   where a document starts."""
   width: int = 4
   use_bias: bool = True
