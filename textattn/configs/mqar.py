@@ -9,7 +9,7 @@ cosine; tested on 1,000 fixed examples per setting, from 64 tokens x 4 pairs to 
 
     python -m textattn.main --config=configs/mqar.py --workdir=runs/mqar
 
-Result (seed 0, one run, 20 min wall under `nice -n 10` on a shared 2-core Intel Xeon, 1,078 s
+Result (seed 0, one run, 20 min wall under `nice -n 10` on a shared 2-core AMD EPYC, 1,078 s
 of CPU): test accuracy 0.9994 at 256x32, the training setting (32,000 answers; validation
 0.9791 at step 300, 0.9995 at 1,200); 0.9998 / 1.0000 / 0.9998 at 64x4 / 128x8 / 256x16,
 0.9818 at 256x64 (twice the pairs), 0.9552 at 512x32, 0.9243 at 512x64 and 0.7656 at 1024x64
