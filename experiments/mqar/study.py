@@ -4,30 +4,35 @@ the best of --lrs on the validation set, a figure as Zoology draws it (experimen
 figure.py: test accuracy against model width, a line per family).
 
 Each run is `python -m textattn.main --config=configs/mqar.py` (two attention-only layers, one
-head, vocabulary 8,192, training at 256 tokens x 32 pairs, batch 64; docs/mqar.md) with the
-family (config.model.attention; rotary positions where the family declares them, else none),
-the width (config.model.embed_dim), the learning rate, the seed and --steps changed. A finished
-run is one row of --out (JSONL) and is skipped when the study runs again, so an interrupted
-study resumes where it stopped; several copies may run at once (each run is claimed by a lock
-beside its workdir). `--only` runs a subset.
+head, vocabulary 8,192, training at 256 tokens x 32 pairs with easier settings mixed in, batch
+64; docs/mqar.md) with the family (config.model.attention; rotary positions where the family
+declares them, else none), the width (config.model.embed_dim), the learning rate, the seed,
+--steps and --examples changed (validation examples, and test examples per setting: 250, a
+quarter of the config's; at 1,000, compiling and evaluating were ~40% of a 400-step plan). A
+finished run is one row of --out (JSONL) and is skipped when the study runs again, so an
+interrupted study resumes where it stopped; several copies may run at once (each run is
+claimed by a lock beside its workdir). `--only` runs a subset.
 
     python experiments/mqar/study.py --pilot --out=experiments/mqar/pilot.jsonl
+    python experiments/mqar/study.py --estimate --steps=STEPS
     python experiments/mqar/study.py --steps=STEPS --out=experiments/mqar/study.jsonl
     python experiments/mqar/study.py --only=causal:128,causal_linear --out=...
     python experiments/mqar/study.py --summarize experiments/mqar/study.jsonl
     python experiments/mqar/figure.py experiments/mqar/study.jsonl
 
---pilot runs every (family, width) of the plan for --pilot_steps steps at the first learning
-rate and records its seconds per step; the study then prints, before it starts, the hours its
-plan takes at those speeds (--budget_hours: refused beyond it unless --force), so --steps is
-sized from a measurement. Width 256 (--wide=auto) is planned once every family has its width-128
-rows: causal softmax and the two recurrent families (all but the quadratic --quadratic ones) of
-best width-128 test accuracy at the training setting.
+--pilot runs every (family, width) of the plan (--only: some) for --pilot_steps steps at the
+first learning rate and records its seconds per step and its overhead (compilation and
+evaluations); the study then prints, before it starts, the hours its plan takes at those speeds
+(a width the pilot skipped is scaled as causal softmax's; --budget_hours: refused beyond it
+unless --force; --estimate: print it and stop), so --steps is sized from a measurement. Width
+256 (--wide=auto) is planned once every family has its width-128 rows: causal softmax and the
+two recurrent families (all but the --quadratic ones) of best width-128 test accuracy at the
+training setting; until then the estimate counts the two slowest recurrent ones.
 
-Recorded per run: the family, width, position, learning rate, seed, steps, the best validation
-accuracy (what picks the learning rate), every test setting's accuracy (test/<LxP>/accuracy)
-and their mean, seconds per training step (the median logged window after the first), wall
-time, commit, CPU, date.
+Recorded per run: the family, width, position, learning rate, seed, steps, examples, the best
+validation accuracy (what picks the learning rate), every test setting's accuracy
+(test/<LxP>/accuracy) and their mean, seconds per training step (the median logged window
+after the first), wall time, commit, CPU, date.
 """
 
 from __future__ import annotations
@@ -89,7 +94,7 @@ def key(row: dict) -> tuple:
   return (row["family"], row["width"], row["lr"], row["seed"], row["steps"])
 
 
-def run_one(family: str, width: int, lr: float, seed: int, steps: int, runs: str,
+def run_one(family: str, width: int, lr: float, seed: int, steps: int, examples: int, runs: str,
             extra: list[str]) -> dict:
   """One textattn.main run; its row (or exit naming the failed run)."""
   name = f"{family}_w{width}_lr{lr:g}_s{seed}_{steps}"
@@ -101,7 +106,8 @@ def run_one(family: str, width: int, lr: float, seed: int, steps: int, runs: str
              f"--config.seed={seed}", f"--config.num_train_steps={steps}",
              f"--config.eval_every_steps={evals}", f"--config.checkpoint_every_steps={evals}",
              f"--config.log_every_steps={max(min(100, steps // 4), 1)}",
-             f"--config.optimizer.warmup_steps={max(steps // 20, 1)}", *extra]
+             f"--config.optimizer.warmup_steps={max(steps // 20, 1)}",
+             f"--config.val_examples={examples}", f"--config.test_examples={examples}", *extra]
   started = time.perf_counter()
   done = subprocess.run(command, cwd=REPO, check=False)
   if done.returncode:
@@ -114,7 +120,7 @@ def run_one(family: str, width: int, lr: float, seed: int, steps: int, runs: str
     batch = json.load(f)["batch_size"]
   tests = {k: v for k, v in rows[-1].items() if k.startswith("test/")}
   return {"family": family, "width": width, "position": position(family), "lr": lr,
-          "seed": seed, "steps": steps,
+          "seed": seed, "steps": steps, "examples": examples,
           "val_accuracy": max(r["val/accuracy"] for r in rows if "val/accuracy" in r),
           **tests,
           "s_per_step": batch / statistics.median(speeds[1:] or speeds) if speeds else None,
@@ -166,19 +172,45 @@ def plan(args, rows: list[dict]) -> list[tuple]:
   return runs
 
 
-def estimate_hours(runs: list[tuple], steps: int, pilot: list[dict]) -> float | None:
-  """Hours of `runs` at the pilot's seconds per step of each (family, width) (None: a pair the
-  pilot has not measured), plus the evaluations' time as the pilot measured it (its wall time
-  beyond its steps, per run)."""
-  speed = {(r["family"], r["width"]): r for r in pilot}
-  total = 0.0
+def run_seconds(row: dict, steps: int) -> float:
+  """A pilot row's run time at `steps` steps: its seconds per step times the steps, plus what
+  the pilot took beyond its own steps (compilation and the evaluations, which do not grow with
+  the steps: four validation passes and the test sets either way)."""
+  overhead = max(row["wall_s"] - row["steps"] * row["s_per_step"], 0.0)
+  return steps * row["s_per_step"] + overhead
+
+
+def estimate_hours(runs: list[tuple], steps: int, pilot: list[dict]) -> tuple[float, int] | None:
+  """(hours of `runs` at the pilot's speeds, how many of them were extrapolated), or None when
+  a family of the plan has no pilot row at all. A (family, width) the pilot did not measure is
+  its family's time at a measured width times causal softmax's ratio between the two widths."""
+  measured = {(r["family"], r["width"]): run_seconds(r, steps) for r in pilot}  # (the last)
+  total, extrapolated = 0.0, 0
   for family, width, _, _ in runs:
-    row = speed.get((family, width))
-    if row is None or row["s_per_step"] is None:
+    if (family, width) in measured:
+      total += measured[(family, width)]
+      continue
+    known = [w for f, w in measured if f == family and (BASE, w) in measured]
+    if not known or (BASE, width) not in measured:
       return None
-    overhead = max(row["wall_s"] - row["steps"] * row["s_per_step"], 0.0)
-    total += steps * row["s_per_step"] + overhead
-  return total / 3600
+    near = min(known, key=lambda w: abs(w - width))
+    total += measured[(family, near)] * measured[(BASE, width)] / measured[(BASE, near)]
+    extrapolated += 1
+  return total / 3600, extrapolated
+
+
+def wide_upper_bound(args, runs: list[tuple], pilot: list[dict], steps: int) -> list[tuple]:
+  """The width-256 runs --wide=auto will add once width 128 is done, while it is not: causal
+  softmax's and the two slowest recurrent families' (the estimate's upper bound)."""
+  if args.wide != "auto" or args.only or any(r[1] == 256 for r in runs):
+    return []
+  recurrent = [f for f in args.families if f not in args.quadratic]
+  def seconds(family):
+    estimate = estimate_hours([(family, 256, 0, 0)], steps, pilot)
+    return estimate[0] if estimate else 0.0
+  slowest = sorted(recurrent, key=seconds)[-2:]
+  wide = [f for f in args.families if f == BASE] + slowest
+  return [(f, 256, lr, s) for s in args.seeds for f in wide for lr in args.lrs]
 
 
 def summarize(path: str) -> str:
@@ -218,8 +250,10 @@ def main() -> None:
                       help="families that are not recurrent (never among the two best)")
   parser.add_argument("--lrs", default="1e-3,3e-3,1e-2")
   parser.add_argument("--seeds", default="0")
-  parser.add_argument("--steps", type=int, default=2000)
+  parser.add_argument("--steps", type=int, default=400)
   parser.add_argument("--only", default="", help="FAMILY[:WIDTH[:LR]],... : a subset")
+  parser.add_argument("--examples", type=int, default=250,
+                      help="validation examples, and test examples per setting, of each run")
   parser.add_argument("--runs", default="runs/mqar_study", help="where the workdirs go")
   parser.add_argument("--out", default="experiments/mqar/study.jsonl")
   parser.add_argument("--pilot", action="store_true",
@@ -229,6 +263,7 @@ def main() -> None:
                       help="the pilot's rows, for the estimate")
   parser.add_argument("--budget_hours", type=float, default=6.0)
   parser.add_argument("--force", action="store_true", help="run beyond --budget_hours")
+  parser.add_argument("--estimate", action="store_true", help="print the estimate and stop")
   parser.add_argument("--summarize", metavar="JSONL", help="print the table of a study and stop")
   args, extra = parser.parse_known_args()  # (extra: more --config.FIELD=VALUE for every run)
   if args.summarize:
@@ -252,11 +287,17 @@ def main() -> None:
   if not args.pilot:
     todo = [r for r in runs if (*r[:2], r[2], r[3], steps) not in
             {key(row) for row in read_lines(args.out)}]
-    hours = estimate_hours(todo, steps, read_lines(args.pilot_file))
-    print(f"{len(todo)} of {len(runs)} runs to do, {steps} steps each: "
-          + (f"about {hours:.1f} hours at the pilot's speeds." if hours is not None
-             else f"no estimate ({args.pilot_file} lacks a (family, width) of the plan)."),
-          flush=True)
+    pilot = [r for r in read_lines(args.pilot_file) if r.get("examples") == args.examples]
+    todo += wide_upper_bound(args, runs, pilot, steps)
+    estimate = estimate_hours(todo, steps, pilot)
+    hours = estimate[0] if estimate else None
+    print(f"{len(todo)} runs to do, {steps} steps each: "
+          + (f"about {hours:.1f} hours at the pilot's speeds ({estimate[1]} runs' widths "
+             f"extrapolated)." if estimate
+             else f"no estimate ({args.pilot_file} lacks a family of the plan at "
+                  f"--examples={args.examples})."), flush=True)
+    if args.estimate:
+      return
     if hours is not None and hours > args.budget_hours and not args.force:
       raise SystemExit(f"The plan takes about {hours:.1f} hours, over --budget_hours="
                        f"{args.budget_hours:g}; lower --steps or run a subset with --only "
@@ -273,7 +314,7 @@ def main() -> None:
       claim.close()
       continue
     with claim:
-      record = run_one(family, width, lr, seed, steps, args.runs, extra)
+      record = run_one(family, width, lr, seed, steps, args.examples, args.runs, extra)
       with open(args.out, "a") as f:
         f.write(json.dumps(record) + "\n")
     print(json.dumps(record), flush=True)

@@ -23,9 +23,10 @@ step), so batch n is the same whatever ran before it: a resume and a run on any 
 devices see the same examples. Each batch holds one setting: the training setting, or, with
 config.mixed_settings, in turn each of those and then the training setting (Zoology trains on
 such a mixture of easier settings and the hard ones, a batch per setting; a model learns the
-recall on short sequences with few pairs in a few hundred steps, and long ones then follow). The validation set (the training setting) and the test sets (one
-per test setting, `parse_settings`) are fixed draws seeded by (config.data_seed, the split, the
-setting), the same for every run of the same data_seed.
+recall on short sequences with few pairs in a few hundred steps, and long ones then follow).
+The validation set (the training setting) and the test sets (one per test setting,
+`parse_settings`) are fixed draws seeded by (config.data_seed, the split, the setting), the same
+for every run of the same data_seed.
 """
 
 from __future__ import annotations
