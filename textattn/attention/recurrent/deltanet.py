@@ -30,15 +30,15 @@ from textattn.attention.recurrent import family
 from textattn.attention.recurrent.chunking import wide
 from textattn.attention.recurrent.delta_rule import DELTA_RULE
 from textattn.attention.recurrent.layer import (
-  GatedRMSNorm,
   ShortConvolution,
   apply_core,
   conv_inputs,
   decode_mode,
   decode_signals,
+  gated_output,
 )
 from textattn.attention.recurrent.mamba2 import dt_bias_init
-from textattn.flax_layers import Dense, DenseGeneral
+from textattn.flax_layers import Dense
 
 Array = jax.Array
 L2_EPSILON = 1e-6  # flash-linear-attention's l2norm
@@ -99,15 +99,8 @@ class DeltaNet(nn.Module):
       a_log = self.param("A_log", a_log_init, (heads,))
       gates = (beta, -jnp.exp(a_log) * jax.nn.softplus(wide(project(heads, "decay")) + dt_bias))
     o = apply_core(self, DELTA_RULE, mode, q, k, v, gates, scale=key_dim ** -0.5,
-                   padding_mask=padding_mask, segment_ids=segment_ids,
-                   implementation=self.implementation, chunk_size=self.chunk_size, real=real,
-                   reset=reset, mesh=self.mesh)
-    gate = (DenseGeneral(features=(heads, value_dim), use_bias=False, dtype=self.dtype,
-                         kernel_init=dense_init(), name="gate")(x)
-            if self.output_gate else None)
-    o = GatedRMSNorm(dtype=self.dtype, name="output_norm")(o, gate)
-    return DenseGeneral(embed, axis=(-2, -1), use_bias=False, dtype=self.dtype,
-                        kernel_init=dense_init(), name="out")(o)
+                   padding_mask=padding_mask, segment_ids=segment_ids, real=real, reset=reset)
+    return gated_output(self, x, o, self.output_gate)
 
 
 def forward_flops(batch: int, length: int, heads: int, head_dim: int, chunk: int = 64) -> float:

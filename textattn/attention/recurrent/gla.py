@@ -24,10 +24,10 @@ from textattn.attention.recurrent import family
 from textattn.attention.recurrent.chunking import wide
 from textattn.attention.recurrent.gated import GATED
 from textattn.attention.recurrent.layer import (
-  GatedRMSNorm,
   apply_core,
   decode_mode,
   decode_signals,
+  gated_output,
 )
 from textattn.errors import UsageError
 from textattn.flax_layers import Dense, DenseGeneral
@@ -65,13 +65,8 @@ class GLA(nn.Module):
                                kernel_init=dense_init(), name="gate_key")(low)
     log_gates = jax.nn.log_sigmoid(wide(gate_logits)) / self.gate_temperature
     o = apply_core(self, GATED, mode, q, k, v, (log_gates,), scale=key_dim ** -0.5,
-                   padding_mask=padding_mask, segment_ids=segment_ids,
-                   implementation=self.implementation, chunk_size=self.chunk_size, real=real,
-                   reset=reset, mesh=self.mesh)
-    gate = dense(value_dim, "gate") if self.output_gate else None
-    o = GatedRMSNorm(dtype=self.dtype, name="output_norm")(o, gate)
-    return DenseGeneral(embed, axis=(-2, -1), use_bias=False, dtype=self.dtype,
-                        kernel_init=dense_init(), name="out")(o)
+                   padding_mask=padding_mask, segment_ids=segment_ids, real=real, reset=reset)
+    return gated_output(self, x, o, self.output_gate)
 
 
 def forward_flops(batch: int, length: int, heads: int, head_dim: int, chunk: int = 64) -> float:

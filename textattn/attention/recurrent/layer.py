@@ -23,7 +23,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from textattn.attention.common import dense_init
 from textattn.attention.recurrent.chunking import document_runs
+from textattn.flax_layers import DenseGeneral
 
 Array = jax.Array
 NORM_EPSILON = 1e-5  # flash-linear-attention's norm_eps and Mamba-2's
@@ -85,10 +87,12 @@ def decode_signals(module: nn.Module, mode: str, padding_mask: Array,
 
 def apply_core(module: nn.Module, core: Core, mode: str, q: Array, k: Array, v: Array,
                gates: tuple[Array, ...], *, scale: float, padding_mask: Array,
-               segment_ids: Array | None, implementation: str, chunk_size: int,
-               real: Array | None = None, reset: Array | None = None, mesh=None) -> Array:
-  """The core in the configured form, or decoding against the cache (module docstring).
-  q, k [b, l, key_heads, key]; v [b, l, heads, value]; gates per-token arrays [b, l, ...]."""
+               segment_ids: Array | None, real: Array | None = None,
+               reset: Array | None = None) -> Array:
+  """The core in the module's form (its `implementation`, `chunk_size` and `mesh` fields), or
+  decoding against the cache (module docstring). q, k [b, l, key_heads, key]; v [b, l, heads,
+  value]; gates per-token arrays [b, l, ...]; (real, reset) from `decode_signals`."""
+  implementation, chunk_size, mesh = module.implementation, module.chunk_size, module.mesh
   batch, length, heads, value_dim = v.shape
   if mode == "step":
     state = module.variable("cache", "state")
@@ -169,6 +173,17 @@ class ShortConvolution(nn.Module):
     if self.use_bias:
       y = y + self.param("bias", nn.initializers.zeros, (channels,)).astype(self.dtype)
     return nn.silu(y) if self.activation else y
+
+
+def gated_output(module: nn.Module, x: Array, o: Array, output_gate: bool) -> Array:
+  """The layers' common end: RMSNorm(o) per head, times silu(x W_g) where `output_gate`, then
+  the output projection to x's width (parameters "gate", "output_norm", "out")."""
+  heads, value_dim = o.shape[-2:]
+  gate = (DenseGeneral(features=(heads, value_dim), use_bias=False, dtype=module.dtype,
+                       kernel_init=dense_init(), name="gate")(x) if output_gate else None)
+  o = GatedRMSNorm(dtype=module.dtype, name="output_norm")(o, gate)
+  return DenseGeneral(x.shape[-1], axis=(-2, -1), use_bias=False, dtype=module.dtype,
+                      kernel_init=dense_init(), name="out")(o)
 
 
 def runs_of(padding_mask: Array, segment_ids: Array | None) -> tuple[Array, Array]:

@@ -29,7 +29,6 @@ from textattn.attention import registry
 from textattn.attention.common import dense_init
 from textattn.attention.recurrent import family
 from textattn.attention.recurrent.chunking import wide
-from textattn.attention.recurrent.chunking import wide
 from textattn.attention.recurrent.gated import GATED
 from textattn.attention.recurrent.layer import (
   GatedRMSNorm,
@@ -99,9 +98,7 @@ class Mamba2(nn.Module):
     v = xs * dt[..., None].astype(xs.dtype)
     k, q = (t.reshape(batch, length, groups, n) for t in (b, c))
     y = apply_core(self, GATED, mode, q, k, v, (log_gates,), scale=1.0,
-                   padding_mask=padding_mask, segment_ids=segment_ids,
-                   implementation=self.implementation, chunk_size=self.chunk_size, real=real,
-                   reset=reset, mesh=self.mesh)
+                   padding_mask=padding_mask, segment_ids=segment_ids, real=real, reset=reset)
     if self.use_d:
       d = self.param("D", nn.initializers.ones, (heads,))
       y = y + (d[:, None] * wide(xs)).astype(y.dtype)
