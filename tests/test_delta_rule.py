@@ -11,8 +11,6 @@ line.
 
 import functools
 import json
-import os
-import subprocess
 import sys
 
 import jax
@@ -20,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.test_sequence import run_on_eight_devices
 from textattn.attention.recurrent import delta_rule
 from textattn.attention.recurrent.delta_rule import delta_rule_shard
 
@@ -277,18 +276,6 @@ def test_long_rows_have_finite_values_and_gradients(dtype):
 # ---------------------------------------------------------------------------------------------
 # Sequence parallelism (subprocess on 8 fake CPU devices).
 
-def run_on_eight_devices(*args: str) -> dict:
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
-                       f"--xla_force_host_platform_device_count=8")
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
-  done = subprocess.run([sys.executable, os.path.abspath(__file__), *args], env=env,
-                        check=False, capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0, done.stderr[-3000:]
-  return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 SHARD_TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
 MESHES = {"float64": ((1, 8), (2, 4)), "float32": ((1, 8),)}  # (data, sequence)
 
@@ -299,7 +286,7 @@ def test_sequence_parallel_equals_one_device():
   (shards not a multiple): row 0 packs documents that cross shard boundaries, one starting
   exactly at a shard boundary (48), padding inside and at the end; row 1 is one document over
   every shard with an initial state. Outputs, final state and every gradient against one device."""
-  result = run_on_eight_devices("sharded")
+  result = run_on_eight_devices("sharded", script=__file__)
   assert set(result) == {f"{dtype} {data}x{shards}" for dtype, meshes in MESHES.items()
                          for data, shards in meshes}, result
   for key, errors in result.items():

@@ -24,13 +24,14 @@ MESHES = ((1, 8), (2, 4))
 TOLERANCE = 1e-5  # relative to the largest value of the compared output or gradient
 
 
-def run_on_eight_devices(*args: str) -> dict:
+def run_on_eight_devices(*args: str, script: str = __file__) -> dict:
+  """`python SCRIPT ARGS` on 8 fake CPU devices; its last stdout line, parsed as JSON."""
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
                        f"--xla_force_host_platform_device_count=8")
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
-  done = subprocess.run([sys.executable, os.path.abspath(__file__), *args], env=env,
+  done = subprocess.run([sys.executable, os.path.abspath(script), *args], env=env,
                         check=False, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   return json.loads(done.stdout.strip().splitlines()[-1])
