@@ -30,7 +30,6 @@ import datetime
 import fcntl
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
+
+from experiments.provenance import commit, cpu_name, read_lines  # noqa: E402
 
 VARIANTS = ("causal", "causal_additive", "causal_additive_recurrent", "causal_linear",
             "sliding_window", "causal_performer", "retnet", "gla", "mamba2", "deltanet",
@@ -74,27 +75,6 @@ def run_classifier(variant: str, seed: int, runs: str) -> dict:
           "examples_per_s": statistics.median(train[1:] or train) if train else None,
           "wall_s": round(wall, 1), "commit": commit(), "cpu": cpu_name(),
           "date": datetime.date.today().isoformat(), "workdir": workdir}
-
-
-def cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
-
-
-def commit() -> str:
-  return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                        text=True, check=False).stdout.strip()
-
-
-def read_lines(path: str) -> list[dict]:
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
 
 
 def run_one(variant: str, seed: int, steps: int, runs: str) -> dict:

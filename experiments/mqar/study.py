@@ -42,7 +42,6 @@ import datetime
 import fcntl
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
+from experiments.provenance import commit, cpu_name, read_lines  # noqa: E402
 from textattn import attention  # noqa: E402 -- after the repository is on the path
 
 CONFIG = "configs/mqar.py"
@@ -65,29 +65,6 @@ def causal_families() -> list[str]:
 
 def position(family: str) -> str:
   return "rotary" if attention.get(family).rotary else "none"
-
-
-def read_lines(path: str) -> list[dict]:
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
-
-
-def cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
-
-
-def commit() -> str:
-  return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                        text=True, check=False).stdout.strip()
 
 
 def key(row: dict) -> tuple:

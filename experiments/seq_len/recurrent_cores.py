@@ -19,9 +19,7 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -32,6 +30,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.provenance import commit, cpu_name  # noqa: E402
 from textattn.attention import linear  # noqa: E402
 from textattn.attention.recurrent import delta_rule, gated  # noqa: E402
 
@@ -93,15 +92,6 @@ def memory_bytes(core: str, form: str, length: int) -> int:
              + analysis.output_size_in_bytes)
 
 
-def cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    return f"{names[0]}, {len(names)} cores" if names else platform.machine()
-  except OSError:
-    return platform.machine()
-
-
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--length", type=int, default=4096)
@@ -124,9 +114,8 @@ def main() -> None:
     row["memory_vs_causal_linear"] = round(row["chunked_memory_mib"] / reference, 2)
   result = {"rows": rows, "causal_linear_chunked_memory_mib": round(reference, 1),
             "memory_length": args.memory_length, "batch": B, "heads": H, "head_dim": D,
-            "cpu": cpu_name(), "jax": jax.__version__,
-            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                     capture_output=True, text=True).stdout.strip(),
+            "cpu": f"{cpu_name()}, {os.cpu_count()} cores", "jax": jax.__version__,
+            "commit": commit(),
             "date": datetime.date.today().isoformat()}
   print(json.dumps(result, indent=1))
   if args.out:
